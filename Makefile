@@ -1,0 +1,40 @@
+# Every target sets itself up on a fresh machine: virtualenv, packages, the Fashion-MNIST files.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.pflkit-installed
+FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+RUNS   ?= runs
+JOBS   ?= 2
+
+.PHONY: setup demo test lint bench-fedavg bench-overhead clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+$(FMNIST):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist
+
+setup: $(STAMP) $(FMNIST)
+
+demo: setup
+	rm -rf $(RUNS)/demo
+	$(BIN)/pfl-sim --config docs/configs/demo.toml --out $(RUNS)/demo
+
+test: setup
+	$(BIN)/python -m pytest -q -n $(JOBS) tests
+
+lint: setup
+	$(BIN)/ruff check sdk server export tests benchmarks
+
+bench-fedavg: setup
+	cd benchmarks && ../$(BIN)/python bench_fedavg.py
+
+bench-overhead: setup
+	cd benchmarks && ../$(BIN)/python bench_overhead.py
+
+clean:
+	rm -rf $(RUNS) build dist *.egg-info

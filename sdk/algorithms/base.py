@@ -1,0 +1,306 @@
+"""The algorithm contract: one definition serves simulation, deployment, evaluation, export.
+
+An :class:`Algorithm` never touches the network or the disk. It turns
+(global state, client state, local data, round context) into an update for the server and a
+new client state (:meth:`Algorithm.fit`), folds a stream of updates into the next global state
+(:meth:`Algorithm.new_aggregator`), runs post-federation stages (:meth:`Algorithm.personalize`)
+and builds the inference module a client would ship (:meth:`Algorithm.personalized_model`).
+The simulator calls it in-process; the HTTP server and the SDK client call the same methods on
+either side of the wire; ``pfl-export`` calls ``personalized_model``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.models import SplitModel, build_model, float_state
+from pflkit.sdk.seeding import derive_seed
+
+State = dict[str, torch.Tensor]
+
+
+class HyperparameterError(ValueError):
+    """A hyperparameter is unknown, missing, of the wrong type or out of range."""
+
+
+@dataclass(frozen=True)
+class ModelFactory:
+    """Which architecture, for which inputs: enough to rebuild the template anywhere."""
+
+    name: str
+    input_shape: tuple[int, int, int]
+    num_classes: int
+
+    def build(self, seed: int = 0) -> SplitModel:
+        """A fresh model with seeded weights."""
+        return build_model(self.name, self.input_shape, self.num_classes, seed)
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """Client-side SGD settings shared by every algorithm (grouped once, not restated)."""
+
+    epochs: int = 5  # local epochs per round (E)
+    batch_size: int = 40  # mini-batch size (B)
+    momentum: float = 0.9  # SGD momentum; the optimizer is fresh every round
+    weight_decay: float = 1e-5  # L2 weight decay in the optimizer
+
+    def __post_init__(self) -> None:
+        if self.epochs < 0 or self.batch_size <= 0:
+            raise HyperparameterError(f"local training: bad epochs/batch_size in {self}")
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """What a client needs to know about the round it trains in."""
+
+    round: int  # 0-based index of the federated round
+    total_rounds: int  # rounds planned for the run
+    lr: float  # learning rate for this round (already decayed)
+    seed: int  # run seed; per-client randomness is derived from (seed, round, client)
+    client_id: int
+
+    def rng_seed(self, *purpose: object) -> int:
+        """A seed for one purpose of this client in this round."""
+        return derive_seed(self.seed, "client", self.client_id, "round", self.round, *purpose)
+
+    def generator(self, *purpose: object) -> torch.Generator:
+        """A torch generator for one purpose of this client in this round."""
+        gen = torch.Generator()
+        gen.manual_seed(self.rng_seed(*purpose))
+        return gen
+
+
+@dataclass
+class ClientState:
+    """What stays on the device: named tensors plus small JSON metadata."""
+
+    tensors: State = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def meta_json(self) -> str:
+        """The metadata as canonical JSON (raises if not JSON-serializable)."""
+        return json.dumps(self.meta, sort_keys=True)
+
+
+@dataclass
+class FitResult:
+    """A client's answer to one round."""
+
+    update: State  # tensors sent to the server (empty: nothing to aggregate)
+    client_state: ClientState  # the device's new private state
+    num_samples: int  # aggregation weight
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How to personalize an inference model (fields unused by an algorithm must stay None).
+
+    ``lam``: a mixing weight in [0, 1], ``"best"`` (the client's chosen one) or ``"runtime"``
+    (the module takes lambda as a second input). ``class_distribution``: counts or
+    proportions for a client that never trained (FedRoD-hyper zero-shot).
+    """
+
+    lam: float | str | None = None
+    class_distribution: torch.Tensor | None = None
+
+
+class Aggregator(ABC):
+    """Folds client updates into the next global state, one update at a time."""
+
+    @abstractmethod
+    def add(self, weight: float, update: State) -> None:
+        """Fold in one client's update with aggregation weight ``weight``."""
+
+    @abstractmethod
+    def result(self) -> State:
+        """The next global state."""
+
+
+class WeightedMean(Aggregator):
+    """Streaming n-weighted mean: a running sum in float64, O(model) memory for any count.
+
+    Keys no client sent keep their global value; with no updates the global state is kept.
+    Integer buffers (BatchNorm's ``num_batches_tracked``) are averaged and rounded.
+    """
+
+    def __init__(self, global_state: State) -> None:
+        self._global = global_state
+        self._sum: dict[str, torch.Tensor] = {}
+        self._weight: dict[str, float] = {}
+
+    def add(self, weight: float, update: State) -> None:
+        """Add ``weight * update`` to the running sums."""
+        if weight < 0:
+            raise ValueError(f"aggregation weight must be >= 0, got {weight}")
+        for key, value in update.items():
+            acc = self._sum.get(key)
+            term = value.detach().to(torch.float64) * weight
+            self._sum[key] = term if acc is None else acc.add_(term)
+            self._weight[key] = self._weight.get(key, 0.0) + weight
+
+    def result(self) -> State:
+        """sum_k n_k u_k / sum_k n_k per key, cast back to the global dtype."""
+        out = dict(self._global)
+        for key, acc in self._sum.items():
+            total = self._weight[key]
+            if total <= 0:
+                continue
+            ref = self._global.get(key, acc)
+            mean = acc / total
+            out[key] = (mean.round() if not ref.is_floating_point() else mean).to(ref.dtype)
+        return out
+
+
+class Algorithm(ABC):
+    """Base class: FedAvg's behaviour where a method does not say otherwise.
+
+    Subclasses set ``name`` and, if they have hyperparameters, a frozen dataclass ``Params``.
+    """
+
+    name: ClassVar[str]
+    Params: ClassVar[type] = type(None)
+
+    def __init__(self, model: ModelFactory, local: LocalTraining, params: Any = None) -> None:
+        self.model_factory = model
+        self.local = local
+        self.params = params
+        self._template: SplitModel | None = None
+
+    # -- the contract ---------------------------------------------------------------------------
+    def init_global(self, seed: int) -> State:
+        """The round-0 global state (seeded model weights)."""
+        return float_state(self.model_factory.build(derive_seed(seed, "global-init")))
+
+    def init_client(self, client_id: int, seed: int, data: LabeledTensors) -> ClientState:
+        """A client's state before its first round (default: nothing private)."""
+        return ClientState()
+
+    @abstractmethod
+    def fit(self, global_state: State, client_state: ClientState, data: LabeledTensors,
+            ctx: RoundContext) -> FitResult:
+        """Train on the client's data for one round."""
+
+    def new_aggregator(self, global_state: State) -> Aggregator:
+        """How the server combines this round's updates (default: weighted mean)."""
+        return WeightedMean(global_state)
+
+    def update_schema(self, global_state: State) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """Names, shapes and dtypes an update may contain (the server validates against it)."""
+        return {k: (tuple(v.shape), v.dtype) for k, v in global_state.items()}
+
+    def personalize(self, global_state: State, client_state: ClientState, data: LabeledTensors,
+                    ctx: RoundContext) -> ClientState:
+        """A post-federation stage (fine-tuning, PFL-MoE stage 2); default: none."""
+        return client_state
+
+    @property
+    def has_personalization_stage(self) -> bool:
+        """Whether :meth:`personalize` does anything (the simulator runs it before evaluation)."""
+        return type(self).personalize is not Algorithm.personalize
+
+    def personalized_model(self, global_state: State, client_state: ClientState,
+                           choice: Choice | None = None) -> nn.Module:
+        """The inference module for this client: images in, logits out (default: global)."""
+        self._reject_choice(choice)
+        return self.global_model(global_state)
+
+    def global_model(self, global_state: State) -> nn.Module:
+        """The generic (shared) model, for the global test set."""
+        model = self.model_factory.build()
+        model.load_state_dict(global_state)
+        return model.eval()
+
+    # -- helpers for subclasses -------------------------------------------------------------------
+    def template(self, state: State) -> SplitModel:
+        """The reusable training module loaded with ``state`` (copied in, not aliased)."""
+        if self._template is None:
+            self._template = self.model_factory.build()
+        self._template.load_state_dict(state)
+        self._template.train()
+        return self._template
+
+    def _reject_choice(self, choice: Choice | None) -> None:
+        if choice is not None and (choice.lam is not None
+                                   or choice.class_distribution is not None):
+            raise ValueError(f"{self.name}: takes no lambda or class distribution")
+
+
+ALGORITHMS: dict[str, type[Algorithm]] = {}
+
+
+def register(cls: type[Algorithm]) -> type[Algorithm]:
+    """Class decorator: make an algorithm available by its ``name``."""
+    if cls.name in ALGORITHMS:
+        raise ValueError(f"algorithm '{cls.name}' registered twice")
+    ALGORITHMS[cls.name] = cls
+    return cls
+
+
+def parse_params(algorithm: str, params_type: type, values: Mapping[str, Any]) -> Any:
+    """Build ``params_type`` from a config mapping with errors that name method and parameter."""
+    if params_type is type(None):
+        if values:
+            raise HyperparameterError(
+                f"{algorithm}: takes no hyperparameters, got {', '.join(sorted(values))}"
+            )
+        return None
+    fields = {f.name: f for f in dataclasses.fields(params_type)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise HyperparameterError(
+            f"{algorithm}: unknown hyperparameter {', '.join(map(repr, unknown))} "
+            f"(known: {', '.join(fields) or 'none'})"
+        )
+    missing = [n for n, f in fields.items() if n not in values
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise HyperparameterError(f"{algorithm}: missing hyperparameter {', '.join(missing)}")
+    kwargs = {}
+    for name, value in values.items():
+        expected = fields[name].type
+        kwargs[name] = _coerce(algorithm, name, value, expected)
+    try:
+        return params_type(**kwargs)
+    except (TypeError, ValueError) as err:
+        raise HyperparameterError(f"{algorithm}: {err}") from err
+
+
+def _coerce(algorithm: str, name: str, value: Any, expected: Any) -> Any:
+    text = expected if isinstance(expected, str) else getattr(expected, "__name__", str(expected))
+    kinds = {"float": float, "int": int, "bool": bool, "str": str}
+    wanted = [k for k in kinds if k in text.split(" | ") or text == k]
+    if "None" in text and value is None:
+        return None
+    for kind in wanted:
+        cast = kinds[kind]
+        if cast is float and isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, cast) and not (cast is int and isinstance(value, bool)):
+            return value
+    if not wanted:
+        return value
+    raise HyperparameterError(
+        f"{algorithm}: hyperparameter '{name}' must be {text}, got {value!r}"
+    )
+
+
+def make_algorithm(name: str, model: ModelFactory, local: LocalTraining,
+                   params: Mapping[str, Any] | None = None) -> Algorithm:
+    """Instantiate a registered algorithm with validated hyperparameters."""
+    if name not in ALGORITHMS:
+        raise HyperparameterError(
+            f"unknown algorithm '{name}'; known: {', '.join(sorted(ALGORITHMS))}"
+        )
+    cls = ALGORITHMS[name]
+    return cls(model, local, parse_params(name, cls.Params, dict(params or {})))

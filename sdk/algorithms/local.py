@@ -1,0 +1,53 @@
+"""Local-only training: every client trains its own model and nothing is shared.
+
+The lower bound every personalized method must beat. The client's model starts from its own
+seeded initialization and lives in the client state; updates are empty, so the global state
+never changes.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import nn
+
+from pflkit.sdk.algorithms.base import (
+    Algorithm,
+    ClientState,
+    Choice,
+    FitResult,
+    RoundContext,
+    State,
+    register,
+)
+from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.models import float_state
+from pflkit.sdk.seeding import derive_seed
+from pflkit.sdk.training import run_epochs, sgd
+
+
+@register
+class LocalOnly(Algorithm):
+    """Each client trains alone for E epochs per round."""
+
+    name = "local"
+
+    def init_client(self, client_id: int, seed: int, data: LabeledTensors) -> ClientState:
+        """The client's own seeded initialization."""
+        model = self.model_factory.build(derive_seed(seed, "local-init", client_id))
+        return ClientState(float_state(model))
+
+    def fit(self, global_state: State, client_state: ClientState, data: LabeledTensors,
+            ctx: RoundContext) -> FitResult:
+        """Train the private model; send nothing."""
+        model = self.template(client_state.tensors)
+        optimizer = sgd(model.parameters(), ctx.lr, self.local.momentum, self.local.weight_decay)
+        loss = run_epochs(optimizer, lambda x, y: F.cross_entropy(model(x), y), data,
+                          self.local.epochs, self.local.batch_size, ctx.generator("batches"))
+        return FitResult({}, ClientState(float_state(model), client_state.meta), len(data),
+                         {"train_loss": loss})
+
+    def personalized_model(self, global_state: State, client_state: ClientState,
+                           choice: Choice | None = None) -> nn.Module:
+        """The client's own model."""
+        self._reject_choice(choice)
+        return self.global_model(client_state.tensors or global_state)

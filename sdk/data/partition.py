@@ -1,0 +1,102 @@
+"""Partitioners: who holds which samples. Pure functions of (labels, settings, rng).
+
+Each returns one index array per client; every sample is assigned at most once (exactly once
+for all partitioners here). The rng comes from :func:`pflkit.sdk.seeding.numpy_rng`, so a
+seed fixes the partition.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class PartitionError(ValueError):
+    """The requested partition cannot be built from this data (e.g. too few samples)."""
+
+
+def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffle and deal the samples into ``num_clients`` near-equal parts."""
+    _check_clients(labels, num_clients)
+    order = rng.permutation(len(labels))
+    return [np.sort(part) for part in np.array_split(order, num_clients)]
+
+
+def shards(
+    labels: np.ndarray, num_clients: int, rng: np.random.Generator, shards_per_client: int = 2
+) -> list[np.ndarray]:
+    """McMahan et al.'s pathological non-IID split: sort by label, cut into equal shards, deal
+    ``shards_per_client`` random shards to each client (so at most that many classes each)."""
+    _check_clients(labels, num_clients)
+    num_shards = num_clients * shards_per_client
+    if num_shards > len(labels):
+        raise PartitionError(f"{num_shards} shards need at least that many samples")
+    # Random tie-break inside a class, then a stable sort by label.
+    shuffled = rng.permutation(len(labels))
+    order = shuffled[np.argsort(labels[shuffled], kind="stable")]
+    pieces = np.array_split(order, num_shards)
+    deal = rng.permutation(num_shards).reshape(num_clients, shards_per_client)
+    return [np.sort(np.concatenate([pieces[s] for s in row])) for row in deal]
+
+
+def dirichlet(
+    labels: np.ndarray,
+    num_clients: int,
+    alpha: float,
+    rng: np.random.Generator,
+    min_size: int = 10,
+    max_tries: int = 1000,
+) -> list[np.ndarray]:
+    """Hsu et al. (2019): for each class c draw q_c ~ Dir(alpha * 1_M) and give client m the
+    fraction q_c[m] of class c. Redraw the whole partition until every client has at least
+    ``min_size`` samples (the usual practice of Lin et al. 2020)."""
+    _check_clients(labels, num_clients)
+    if alpha <= 0:
+        raise PartitionError(f"Dirichlet alpha must be > 0, got {alpha}")
+    if min_size * num_clients > len(labels):
+        raise PartitionError(
+            f"min_size={min_size} x {num_clients} clients exceeds {len(labels)} samples"
+        )
+    classes = np.unique(labels)
+    for _ in range(max_tries):
+        parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+        for c in classes:
+            members = rng.permutation(np.flatnonzero(labels == c))
+            q = rng.dirichlet(np.full(num_clients, alpha))
+            cuts = (np.cumsum(q)[:-1] * len(members)).astype(int)
+            for m, chunk in enumerate(np.split(members, cuts)):
+                parts[m].append(chunk)
+        result = [np.sort(np.concatenate(p)) for p in parts]
+        if min(len(p) for p in result) >= min_size:
+            return result
+    raise PartitionError(
+        f"no Dirichlet({alpha}) partition gave every one of {num_clients} clients "
+        f">= {min_size} samples in {max_tries} tries; lower min_size or raise alpha"
+    )
+
+
+def split_new_clients(
+    num_clients: int, num_new: int, rng: np.random.Generator
+) -> tuple[list[int], list[int]]:
+    """Choose ``num_new`` clients that never train (FedRoD's 'new clients'); the rest train."""
+    if not 0 <= num_new < num_clients:
+        raise PartitionError(f"num_new must be in [0, {num_clients}), got {num_new}")
+    order = rng.permutation(num_clients)
+    return sorted(order[num_new:].tolist()), sorted(order[:num_new].tolist())
+
+
+def train_test_split(
+    index: np.ndarray, test_fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Split one client's indices into its own train and test parts."""
+    if not 0.0 <= test_fraction < 1.0:
+        raise PartitionError(f"test_fraction must be in [0, 1), got {test_fraction}")
+    order = rng.permutation(index)
+    n_test = int(round(test_fraction * len(index)))
+    return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+
+def _check_clients(labels: np.ndarray, num_clients: int) -> None:
+    if num_clients <= 0:
+        raise PartitionError(f"num_clients must be positive, got {num_clients}")
+    if num_clients > len(labels):
+        raise PartitionError(f"{num_clients} clients but only {len(labels)} samples")

@@ -1,0 +1,133 @@
+"""Model architectures, each split into a body (feature extractor) and a head (classifier).
+
+Every algorithm addresses parameters by name (``body.*`` / ``head.*``): FedPer keeps
+``head.*`` local, LG-FedAvg keeps ``body.*`` local, FedRoD adds a second head, PFL-MoE
+fine-tunes a copy of ``head.*``. One template module serves every client; weights live in
+dicts and are loaded or passed through ``torch.func.functional_call``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torchvision
+from torch import nn
+
+from pflkit.sdk.seeding import seeded_torch
+
+
+class SplitModel(nn.Module):
+    """``head(body(x))`` with the two halves addressable: logits = head(features)."""
+
+    def __init__(self, body: nn.Module, head: nn.Module, feature_dim: int) -> None:
+        super().__init__()
+        self.body = body
+        self.head = head
+        self.feature_dim = feature_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits (B, num_classes) for inputs (B, C, H, W)."""
+        return self.head(self.body(x))
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A registry entry: builder and the input it expects."""
+
+    build: Callable[[tuple[int, int, int], int], SplitModel]
+    doc: str
+    min_size: int = 1  # smallest H and W the architecture accepts
+
+
+def _flat_dim(shape: tuple[int, int, int]) -> int:
+    c, h, w = shape
+    return c * h * w
+
+
+def two_nn(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
+    """McMahan et al.'s 2NN: two hidden FC layers of 200 units with ReLU."""
+    body = nn.Sequential(
+        nn.Flatten(), nn.Linear(_flat_dim(shape), 200), nn.ReLU(), nn.Linear(200, 200), nn.ReLU()
+    )
+    return SplitModel(body, nn.Linear(200, num_classes), 200)
+
+
+def two_cnn(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
+    """McMahan et al.'s CNN: two 5x5 conv (32, 64, 'same' padding) with 2x2 max pool, FC 512."""
+    c, h, w = shape
+    body = nn.Sequential(
+        nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * (h // 4) * (w // 4), 512), nn.ReLU(),
+    )  # fmt: skip
+    return SplitModel(body, nn.Linear(512, num_classes), 512)
+
+
+def lenet5(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
+    """LeNet-5 on 32x32 inputs as PFL-MoE splits it: extractor -> 400-d, classifier 120-84-C."""
+    c, h, w = shape
+    if (h, w) != (32, 32):
+        raise ValueError(f"lenet5 expects 32x32 inputs (resize the dataset), got {h}x{w}")
+    body = nn.Sequential(
+        nn.Conv2d(c, 6, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+    )  # fmt: skip
+    head = nn.Sequential(
+        nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, num_classes)
+    )
+    return SplitModel(body, head, 400)
+
+
+def fedrod_convnet(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
+    """FedRoD's FMNIST ConvNet (App. C): conv 32, conv 64 (5x5, max pool), FC 50 | FC C."""
+    c, h, w = shape
+    h_out, w_out = ((h - 4) // 2 - 4) // 2, ((w - 4) // 2 - 4) // 2  # two valid 5x5 conv + pool
+    body = nn.Sequential(
+        nn.Conv2d(c, 32, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * h_out * w_out, 50), nn.ReLU(),
+    )  # fmt: skip
+    return SplitModel(body, nn.Linear(50, num_classes), 50)
+
+
+def mobilenet(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
+    """torchvision MobileNetV3-Small at width 0.5 for edge CPUs; stem adapted to C channels.
+
+    It has BatchNorm: federated averaging averages running statistics like weights.
+    """
+    c, _, _ = shape
+    net = torchvision.models.mobilenet_v3_small(num_classes=num_classes, width_mult=0.5)
+    stem = net.features[0][0]
+    net.features[0][0] = nn.Conv2d(c, stem.out_channels, 3, stride=2, padding=1, bias=False)
+    last = net.classifier[-1]
+    body = nn.Sequential(net.features, net.avgpool, nn.Flatten(), *net.classifier[:-1])
+    return SplitModel(body, nn.Linear(last.in_features, num_classes), last.in_features)
+
+
+MODELS: dict[str, ModelInfo] = {
+    "twonn": ModelInfo(two_nn, "2 hidden FC layers of 200 (McMahan et al.)"),
+    "twocnn": ModelInfo(two_cnn, "2 conv + FC 512 (McMahan et al.)", min_size=4),
+    "lenet5": ModelInfo(lenet5, "LeNet-5, 32x32 inputs (PFL-MoE)", min_size=32),
+    "fedrod_convnet": ModelInfo(fedrod_convnet, "2 conv + FC 50 (FedRoD, 28x28)", min_size=16),
+    "mobilenet": ModelInfo(mobilenet, "MobileNetV3-Small x0.5 (edge)", min_size=32),
+}
+
+
+def build_model(
+    name: str, input_shape: tuple[int, int, int], num_classes: int, seed: int = 0
+) -> SplitModel:
+    """Build a registered model with seeded initial weights."""
+    if name not in MODELS:
+        raise KeyError(f"unknown model '{name}'; known: {', '.join(sorted(MODELS))}")
+    info = MODELS[name]
+    if min(input_shape[1:]) < info.min_size:
+        raise ValueError(f"model '{name}' needs inputs of at least {info.min_size}px")
+    with seeded_torch(seed, "model-init", name):
+        return info.build(tuple(input_shape), num_classes)  # type: ignore[arg-type]
+
+
+def float_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The module's state_dict (parameters and buffers) as detached tensors."""
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}

@@ -1,0 +1,105 @@
+"""Client state at rest: one safetensors file holding the tensors and the JSON metadata.
+
+One file per version means one atomic rename per save, so an app killed mid-save (or the
+simulator killed mid-round) keeps its previous state. :class:`DeviceStateStore` is what an app
+uses (one client, one folder); :class:`RunClientStore` keeps every client of a simulation run,
+one file per (client, round) so that ``--resume`` only sees committed rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from pflkit.sdk.algorithms.base import ClientState
+from pflkit.sdk.tensorio import (
+    CorruptStateError,
+    atomic_write_bytes,
+    read_metadata,
+    state_from_bytes,
+    state_to_bytes,
+)
+
+META_KEY = "pflkit.client_meta"
+
+
+def client_state_to_bytes(state: ClientState) -> bytes:
+    """Tensors and metadata in one safetensors payload."""
+    return state_to_bytes(state.tensors, {META_KEY: state.meta_json()})
+
+
+def client_state_from_bytes(data: bytes, source: str = "client state") -> ClientState:
+    """Inverse of :func:`client_state_to_bytes`; corrupt input raises CorruptStateError."""
+    tensors = state_from_bytes(data, source)
+    try:
+        meta = json.loads(read_metadata(data).get(META_KEY, "{}"))
+    except json.JSONDecodeError as err:
+        raise CorruptStateError(f"{source}: metadata is not JSON ({err})") from err
+    return ClientState(tensors, meta)
+
+
+class DeviceStateStore:
+    """The on-device state folder of one client (survives app restarts)."""
+
+    FILE = "client_state.safetensors"
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def load(self) -> ClientState | None:
+        """The saved state, or None before the first save."""
+        path = self.root / self.FILE
+        if not path.is_file():
+            return None
+        return client_state_from_bytes(path.read_bytes(), str(path))
+
+    def save(self, state: ClientState) -> None:
+        """Atomically replace the saved state."""
+        atomic_write_bytes(self.root / self.FILE, client_state_to_bytes(state))
+
+
+_VERSION = re.compile(r"^(\d+)\.r(\d+)\.safetensors$")
+
+
+class RunClientStore:
+    """Every client's state in a simulation run: ``clients/<id>.r<round>.safetensors``.
+
+    A version written for round r counts only once the run has committed round r (its global
+    checkpoint exists); :meth:`load` takes the newest version at or before that round.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _versions(self, client_id: int) -> list[int]:
+        return sorted(int(m[2]) for p in self.root.glob(f"{client_id}.r*.safetensors")
+                      if (m := _VERSION.match(p.name)))
+
+    def path(self, client_id: int, round_index: int) -> Path:
+        """File of one version."""
+        return self.root / f"{client_id}.r{round_index}.safetensors"
+
+    def load(self, client_id: int, committed_round: int) -> ClientState | None:
+        """Newest state written at or before ``committed_round`` (None if never saved)."""
+        rounds = [r for r in self._versions(client_id) if r <= committed_round]
+        if not rounds:
+            return None
+        path = self.path(client_id, rounds[-1])
+        return client_state_from_bytes(path.read_bytes(), str(path))
+
+    def save(self, client_id: int, round_index: int, state: ClientState) -> None:
+        """Write the version of ``client_id`` produced in ``round_index``."""
+        atomic_write_bytes(self.path(client_id, round_index), client_state_to_bytes(state))
+
+    def prune(self, committed_round: int) -> None:
+        """Drop versions superseded by a committed one and versions of uncommitted rounds."""
+        clients = {int(m[1]) for p in self.root.glob("*.safetensors")
+                   if (m := _VERSION.match(p.name))}
+        for cid in clients:
+            rounds = self._versions(cid)
+            kept = [r for r in rounds if r <= committed_round]
+            for r in rounds:
+                if r > committed_round or (kept and r < kept[-1]):
+                    self.path(cid, r).unlink(missing_ok=True)

@@ -1,0 +1,98 @@
+"""Named tensors at rest and on the wire: safetensors only, never pickle.
+
+A *state* is ``dict[str, Tensor]``. Files are written atomically (temp file, fsync, rename)
+so a crash leaves either the old file or the new one, never a torn one. Loading validates
+the bytes and raises :class:`CorruptStateError` with the path instead of a library trace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+State = dict[str, torch.Tensor]
+
+
+class CorruptStateError(ValueError):
+    """A safetensors payload could not be parsed (truncated, corrupt, or not safetensors)."""
+
+
+def state_to_bytes(state: State, metadata: dict[str, str] | None = None) -> bytes:
+    """Serialize a state to safetensors bytes (contiguous CPU copies)."""
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
+    return st_save(tensors, metadata=metadata)
+
+
+def state_from_bytes(data: bytes, source: str = "payload") -> State:
+    """Parse safetensors bytes; raise :class:`CorruptStateError` naming ``source`` if invalid."""
+    try:
+        return dict(st_load(data))
+    except (SafetensorError, ValueError, RuntimeError, OverflowError) as err:
+        raise CorruptStateError(f"{source}: not a valid safetensors file ({err})") from err
+
+
+def read_metadata(data: bytes) -> dict[str, str]:
+    """The ``__metadata__`` header of safetensors bytes (empty if none)."""
+    if len(data) < 8:
+        raise CorruptStateError("payload shorter than a safetensors header")
+    size = int.from_bytes(data[:8], "little")
+    if size <= 0 or 8 + size > len(data):
+        raise CorruptStateError("safetensors header length is out of range")
+    try:
+        header = json.loads(data[8 : 8 + size])
+    except json.JSONDecodeError as err:
+        raise CorruptStateError(f"safetensors header is not JSON ({err})") from err
+    meta = header.get("__metadata__", {})
+    return dict(meta) if isinstance(meta, dict) else {}
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` durably: temp file in the same folder, fsync, rename, fsync dir."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def save_state(path: Path, state: State, metadata: dict[str, str] | None = None) -> None:
+    """Atomically write a state as a safetensors file."""
+    atomic_write_bytes(Path(path), state_to_bytes(state, metadata))
+
+
+def load_state(path: Path) -> State:
+    """Read a safetensors file written by :func:`save_state`."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no state file at {path}")
+    return state_from_bytes(path.read_bytes(), source=str(path))
+
+
+def save_json(path: Path, obj: Any) -> None:
+    """Atomically write JSON (sorted keys, indented) next to tensors."""
+    atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def clone_state(state: State) -> State:
+    """Detached copies, so later in-place training cannot alias a stored state."""
+    return {k: v.detach().clone() for k, v in state.items()}

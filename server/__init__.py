@@ -1,0 +1,1 @@
+"""pflkit.server: the Coordinator, the simulator that drives it, and (later) the HTTP server."""

@@ -1,0 +1,135 @@
+"""The Coordinator: rounds, client sampling, update validation and streaming aggregation.
+
+Transport-free. The simulator calls it with in-process clients; the HTTP server calls the same
+object when real devices upload. It never trains and never touches the disk: checkpoints are
+the caller's job (``global_state`` and ``round`` are all it needs to be rebuilt).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from pflkit.sdk.algorithms.base import Aggregator, Algorithm, State
+from pflkit.sdk.seeding import numpy_rng
+
+log = logging.getLogger(__name__)
+
+
+class UpdateRejected(ValueError):
+    """A client's update does not fit the round (unsampled, duplicate, bad tensors)."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Round-level settings: how many rounds, who takes part, the learning-rate decay."""
+
+    rounds: int = 100
+    clients_per_round: int | None = None  # a count; or use fraction
+    fraction: float = 0.2  # share of clients sampled when clients_per_round is None
+    lr: float = 0.01  # round-0 client learning rate
+    lr_decay: float = 0.99  # lr of round r = lr * lr_decay ** r
+
+    def sample_size(self, num_clients: int) -> int:
+        """Clients per round for a federation of ``num_clients``."""
+        if self.clients_per_round is not None:
+            k = self.clients_per_round
+        else:
+            k = max(1, math.floor(self.fraction * num_clients + 0.5))
+        if not 1 <= k <= num_clients:
+            raise ValueError(f"cannot sample {k} of {num_clients} clients per round")
+        return k
+
+    def lr_at(self, round_index: int) -> float:
+        """The decayed learning rate of a round."""
+        return self.lr * self.lr_decay**round_index
+
+
+@dataclass
+class OpenRound:
+    """The round in progress: who was asked, who answered, the running aggregate."""
+
+    index: int
+    sampled: list[int]
+    aggregator: Aggregator
+    received: dict[int, int] = field(default_factory=dict)  # client -> samples
+
+
+class Coordinator:
+    """Owns the global state and moves it from round to round."""
+
+    def __init__(self, algorithm: Algorithm, schedule: Schedule, client_ids: Sequence[int],
+                 global_state: State, seed: int, round_index: int = 0) -> None:
+        if not client_ids:
+            raise ValueError("a federation needs at least one client")
+        self.algorithm = algorithm
+        self.schedule = schedule
+        self.client_ids = sorted(client_ids)
+        self.global_state = global_state
+        self.seed = seed
+        self.round = round_index
+        self._schema = algorithm.update_schema(global_state)
+        self._open: OpenRound | None = None
+
+    @property
+    def finished(self) -> bool:
+        """All planned rounds are done."""
+        return self.round >= self.schedule.rounds
+
+    def sample(self, round_index: int) -> list[int]:
+        """The clients of a round: a seeded draw without replacement (same seed, same draw)."""
+        k = self.schedule.sample_size(len(self.client_ids))
+        rng = numpy_rng(self.seed, "sample", round_index)
+        return sorted(rng.choice(self.client_ids, size=k, replace=False).tolist())
+
+    def open_round(self) -> OpenRound:
+        """Start the current round (idempotent while it is open)."""
+        if self.finished:
+            raise RuntimeError("the run has finished all its rounds")
+        if self._open is None:
+            self._open = OpenRound(self.round, self.sample(self.round),
+                                   self.algorithm.new_aggregator(self.global_state))
+        return self._open
+
+    def validate(self, client_id: int, num_samples: int, update: State) -> None:
+        """Raise :class:`UpdateRejected` unless the update fits the open round's schema."""
+        current = self.open_round()
+        if client_id not in current.sampled:
+            raise UpdateRejected(f"client {client_id} was not sampled in round {current.index}")
+        if client_id in current.received:
+            raise UpdateRejected(f"client {client_id} already sent round {current.index}")
+        if num_samples < 0:
+            raise UpdateRejected(f"client {client_id}: negative sample count {num_samples}")
+        for name, tensor in update.items():
+            if name not in self._schema:
+                raise UpdateRejected(f"client {client_id}: unexpected tensor '{name}'")
+            shape, dtype = self._schema[name]
+            if tuple(tensor.shape) != shape or tensor.dtype != dtype:
+                raise UpdateRejected(
+                    f"client {client_id}: tensor '{name}' is {tuple(tensor.shape)} "
+                    f"{tensor.dtype}, expected {shape} {dtype}"
+                )
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise UpdateRejected(f"client {client_id}: tensor '{name}' has NaN or Inf")
+
+    def submit(self, client_id: int, num_samples: int, update: State) -> None:
+        """Validate and fold one client's update into the running aggregate."""
+        self.validate(client_id, num_samples, update)
+        current = self.open_round()
+        current.aggregator.add(float(num_samples), update)
+        current.received[client_id] = num_samples
+
+    def close_round(self) -> State:
+        """Finish the open round: the aggregate becomes the global state; advance the round."""
+        current = self.open_round()
+        missing = sorted(set(current.sampled) - set(current.received))
+        if missing:
+            log.warning("round %d closes without clients %s", current.index, missing)
+        self.global_state = current.aggregator.result()
+        self.round += 1
+        self._open = None
+        return self.global_state

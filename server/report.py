@@ -1,0 +1,114 @@
+"""The run report: report.md with PNG plots a person would rather look at than read."""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _rows(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _curve(ax: Any, rows: list[dict[str, Any]], key: str, label: str) -> None:
+    points = [(r["round"] + 1, r[key]) for r in rows
+              if r.get(key) is not None and not math.isnan(r[key])]
+    if points:
+        xs, ys = zip(*points, strict=True)
+        ax.plot(xs, ys, marker="o" if len(points) < 30 else None, markersize=3, label=label)
+
+
+def plot_curves(rows: list[dict[str, Any]], plots: Path, title: str) -> list[Path]:
+    """Accuracy and loss per round."""
+    made = []
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    _curve(ax, rows, "global_top1", "global model, global test set")
+    _curve(ax, rows, "personal_top1", "personalized, clients' own test (mean)")
+    ax.set(xlabel="round", ylabel="top-1 accuracy", title=f"{title}: accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(plots / "accuracy.png", dpi=110)
+    plt.close(fig)
+    made.append(plots / "accuracy.png")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    _curve(ax, rows, "train_loss", "clients' training loss")
+    _curve(ax, rows, "global_nll", "global model NLL, global test set")
+    ax.set(xlabel="round", ylabel="loss (nats)", title=f"{title}: loss")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(plots / "loss.png", dpi=110)
+    plt.close(fig)
+    made.append(plots / "loss.png")
+    return made
+
+
+def plot_client_distribution(final: dict[str, Any], plots: Path) -> Path | None:
+    """Histogram of per-client personalized accuracy (own test, and class-weighted global)."""
+    clients = final.get("clients", {}).get("per_client", [])
+    if not clients:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for key, label in (("own_top1", "own test split"), ("class_weighted", "class-weighted global")):
+        values = [c[key] for c in clients if not math.isnan(c[key])]
+        if values:
+            ax.hist(values, bins=20, range=(0, 1), alpha=0.6, label=label)
+    ax.set(xlabel="personalized top-1 accuracy", ylabel="clients",
+           title="per-client accuracy after the last round")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = plots / "clients.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return "n/a" if math.isnan(value) else f"{value:.4f}"
+    return str(value)
+
+
+def write_report(run_dir: Path) -> Path:
+    """Write ``report.md`` (and plots) for a run directory; returns its path."""
+    run_dir = Path(run_dir)
+    plots = run_dir / "plots"
+    plots.mkdir(exist_ok=True)
+    rows = _rows(run_dir)
+    final = json.loads((run_dir / "final.json").read_text()) if (run_dir / "final.json").is_file() \
+        else {}
+    config = (run_dir / "config.toml").read_text() if (run_dir / "config.toml").is_file() else ""
+    title = tomllib.loads(config).get("algorithm", {}).get("name", "run") if config else "run"
+    plot_curves(rows, plots, title)
+    dist = plot_client_distribution(final, plots)
+    lines = [f"# pflkit run report: {run_dir.name}", ""]
+    if final:
+        lines += ["## Final (last round, not the best)", "", "| metric | value |", "|---|---|"]
+        for key, value in final.get("global_model", {}).items():
+            lines.append(f"| global model, global test: {key} | {_fmt(value)} |")
+        for group in ("clients", "new_clients"):
+            for key, value in final.get(group, {}).get("summary", {}).items():
+                lines.append(f"| {group}: {key} | {_fmt(value)} |")
+        lines.append("")
+    lines += ["## Curves", "", "![accuracy](plots/accuracy.png)", "", "![loss](plots/loss.png)", ""]
+    if dist:
+        lines += ["## Clients", "", "![clients](plots/clients.png)", ""]
+    if (plots / "partition.png").is_file():
+        lines += ["## Partition", "", "![partition](plots/partition.png)", "",
+                  "Per-client class counts: `partition.txt`.", ""]
+    lines += ["## Configuration", "", "```toml", config.rstrip(), "```", ""]
+    path = run_dir / "report.md"
+    path.write_text("\n".join(lines))
+    return path

@@ -1,0 +1,157 @@
+"""The run configuration shared by ``pfl-sim`` and ``pfl-server``: one TOML format.
+
+    seed = 0
+    rounds = 100
+    eval_interval = 10
+
+    [data]        dataset, root, resize, partition, num_clients, alpha, ... (PartitionConfig)
+    [model]       name
+    [algorithm]   name, and [algorithm.params] for its hyperparameters
+    [training]    clients_per_round | fraction, epochs, batch_size, lr, lr_decay, momentum,
+                  weight_decay
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pflkit.sdk.algorithms.base import HyperparameterError, LocalTraining
+from pflkit.sdk.data.federation import PartitionConfig
+from pflkit.server.coordinator import Schedule
+
+
+class ConfigError(ValueError):
+    """The run configuration has an unknown key or a bad value."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which dataset, where its files are, and how it is dealt to clients."""
+
+    dataset: str = "fmnist"
+    root: str | None = None  # folder with the dataset files (None: registry defaults)
+    resize: int | None = None  # square side to resize to (e.g. 32 for LeNet-5)
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Round schedule and client-side SGD."""
+
+    clients_per_round: int | None = None  # a count, or None to use fraction
+    fraction: float = 0.2
+    epochs: int = 5
+    batch_size: int = 40
+    lr: float = 0.01
+    lr_decay: float = 0.99
+    momentum: float = 0.9
+    weight_decay: float = 1e-5
+
+    def local(self) -> LocalTraining:
+        """The client-side part."""
+        return LocalTraining(self.epochs, self.batch_size, self.momentum, self.weight_decay)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """A whole run."""
+
+    seed: int = 0
+    rounds: int = 100
+    eval_interval: int = 10  # evaluate every this many rounds (and after the last)
+    checkpoint_interval: int = 10  # keep a global checkpoint every this many rounds
+    data: DataConfig = field(default_factory=DataConfig)
+    model: str = "fedrod_convnet"
+    algorithm: str = "fedavg"
+    params: dict[str, Any] = field(default_factory=dict)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+
+    def schedule(self) -> Schedule:
+        """The Coordinator's part."""
+        t = self.training
+        return Schedule(self.rounds, t.clients_per_round, t.fraction, t.lr, t.lr_decay)
+
+    # -- TOML -------------------------------------------------------------------------------------
+    def to_toml(self) -> str:
+        """Canonical TOML (what ``config.toml`` in a run directory holds)."""
+        top = {"seed": self.seed, "rounds": self.rounds, "eval_interval": self.eval_interval,
+               "checkpoint_interval": self.checkpoint_interval}
+        data = {k: v for k, v in dataclasses.asdict(self.data).items() if k != "partition"}
+        sections = [
+            ("", top),
+            ("data", {**data, **self.data.partition.to_dict()}),
+            ("model", {"name": self.model}),
+            ("algorithm", {"name": self.algorithm}),
+            ("algorithm.params", dict(self.params)),
+            ("training", dataclasses.asdict(self.training)),
+        ]
+        out: list[str] = []
+        for title, values in sections:
+            if title:
+                out.append(f"\n[{title}]")
+            out.extend(f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None)
+        return "\n".join(out).lstrip() + "\n"
+
+    @classmethod
+    def from_mapping(cls, raw: dict[str, Any]) -> SimConfig:
+        """Build from parsed TOML; unknown keys are errors that name the key."""
+        raw = dict(raw)
+        data_raw = dict(raw.pop("data", {}))
+        model_raw = dict(raw.pop("model", {}))
+        algo_raw = dict(raw.pop("algorithm", {}))
+        training_raw = dict(raw.pop("training", {}))
+        part_fields = {f.name for f in dataclasses.fields(PartitionConfig)}
+        part_raw = {k: data_raw.pop(k) for k in list(data_raw) if k in part_fields}
+        part = _build(PartitionConfig, part_raw, "data")
+        data = _build(DataConfig, {**data_raw, "partition": part}, "data")
+        model = model_raw.pop("name", cls.model)
+        _no_extra(model_raw, "model")
+        algorithm = algo_raw.pop("name", cls.algorithm)
+        params = dict(algo_raw.pop("params", {}))
+        _no_extra(algo_raw, "algorithm")
+        training = _build(TrainingConfig, training_raw, "training")
+        return _build(cls, {**raw, "data": data, "model": model, "algorithm": algorithm,
+                            "params": params, "training": training}, "top level")
+
+    @classmethod
+    def load(cls, path: Path) -> SimConfig:
+        """Read a TOML file."""
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{path}: not valid TOML ({err})") from err
+        return cls.from_mapping(raw)
+
+    def replace(self, **changes: Any) -> SimConfig:
+        """A copy with some top-level fields changed."""
+        return dataclasses.replace(self, **changes)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise ConfigError(f"cannot write {value!r} to TOML")
+
+
+def _no_extra(raw: dict[str, Any], where: str) -> None:
+    if raw:
+        raise ConfigError(f"[{where}]: unknown key(s) {', '.join(sorted(raw))}")
+
+
+def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    _no_extra({k: v for k, v in raw.items() if k not in names}, where)
+    try:
+        return cls(**raw)
+    except (TypeError, ValueError, HyperparameterError) as err:
+        raise ConfigError(f"[{where}]: {err}") from err
