@@ -38,3 +38,23 @@ bench-overhead: setup
 
 clean:
 	rm -rf $(RUNS) build dist *.egg-info
+
+# Benchmarks owned by later issues (each script documents its settings).
+.PHONY: bench-baselines bench-superfed bench-superfed-noise bench-fedrod bench-fedrod-new-clients \
+        bench-pflmoe bench-export bench-server android-core-test
+bench-baselines: setup
+	cd benchmarks && ../$(BIN)/python bench_baselines.py
+bench-superfed: setup
+	cd benchmarks && ../$(BIN)/python bench_superfed.py
+bench-superfed-noise: setup
+	cd benchmarks && ../$(BIN)/python bench_superfed_noise.py
+bench-fedrod: setup
+	cd benchmarks && ../$(BIN)/python bench_fedrod.py
+bench-fedrod-new-clients: setup
+	cd benchmarks && ../$(BIN)/python bench_fedrod_new_clients.py
+bench-pflmoe: setup
+	cd benchmarks && ../$(BIN)/python bench_pflmoe.py
+bench-export: setup
+	cd benchmarks && ../$(BIN)/python bench_export.py
+bench-server: setup
+	cd benchmarks && ../$(BIN)/python bench_server.py

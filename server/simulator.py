@@ -234,7 +234,7 @@ class Simulation:
                 if not members:
                     continue
                 task = bar.add_task(f"evaluating {group}", total=len(members))
-                reports: list[ClientReport] = []
+                reports: dict[str, list[ClientReport]] = {}
                 for cid, client in members.items():
                     cstate = self.client_state(cid)
                     if self.algorithm.has_personalization_stage:
@@ -242,12 +242,17 @@ class Simulation:
                             state, cstate, client.train, self.context(cid, self.config.rounds))
                         atomic_write_bytes(self.run_dir / "personalized" / f"{cid}.safetensors",
                                            client_state_to_bytes(cstate))
-                    model = self.algorithm.personalized_model(state, cstate)
-                    reports.append(evaluate_client(model, client, self.federation.test,
-                                                   spec.num_classes))
+                    for label, choice in self.algorithm.evaluation_choices(cstate).items():
+                        model = self.algorithm.personalized_model(state, cstate, choice)
+                        reports.setdefault(label, []).append(
+                            evaluate_client(model, client, self.federation.test,
+                                            spec.num_classes))
                     bar.advance(task)
-                out[group] = {"summary": summarize(reports),
-                              "per_client": [r.to_dict() for r in reports]}
+                headline = next(iter(reports))
+                out[group] = {"summary": summarize(reports[headline]),
+                              "per_client": [r.to_dict() for r in reports[headline]]}
+                if len(reports) > 1:
+                    out[group]["by_choice"] = {k: summarize(v) for k, v in reports.items()}
         test = self.federation.test
         generic = scores_from_logits(predict(self.algorithm.global_model(state), test), test.y)
         out["global_model"] = generic.to_dict()

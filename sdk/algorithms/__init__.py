@@ -1,6 +1,12 @@
-"""Client trainers and aggregation rules, one module per method, behind one contract."""
+"""Client trainers and aggregation rules, one module per method, behind one contract.
 
-from pflkit.sdk.algorithms import fedavg, local  # noqa: F401  (registers the algorithms)
+Every module in this package is imported here so that its ``@register`` runs: adding a method
+is adding a file.
+"""
+
+import importlib
+import pkgutil
+
 from pflkit.sdk.algorithms.base import (
     ALGORITHMS,
     Aggregator,
@@ -16,6 +22,9 @@ from pflkit.sdk.algorithms.base import (
     WeightedMean,
     make_algorithm,
 )
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
     "ALGORITHMS",

@@ -215,6 +215,13 @@ class Algorithm(ABC):
         self._reject_choice(choice)
         return self.global_model(global_state)
 
+    def evaluation_choices(self, client_state: ClientState) -> dict[str, Choice | None]:
+        """Named variants of a client's personalized model to score after the last round.
+
+        The first entry is the headline number; SuPerFed adds one per lambda of its grid.
+        """
+        return {"": None}
+
     def global_model(self, global_state: State) -> nn.Module:
         """The generic (shared) model, for the global test set."""
         model = self.model_factory.build()
