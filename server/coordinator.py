@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -63,7 +63,8 @@ class Coordinator:
     """Owns the global state and moves it from round to round."""
 
     def __init__(self, algorithm: Algorithm, schedule: Schedule, client_ids: Sequence[int],
-                 global_state: State, seed: int, round_index: int = 0) -> None:
+                 global_state: State, seed: int, round_index: int = 0,
+                 aggregator_factory: Callable[[State], Aggregator] | None = None) -> None:
         if not client_ids:
             raise ValueError("a federation needs at least one client")
         self.algorithm = algorithm
@@ -74,6 +75,8 @@ class Coordinator:
         self.round = round_index
         self._schema = algorithm.update_schema(global_state)
         self._open: OpenRound | None = None
+        # the server swaps in clipped or robust rules; None: the algorithm's own aggregator
+        self._new_aggregator = aggregator_factory or algorithm.new_aggregator
 
     @property
     def finished(self) -> bool:
@@ -92,7 +95,7 @@ class Coordinator:
             raise RuntimeError("the run has finished all its rounds")
         if self._open is None:
             self._open = OpenRound(self.round, self.sample(self.round),
-                                   self.algorithm.new_aggregator(self.global_state))
+                                   self._new_aggregator(self.global_state))
         return self._open
 
     def validate(self, client_id: int, num_samples: int, update: State) -> None:

@@ -332,3 +332,27 @@ def load_dataset(
     if name not in DATASETS:
         raise KeyError(f"unknown dataset '{name}'; known: {', '.join(sorted(DATASETS))}")
     return DATASETS[name].loader(Path(root) if root else None, size, seed)
+
+
+# Specs of the file-backed datasets, for callers that need shapes but not data (the aggregation
+# server builds models and validates updates from these); tests check them against the loaders.
+_FILE_SPECS: dict[str, tuple[tuple[str, ...], int, int, tuple[float, ...], tuple[float, ...]]] = {
+    # name: (classes, channels, native side, mean, std)
+    "fmnist": (FMNIST_CLASSES, 1, 28, (0.2860,), (0.3530,)),
+    "mnist": (DIGIT_CLASSES, 1, 28, (0.1307,), (0.3081,)),
+    "emnist": (DIGIT_CLASSES, 1, 28, (0.1733,), (0.3317,)),
+    "cifar10": (CIFAR10_CLASSES, 3, 32, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": (tuple(f"class_{i}" for i in range(100)), 3, 32,
+                 (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+}
+
+
+def dataset_spec(name: str, size: tuple[int, int] | None = None) -> DatasetSpec:
+    """Return a dataset's spec (classes, input shape, preprocessing) without its files."""
+    if name in _FILE_SPECS:
+        classes, channels, native, mean, std = _FILE_SPECS[name]
+        return DatasetSpec(name, classes, Preprocessing(channels, size or (native, native),
+                                                        mean, std))
+    if name in DATASETS and not DATASETS[name].needs_files:
+        return load_dataset(name, None, size).spec
+    raise KeyError(f"unknown dataset '{name}'; known: {', '.join(sorted(DATASETS))}")
