@@ -29,7 +29,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, ModelFactory, RoundContext, State
-from pflkit.sdk.algorithms.base import make_algorithm
+from pflkit.sdk.algorithms.base import check_algorithm, make_algorithm
 from pflkit.sdk.data.datasets import load_dataset
 from pflkit.sdk.data.federation import Federation, build_federation, partition_table, plot_partition
 from pflkit.sdk.evaluation import ClientReport, evaluate_client, summarize
@@ -61,6 +61,7 @@ class RunResult:
 
 def build_run(config: SimConfig) -> tuple[Federation, Algorithm]:
     """The federation and the algorithm a config describes (deterministic in the seed)."""
+    check_algorithm(config.algorithm, config.params)  # fail fast, before loading data
     size = (config.data.resize, config.data.resize) if config.data.resize else None
     dataset = load_dataset(config.data.dataset, config.data.root, size, seed=config.seed)
     federation = build_federation(dataset, config.data.partition, config.seed)

@@ -302,12 +302,16 @@ def _coerce(algorithm: str, name: str, value: Any, expected: Any) -> Any:
     )
 
 
-def make_algorithm(name: str, model: ModelFactory, local: LocalTraining,
-                   params: Mapping[str, Any] | None = None) -> Algorithm:
-    """Instantiate a registered algorithm with validated hyperparameters."""
+def check_algorithm(name: str, params: Mapping[str, Any] | None = None) -> Any:
+    """Validate an algorithm name and its hyperparameters (before any data is loaded)."""
     if name not in ALGORITHMS:
         raise HyperparameterError(
             f"unknown algorithm '{name}'; known: {', '.join(sorted(ALGORITHMS))}"
         )
-    cls = ALGORITHMS[name]
-    return cls(model, local, parse_params(name, cls.Params, dict(params or {})))
+    return parse_params(name, ALGORITHMS[name].Params, dict(params or {}))
+
+
+def make_algorithm(name: str, model: ModelFactory, local: LocalTraining,
+                   params: Mapping[str, Any] | None = None) -> Algorithm:
+    """Instantiate a registered algorithm with validated hyperparameters."""
+    return ALGORITHMS[name](model, local, check_algorithm(name, params))

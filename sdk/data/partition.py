@@ -25,15 +25,30 @@ def shards(
     labels: np.ndarray, num_clients: int, rng: np.random.Generator, shards_per_client: int = 2
 ) -> list[np.ndarray]:
     """McMahan et al.'s pathological non-IID split: sort by label, cut into equal shards, deal
-    ``shards_per_client`` random shards to each client (so at most that many classes each)."""
+    ``shards_per_client`` random shards to each client.
+
+    Shards are cut inside each class (the class's share of shards by largest remainder), so a
+    shard never straddles two classes and a client holds at most ``shards_per_client``
+    classes even when class sizes are not multiples of the shard size.
+    """
     _check_clients(labels, num_clients)
     num_shards = num_clients * shards_per_client
-    if num_shards > len(labels):
-        raise PartitionError(f"{num_shards} shards need at least that many samples")
-    # Random tie-break inside a class, then a stable sort by label.
-    shuffled = rng.permutation(len(labels))
-    order = shuffled[np.argsort(labels[shuffled], kind="stable")]
-    pieces = np.array_split(order, num_shards)
+    classes, counts = np.unique(labels, return_counts=True)
+    if num_shards > len(labels) or num_shards < len(classes):
+        raise PartitionError(
+            f"{num_shards} shards need between {len(classes)} and {len(labels)} samples"
+        )
+    quota = counts / counts.sum() * num_shards
+    per_class = np.maximum(np.floor(quota).astype(int), 1)
+    while per_class.sum() < num_shards:
+        per_class[np.argmax(quota - per_class)] += 1
+    while per_class.sum() > num_shards:
+        per_class[np.argmax(np.where(per_class > 1, per_class - quota, -np.inf))] -= 1
+    pieces = [
+        piece
+        for c, k in zip(classes, per_class, strict=True)
+        for piece in np.array_split(rng.permutation(np.flatnonzero(labels == c)), k)
+    ]
     deal = rng.permutation(num_shards).reshape(num_clients, shards_per_client)
     return [np.sort(np.concatenate([pieces[s] for s in row])) for row in deal]
 

@@ -1,0 +1,116 @@
+import numpy as np
+import pytest
+import torch
+
+from pflkit.sdk.algorithms import (
+    ClientState,
+    HyperparameterError,
+    LocalTraining,
+    ModelFactory,
+    RoundContext,
+    WeightedMean,
+    make_algorithm,
+)
+from pflkit.sdk.data.tensors import LabeledTensors
+
+FACTORY = ModelFactory("twonn", (1, 8, 8), 10)
+
+
+def tiny_data(n=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return LabeledTensors(torch.randn(n, 1, 8, 8, generator=g), torch.randint(0, 10, (n,),
+                                                                              generator=g))
+
+
+def ctx(round_index=0, lr=0.1, client=0):
+    return RoundContext(round_index, 10, lr, seed=0, client_id=client)
+
+
+def test_weighted_mean_matches_numpy_average():
+    rng = np.random.default_rng(0)
+    glob = {"w": torch.zeros(3, 2), "n": torch.tensor(0)}
+    updates = [({"w": torch.tensor(rng.normal(size=(3, 2)), dtype=torch.float32),
+                 "n": torch.tensor(k)}, w) for k, w in zip((1, 4, 7), (5.0, 1.0, 2.0), strict=True)]
+    agg = WeightedMean(glob)
+    for update, weight in updates:
+        agg.add(weight, update)
+    out = agg.result()
+    expected = np.average(np.stack([u["w"].numpy() for u, _ in updates]), axis=0,
+                          weights=[w for _, w in updates])
+    np.testing.assert_allclose(out["w"].numpy(), expected, rtol=1e-6)
+    assert out["w"].dtype == torch.float32
+    assert out["n"].dtype == torch.int64 and int(out["n"]) == round((5 + 4 + 14) / 8)
+
+
+def test_weighted_mean_without_updates_keeps_the_global_state():
+    glob = {"w": torch.ones(2)}
+    assert torch.equal(WeightedMean(glob).result()["w"], glob["w"])
+
+
+def test_fedavg_fit_trains_and_sends_every_weight():
+    algo = make_algorithm("fedavg", FACTORY, LocalTraining(epochs=2, batch_size=16))
+    glob = algo.init_global(seed=0)
+    result = algo.fit(glob, ClientState(), tiny_data(), ctx())
+    assert set(result.update) == set(glob)
+    assert result.num_samples == 64 and np.isfinite(result.metrics["train_loss"])
+    assert any(not torch.equal(result.update[k], glob[k]) for k in glob)
+    again = algo.fit(glob, ClientState(), tiny_data(), ctx())
+    assert all(torch.equal(result.update[k], again.update[k]) for k in glob)
+
+
+def test_fedprox_proximal_term_pulls_toward_the_global_model():
+    glob = make_algorithm("fedavg", FACTORY, LocalTraining(5, 8)).init_global(0)
+
+    def distance(algorithm, mu):
+        algo = make_algorithm(algorithm, FACTORY, LocalTraining(5, 8), {"mu": mu} if mu is not None else {})
+        out = algo.fit(glob, ClientState(), tiny_data(), ctx()).update
+        return sum(float(((out[k] - glob[k]) ** 2).sum()) for k in glob)
+
+    assert distance("fedprox", 10.0) < 0.5 * distance("fedavg", None)
+    assert distance("fedprox", 0.0) == pytest.approx(distance("fedavg", None), rel=1e-12)
+
+
+def test_local_only_never_sends_anything_and_keeps_its_model():
+    algo = make_algorithm("local", FACTORY, LocalTraining(1, 16))
+    glob = algo.init_global(0)
+    state = algo.init_client(3, 0, tiny_data())
+    result = algo.fit(glob, state, tiny_data(), ctx(client=3))
+    assert result.update == {}
+    assert set(result.client_state.tensors) == set(glob)
+    model = algo.personalized_model(glob, result.client_state)
+    assert torch.equal(model.state_dict()["head.weight"], result.client_state.tensors["head.weight"])
+
+
+def test_fine_tuning_personalizes_from_the_global_model():
+    algo = make_algorithm("fedavg_ft", FACTORY, LocalTraining(1, 16), {"ft_epochs": 2})
+    glob = algo.init_global(0)
+    assert algo.has_personalization_stage
+    state = algo.personalize(glob, ClientState(), tiny_data(), ctx(lr=0.05))
+    personal = algo.personalized_model(glob, state).state_dict()
+    assert not torch.equal(personal["head.weight"], glob["head.weight"])
+    untouched = algo.personalized_model(glob, ClientState()).state_dict()
+    assert torch.equal(untouched["head.weight"], glob["head.weight"])
+
+
+@pytest.mark.parametrize(
+    "name,params,match",
+    [
+        ("fedprox", {"mu": "strong"}, "fedprox: hyperparameter 'mu' must be float"),
+        ("fedprox", {"mu": -1.0}, "fedprox: hyperparameter 'mu' must be >= 0"),
+        ("fedprox", {"m": 0.1}, "fedprox: unknown hyperparameter 'm'"),
+        ("fedavg", {"mu": 0.1}, "fedavg: takes no hyperparameters"),
+        ("fedavg_ft", {"ft_epochs": 1.5}, "fedavg_ft: hyperparameter 'ft_epochs' must be int"),
+        ("fedsgd", {}, "unknown algorithm 'fedsgd'"),
+    ],
+)
+def test_bad_hyperparameters_name_the_method_and_the_parameter(name, params, match):
+    with pytest.raises(HyperparameterError, match=match):
+        make_algorithm(name, FACTORY, LocalTraining(), params)
+
+
+def test_personalized_model_rejects_a_lambda_for_methods_without_one():
+    from pflkit.sdk.algorithms import Choice
+
+    algo = make_algorithm("fedavg", FACTORY, LocalTraining())
+    with pytest.raises(ValueError, match="fedavg: takes no lambda"):
+        algo.personalized_model(algo.init_global(0), ClientState(), Choice(lam=0.3))

@@ -1,0 +1,70 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from pflkit.sdk.metrics import (
+    calibration_errors,
+    class_weighted_accuracy,
+    mean_std,
+    nll,
+    scores_from_logits,
+    top_k_accuracy,
+)
+
+
+def logits_from_probs(p):
+    return torch.log(torch.tensor(p, dtype=torch.float64))
+
+
+def test_top1_and_top5_by_hand():
+    logits = torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.1, 0.1], [0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])
+    y = torch.tensor([1, 1, 2, 2])
+    assert top_k_accuracy(logits, y, 1) == pytest.approx(0.5)
+    assert top_k_accuracy(logits, y, 2) == pytest.approx(0.75)
+    assert top_k_accuracy(logits, y, 5) == pytest.approx(1.0)  # k capped at the class count
+
+
+def test_nll_by_hand():
+    logits = logits_from_probs([[0.5, 0.5], [0.25, 0.75]])
+    assert nll(logits, torch.tensor([0, 1])) == pytest.approx(-(math.log(0.5) + math.log(0.75)) / 2)
+
+
+def test_ece_and_mce_by_hand_with_15_bins():
+    # Confidences 0.9 (bin 13), 0.9, 0.6 (bin 8), 0.55 (bin 8); correctness 1, 0, 1, 1.
+    probs = [[0.9, 0.1], [0.9, 0.1], [0.6, 0.4], [0.45, 0.55]]
+    y = torch.tensor([0, 1, 0, 1])
+    ece, mce = calibration_errors(logits_from_probs(probs), y)
+    gap_hi = abs(0.5 - 0.9)  # bin with 0.9, 0.9: accuracy 1/2
+    gap_mid = abs(1.0 - (0.6 + 0.55) / 2)  # bin with 0.6 and 0.55: accuracy 1
+    assert ece == pytest.approx((2 * gap_hi + 2 * gap_mid) / 4)
+    assert mce == pytest.approx(max(gap_hi, gap_mid))
+
+
+def test_ece_is_zero_for_perfect_calibration():
+    # 10 rows at confidence 0.7 (bin 10), 7 of them right.
+    probs = [[0.7, 0.3]] * 10
+    y = torch.tensor([0] * 7 + [1] * 3)
+    ece, mce = calibration_errors(logits_from_probs(probs), y)
+    assert ece == pytest.approx(0.0, abs=1e-12) and mce == pytest.approx(0.0, abs=1e-12)
+
+
+def test_class_weighted_accuracy_matches_the_fedrod_formula():
+    y = torch.tensor([0, 0, 1, 1, 2])
+    pred = torch.tensor([0, 1, 1, 1, 0])
+    counts = torch.tensor([30, 10, 0])
+    p = np.array([0.75, 0.25, 0.0])
+    expected = sum(p[t] * (t == q) for t, q in zip(y.tolist(), pred.tolist(), strict=True)) / sum(
+        p[t] for t in y.tolist()
+    )
+    assert class_weighted_accuracy(pred, y, counts) == pytest.approx(expected)
+
+
+def test_mean_std_across_clients_ignores_nan():
+    assert mean_std([0.5, float("nan"), 1.0]) == pytest.approx((0.75, 0.25))
+
+
+def test_scores_bundle():
+    s = scores_from_logits(torch.tensor([[2.0, 0.0], [0.0, 2.0]]), torch.tensor([0, 0]))
+    assert s.top1 == 0.5 and s.n == 2 and 0 <= s.ece <= 1
