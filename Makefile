@@ -4,6 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.pflkit-installed
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+JUNIT4 := /usr/share/java/junit4.jar
 RUNS   ?= runs
 JOBS   ?= 2
 
@@ -18,14 +19,21 @@ $(STAMP): pyproject.toml
 $(FMNIST):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist
 
-setup: $(STAMP) $(FMNIST)
+$(JUNIT4):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq junit4 openjdk-17-jdk-headless
+
+setup: $(STAMP) $(FMNIST) $(JUNIT4)
 
 demo: setup
 	rm -rf $(RUNS)/demo
 	$(BIN)/pfl-sim --config docs/configs/demo.toml --out $(RUNS)/demo
 
-test: setup
+test: setup android-core-test
 	$(BIN)/python -m pytest -q -n $(JOBS) tests
+
+# The Android demo's Java core on the host (javac + JUnit 4; no Gradle, no network).
+android-core-test: $(JUNIT4)
+	android-demo/core/run-tests.sh
 
 lint: setup
 	$(BIN)/ruff check sdk server export tests benchmarks

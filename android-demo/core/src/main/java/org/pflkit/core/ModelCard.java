@@ -1,0 +1,349 @@
+package org.pflkit.core;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+/**
+ * A parsed and validated {@code model_card.json} (schema {@code pflkit.model-card/1}, pinned in
+ * docs/model-card.md). Unknown extra keys are ignored (forward compatibility); every required
+ * key is checked for presence, type and consistency with the rest of the card, and a violation
+ * is an {@link InvalidModelCardException} naming the field.
+ */
+public final class ModelCard {
+  public static final String SCHEMA_VERSION = "pflkit.model-card/1";
+  /** Name of the optional second input that carries SuPerFed's mixing weight at runtime. */
+  public static final String LAMBDA_INPUT = "lam";
+  /** Name of the extra output a FedRoD personalized export adds (the generic head alone). */
+  public static final String GENERIC_OUTPUT = "generic_logits";
+
+  public final String created;
+  public final String algorithm;
+  public final String model;
+  public final TensorSpec image;
+  /** The runtime-lambda input, or null when lambda is fixed or the model has none. */
+  public final TensorSpec lambda;
+  public final List<TensorSpec> outputs;
+  public final Preprocessing preprocessing;
+  public final List<String> classes;
+  /** The mixture, or null for plain models. */
+  public final Mixture mixture;
+  public final List<Artifact> artifacts;
+
+  private ModelCard(Map<String, Object> root) {
+    String version = Fields.string(Fields.required(root, "schema_version", ""), "schema_version");
+    if (!SCHEMA_VERSION.equals(version)) {
+      throw Fields.fail("schema_version", "unsupported version \"" + version
+          + "\" (this app reads " + SCHEMA_VERSION + ")");
+    }
+    created = Fields.string(Fields.required(root, "created", ""), "created");
+    algorithm = Fields.string(Fields.required(root, "algorithm", ""), "algorithm");
+    model = Fields.string(Fields.required(root, "model", ""), "model");
+    preprocessing = Preprocessing.fromJson(Fields.required(root, "preprocessing", ""),
+        "preprocessing");
+    classes = readClasses(Fields.required(root, "classes", ""));
+    Object mix = Fields.optional(root, "mixture");
+    mixture = mix == null ? null : new Mixture(mix, classes.size());
+
+    List<Object> ins = Fields.array(Fields.required(root, "inputs", ""), "inputs");
+    if (ins.isEmpty() || ins.size() > 2) {
+      throw Fields.fail("inputs", "expected the image input and optionally \"lam\", found "
+          + ins.size() + " inputs");
+    }
+    image = new TensorSpec(ins.get(0), "inputs[0]");
+    checkImage();
+    lambda = ins.size() == 2 ? new TensorSpec(ins.get(1), "inputs[1]") : null;
+    checkLambda();
+
+    List<Object> outs = Fields.array(Fields.required(root, "outputs", ""), "outputs");
+    if (outs.isEmpty()) {
+      throw Fields.fail("outputs", "expected at least one output");
+    }
+    List<TensorSpec> parsed = new ArrayList<TensorSpec>();
+    Set<String> names = new HashSet<String>();
+    for (int i = 0; i < outs.size(); i++) {
+      TensorSpec out = new TensorSpec(outs.get(i), "outputs[" + i + "]");
+      checkLogits(out, "outputs[" + i + "]");
+      if (!names.add(out.name)) {
+        throw Fields.fail("outputs[" + i + "].name", "duplicate output name \"" + out.name + "\"");
+      }
+      parsed.add(out);
+    }
+    outputs = Collections.unmodifiableList(parsed);
+
+    Fields.object(Fields.required(root, "source", ""), "source");
+    artifacts = readArtifacts(Fields.required(root, "artifacts", ""));
+    readParity(Fields.required(root, "parity", ""));
+  }
+
+  /** Parse and validate card text. */
+  public static ModelCard parse(String json) {
+    Object root;
+    try {
+      root = Json.parse(json);
+    } catch (Json.SyntaxException e) {
+      throw Fields.fail("", "not valid JSON: " + e.getMessage());
+    }
+    return new ModelCard(Fields.object(root, "(top level)"));
+  }
+
+  /** True when the model takes lambda as a second input (SuPerFed {@code --lambda runtime}). */
+  public boolean hasRuntimeLambda() {
+    return lambda != null;
+  }
+
+  /** The output with this name, or null. */
+  public TensorSpec output(String name) {
+    for (TensorSpec out : outputs) {
+      if (out.name.equals(name)) {
+        return out;
+      }
+    }
+    return null;
+  }
+
+  /** The first artifact of a format ({@code "pte"} or {@code "onnx"}), or null. */
+  public Artifact artifact(String format) {
+    for (Artifact a : artifacts) {
+      if (a.format.equals(format)) {
+        return a;
+      }
+    }
+    return null;
+  }
+
+  private static List<String> readClasses(Object node) {
+    List<Object> list = Fields.array(node, "classes");
+    if (list.size() < 2) {
+      throw Fields.fail("classes", "expected at least 2 class names, found " + list.size());
+    }
+    List<String> out = new ArrayList<String>();
+    for (int i = 0; i < list.size(); i++) {
+      out.add(Fields.string(list.get(i), "classes[" + i + "]"));
+    }
+    return Collections.unmodifiableList(out);
+  }
+
+  private void checkImage() {
+    Fields.oneOf(image.layout, "inputs[0].layout", "NCHW");
+    long[] want = {preprocessing.channels, preprocessing.height, preprocessing.width};
+    boolean ok = image.shape.size() == 4;
+    for (int i = 0; ok && i < want.length; i++) {
+      ok = Long.valueOf(want[i]).equals(image.shape.get(i + 1));
+    }
+    if (!ok) {
+      throw Fields.fail("inputs[0].shape", "expected [\"batch\", " + want[0] + ", " + want[1]
+          + ", " + want[2] + "] to match preprocessing, found " + image.shape);
+    }
+  }
+
+  private void checkLambda() {
+    boolean runtime = mixture != null && mixture.runtimeLambda;
+    if (lambda == null) {
+      if (runtime) {
+        throw Fields.fail("inputs", "mixture.lambda is \"runtime\" but there is no \""
+            + LAMBDA_INPUT + "\" input");
+      }
+      return;
+    }
+    if (!LAMBDA_INPUT.equals(lambda.name)) {
+      throw Fields.fail("inputs[1].name", "the second input must be \"" + LAMBDA_INPUT
+          + "\", found \"" + lambda.name + "\"");
+    }
+    if (!runtime) {
+      throw Fields.fail("inputs[1]", "a \"lam\" input needs mixture {\"kind\": \"superfed\", "
+          + "\"lambda\": \"runtime\"}");
+    }
+    if (lambda.shape.size() != 1 || !Long.valueOf(1).equals(lambda.shape.get(0))) {
+      throw Fields.fail("inputs[1].shape", "expected [1], found " + lambda.shape);
+    }
+    float[] r = lambdaRange();
+    if (r[0] < 0 || r[1] > 1) {
+      throw Fields.fail("inputs[1].range", "must lie within [0, 1], found [" + r[0] + ", "
+          + r[1] + "]");
+    }
+  }
+
+  /** The allowed runtime lambda interval: the input's {@code range}, [0, 1] when absent. */
+  public float[] lambdaRange() {
+    if (lambda == null) {
+      throw new IllegalStateException("this model has no runtime lambda input");
+    }
+    return lambda.range == null ? new float[] {0f, 1f} : lambda.range.clone();
+  }
+
+  private void checkLogits(TensorSpec out, String path) {
+    if (out.shape.size() != 2 || !Long.valueOf(classes.size()).equals(out.shape.get(1))) {
+      throw Fields.fail(path + ".shape", "expected [\"batch\", " + classes.size()
+          + "] (one logit per class), found " + out.shape);
+    }
+    Fields.oneOf(out.meaning, path + ".meaning", "logits");
+  }
+
+  private static List<Artifact> readArtifacts(Object node) {
+    List<Object> list = Fields.array(node, "artifacts");
+    List<Artifact> out = new ArrayList<Artifact>();
+    for (int i = 0; i < list.size(); i++) {
+      out.add(new Artifact(list.get(i), "artifacts[" + i + "]"));
+    }
+    return Collections.unmodifiableList(out);
+  }
+
+  private static void readParity(Object node) {
+    List<Object> list = Fields.array(node, "parity");
+    for (int i = 0; i < list.size(); i++) {
+      String path = "parity[" + i + "]";
+      Map<String, Object> entry = Fields.object(list.get(i), path);
+      Fields.string(Fields.required(entry, "file", path), path + ".file");
+    }
+  }
+
+  /** One entry of {@code inputs} or {@code outputs}. */
+  public static final class TensorSpec {
+    public final String name;
+    /** Each entry is the string "batch" (the dynamic dimension) or a Long. */
+    public final List<Object> shape;
+    public final String dtype;
+    /** {@code layout} (inputs) or null. */
+    public final String layout;
+    /** {@code meaning} (outputs) or null. */
+    public final String meaning;
+    /** {@code range} as [min, max] or null when absent. */
+    public final float[] range;
+
+    TensorSpec(Object node, String path) {
+      Map<String, Object> map = Fields.object(node, path);
+      name = Fields.string(Fields.required(map, "name", path), path + ".name");
+      List<Object> dims = Fields.array(Fields.required(map, "shape", path), path + ".shape");
+      List<Object> parsed = new ArrayList<Object>();
+      for (int i = 0; i < dims.size(); i++) {
+        Object d = dims.get(i);
+        String p = path + ".shape[" + i + "]";
+        if ("batch".equals(d) && i == 0) {
+          parsed.add(d);
+        } else {
+          long v = Fields.integer(d, p);
+          if (v < 1) {
+            throw Fields.fail(p, "dimensions must be >= 1 (or \"batch\" first), found " + v);
+          }
+          parsed.add(v);
+        }
+      }
+      shape = Collections.unmodifiableList(parsed);
+      dtype = Fields.oneOf(Fields.required(map, "dtype", path), path + ".dtype", "float32");
+      Object l = Fields.optional(map, "layout");
+      layout = l == null ? null : Fields.string(l, path + ".layout");
+      Object m = Fields.optional(map, "meaning");
+      meaning = m == null ? null : Fields.string(m, path + ".meaning");
+      Object r = Fields.optional(map, "range");
+      range = r == null ? null : readRange(r, path + ".range");
+    }
+
+    private static float[] readRange(Object node, String path) {
+      double[] r = Fields.numbers(node, path);
+      if (r.length != 2 || r[0] > r[1]) {
+        throw Fields.fail(path, "expected [min, max] with min <= max");
+      }
+      return new float[] {(float) r[0], (float) r[1]};
+    }
+  }
+
+  /** The optional {@code mixture} block; which fields are set depends on {@code kind}. */
+  public static final class Mixture {
+    public final String kind;
+    /** SuPerFed: true for {@code "lambda": "runtime"}. */
+    public final boolean runtimeLambda;
+    /** SuPerFed with a fixed lambda: its value; otherwise NaN. */
+    public final float fixedLambda;
+    /** SuPerFed: {@code mm} or {@code lm}; otherwise null. */
+    public final String mode;
+    /** FedRoD: {@code generic} or {@code personalized}; otherwise null. */
+    public final String head;
+    /** FedRoD new clients: the class distribution the head was generated from, or null. */
+    public final double[] classDistribution;
+    /** PFL-MoE: {@code fb}, {@code mf} or {@code mfe}; otherwise null. */
+    public final String variant;
+
+    Mixture(Object node, int numClasses) {
+      String path = "mixture";
+      Map<String, Object> map = Fields.object(node, path);
+      kind = Fields.oneOf(Fields.required(map, "kind", path), path + ".kind",
+          "superfed", "fedrod", "pflmoe");
+      boolean superfed = kind.equals("superfed");
+      boolean fedrod = kind.equals("fedrod");
+      Object lam = superfed ? Fields.required(map, "lambda", path) : null;
+      runtimeLambda = "runtime".equals(lam);
+      if (superfed && !runtimeLambda) {
+        double v = Fields.number(lam, path + ".lambda");
+        if (!(v >= 0 && v <= 1)) {
+          throw Fields.fail(path + ".lambda", "expected a number in [0, 1] or \"runtime\", "
+              + "found " + v);
+        }
+        fixedLambda = (float) v;
+      } else {
+        fixedLambda = Float.NaN;
+      }
+      mode = superfed ? Fields.oneOf(Fields.required(map, "mode", path), path + ".mode",
+          "mm", "lm") : null;
+      head = fedrod ? Fields.oneOf(Fields.required(map, "head", path), path + ".head",
+          "generic", "personalized") : null;
+      Object dist = fedrod ? Fields.optional(map, "class_distribution") : null;
+      classDistribution = dist == null ? null
+          : readDistribution(dist, path + ".class_distribution", numClasses);
+      variant = kind.equals("pflmoe") ? Fields.oneOf(Fields.required(map, "variant", path),
+          path + ".variant", "fb", "mf", "mfe") : null;
+    }
+
+    private static double[] readDistribution(Object node, String path, int numClasses) {
+      double[] p = Fields.numbers(node, path);
+      if (p.length != numClasses) {
+        throw Fields.fail(path, "expected one proportion per class (" + numClasses + "), found "
+            + p.length);
+      }
+      double sum = 0;
+      for (double v : p) {
+        if (!(v >= 0)) {
+          throw Fields.fail(path, "proportions must be >= 0, found " + v);
+        }
+        sum += v;
+      }
+      if (Math.abs(sum - 1) > 1e-3) {
+        throw Fields.fail(path, "proportions must sum to 1, found " + sum);
+      }
+      return p;
+    }
+  }
+
+  /** One entry of {@code artifacts}: a file written beside the card. */
+  public static final class Artifact {
+    public final String file;
+    public final String format;
+    public final String precision;
+    public final String sha256;
+    public final long bytes;
+
+    Artifact(Object node, String path) {
+      Map<String, Object> map = Fields.object(node, path);
+      file = Fields.string(Fields.required(map, "file", path), path + ".file");
+      if (file.contains("/") || file.contains("\\") || file.startsWith(".")) {
+        throw Fields.fail(path + ".file", "must be a plain file name beside the card, found \""
+            + file + "\"");
+      }
+      format = Fields.oneOf(Fields.required(map, "format", path), path + ".format",
+          "onnx", "pte");
+      precision = Fields.string(Fields.required(map, "precision", path), path + ".precision");
+      sha256 = Fields.string(Fields.required(map, "sha256", path), path + ".sha256");
+      if (!sha256.matches("[0-9a-f]{64}")) {
+        throw Fields.fail(path + ".sha256", "expected 64 lowercase hex digits, found \""
+            + sha256 + "\"");
+      }
+      bytes = Fields.integer(Fields.required(map, "bytes", path), path + ".bytes");
+      if (bytes < 0) {
+        throw Fields.fail(path + ".bytes", "must be >= 0, found " + bytes);
+      }
+    }
+  }
+}

@@ -1,0 +1,54 @@
+package org.pflkit.core;
+
+import static org.junit.Assert.assertArrayEquals;
+import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertTrue;
+
+import java.io.File;
+import org.junit.Test;
+
+public class LambdaControlTest {
+  private static ModelCard card(boolean runtime) {
+    for (File dir : Fixtures.cardDirs()) {
+      ModelCard card = ModelCard.parse(Fixtures.read(new File(dir, "model_card.json")));
+      if (card.hasRuntimeLambda() == runtime) {
+        return card;
+      }
+    }
+    throw new AssertionError("no fixture card with runtime lambda = " + runtime);
+  }
+
+  @Test
+  public void sliderMapsOntoTheCardsRange() {
+    LambdaControl lam = new LambdaControl(card(true));
+    assertEquals(0f, lam.fromSlider(0, 100), 0f);
+    assertEquals(1f, lam.fromSlider(100, 100), 0f);
+    assertEquals(0.3f, lam.fromSlider(3, 10), 1e-7f);
+    assertEquals(30, lam.toSlider(0.3f, 100));
+    assertEquals(0.5f, lam.initial(), 0f);
+    assertArrayEquals(new float[] {0.25f}, lam.input(0.25f), 0f);
+  }
+
+  @Test
+  public void outOfRangeLambdaIsRefusedNotClamped() {
+    LambdaControl lam = new LambdaControl(card(true));
+    for (float bad : new float[] {-0.01f, 1.01f, Float.NaN}) {
+      try {
+        lam.input(bad);
+        throw new AssertionError("accepted lambda " + bad);
+      } catch (IllegalArgumentException e) {
+        assertTrue(e.getMessage(), e.getMessage().contains("outside the model's range [0.0, 1.0]"));
+      }
+    }
+  }
+
+  @Test(expected = IllegalArgumentException.class)
+  public void sliderPositionOutsideTheSliderIsRefused() {
+    new LambdaControl(card(true)).fromSlider(11, 10);
+  }
+
+  @Test(expected = IllegalStateException.class)
+  public void cardWithoutRuntimeLambdaHasNoControl() {
+    new LambdaControl(card(false));
+  }
+}

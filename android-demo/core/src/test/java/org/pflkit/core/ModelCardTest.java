@@ -1,0 +1,209 @@
+package org.pflkit.core;
+
+import static org.junit.Assert.assertArrayEquals;
+import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertFalse;
+import static org.junit.Assert.assertNotNull;
+import static org.junit.Assert.assertNull;
+import static org.junit.Assert.assertTrue;
+import static org.junit.Assert.fail;
+
+import java.io.File;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import org.junit.Test;
+
+public class ModelCardTest {
+  private static final Object REMOVE = new Object();
+
+  /** The text of the first fixture card whose mixture kind is {@code kind} (null: plain). */
+  private static String cardText(String kind) {
+    for (File dir : Fixtures.cardDirs()) {
+      String text = Fixtures.read(new File(dir, "model_card.json"));
+      ModelCard card = ModelCard.parse(text);
+      if (kind == null ? card.mixture == null
+          : card.mixture != null && card.mixture.kind.equals(kind)) {
+        return text;
+      }
+    }
+    throw new AssertionError("no fixture card with mixture kind " + kind);
+  }
+
+  @Test
+  public void parsesEveryExportedCard() {
+    for (File dir : Fixtures.cardDirs()) {
+      ModelCard card = ModelCard.parse(Fixtures.read(new File(dir, "model_card.json")));
+      assertEquals(dir.getName(), ModelCard.SCHEMA_VERSION, "pflkit.model-card/1");
+      assertFalse(dir.getName(), card.classes.isEmpty());
+      assertEquals(dir.getName(), "logits", card.outputs.get(0).name);
+      assertEquals(dir.getName(), card.preprocessing.channels * card.preprocessing.height
+          * card.preprocessing.width, card.preprocessing.inputSize());
+      for (ModelCard.Artifact a : card.artifacts) {
+        assertTrue(dir.getName() + ": " + a.file, new File(dir, a.file).getName().equals(a.file));
+      }
+    }
+  }
+
+  @Test
+  public void superfedRuntimeLambdaCardHasTheLamInput() {
+    ModelCard card = ModelCard.parse(cardText("superfed"));
+    assertTrue(card.hasRuntimeLambda());
+    assertTrue(card.mixture.runtimeLambda);
+    assertTrue(Float.isNaN(card.mixture.fixedLambda));
+    assertArrayEquals(new float[] {0f, 1f}, card.lambdaRange(), 0f);
+    assertNotNull(card.mixture.mode);
+  }
+
+  @Test
+  public void fedrodCardExposesBothHeads() {
+    ModelCard card = ModelCard.parse(cardText("fedrod"));
+    assertEquals("personalized", card.mixture.head);
+    assertNotNull(card.output(ModelCard.GENERIC_OUTPUT));
+    assertFalse(card.hasRuntimeLambda());
+  }
+
+  @Test
+  public void plainAndPflmoeCardsHaveOneOutputAndNoLambda() {
+    for (String kind : new String[] {null, "pflmoe"}) {
+      ModelCard card = ModelCard.parse(cardText(kind));
+      assertEquals(1, card.outputs.size());
+      assertFalse(card.hasRuntimeLambda());
+      assertNull(card.output(ModelCard.GENERIC_OUTPUT));
+    }
+    assertNotNull(ModelCard.parse(cardText("pflmoe")).mixture.variant);
+  }
+
+  @Test
+  public void ignoresUnknownExtraKeys() {
+    String text = mutate(cardText(null), "future_field", list(1.0, "x"));
+    text = mutate(text, "preprocessing.note", "extra");
+    assertEquals(10, ModelCard.parse(text).classes.size());
+  }
+
+  @Test
+  public void rejectsMalformedCardsNamingTheField() {
+    String plain = cardText(null);
+    String superfed = cardText("superfed");
+    String fedrod = cardText("fedrod");
+    String sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    Object[][] cases = {
+        {plain, "schema_version", REMOVE, "schema_version: required field is missing"},
+        {plain, "schema_version", "pflkit.model-card/2", "unsupported version"},
+        {plain, "algorithm", "", "algorithm: expected a non-empty string, found the string \"\""},
+        {plain, "preprocessing.mean", REMOVE, "preprocessing.mean: required field is missing"},
+        {plain, "preprocessing.std.0", 0.0, "preprocessing.std[0]: must be > 0"},
+        {plain, "preprocessing.mean", list(0.1, 0.2), "one value per channel (1), found 2"},
+        {plain, "preprocessing.resize", "nearest", "preprocessing.resize: expected one of"},
+        {plain, "preprocessing.layout", "NHWC", "preprocessing.layout: expected one of \"NCHW\""},
+        {plain, "preprocessing.size", list(28.0), "expected [height, width]"},
+        {plain, "preprocessing.size.0", 2.5, "preprocessing.size[0]: expected an integer"},
+        {plain, "preprocessing.pixel_scale", "255", "expected a number, found the string"},
+        {plain, "preprocessing.channels", 0.0, "expected 1 to 4 channels"},
+        {plain, "inputs.0.shape.2", 32.0, "inputs[0].shape: expected [\"batch\", 1, 28, 28]"},
+        {plain, "inputs.0.shape.0", "dynamic", "inputs[0].shape[0]: expected a number"},
+        {plain, "inputs.0.dtype", "uint8", "inputs[0].dtype: expected one of \"float32\""},
+        {plain, "inputs", list(), "expected the image input"},
+        {plain, "outputs.0.shape.1", 9.0, "(one logit per class)"},
+        {plain, "outputs.0.meaning", "probabilities", "outputs[0].meaning: expected one of"},
+        {plain, "outputs", list(), "outputs: expected at least one output"},
+        {plain, "classes", list("a"), "at least 2 class names"},
+        {plain, "classes.1", 3.0, "classes[1]: expected a non-empty string"},
+        {plain, "mixture", map("kind", "superfed", "lambda", "runtime", "mode", "mm"),
+            "no \"lam\" input"},
+        {plain, "mixture", map("kind", "moe"), "mixture.kind: expected one of"},
+        {plain, "mixture", map("kind", "superfed", "lambda", 1.5, "mode", "mm"),
+            "mixture.lambda: expected a number in [0, 1]"},
+        {plain, "mixture", map("kind", "superfed", "lambda", 0.5),
+            "mixture.mode: required field is missing"},
+        {plain, "mixture", map("kind", "pflmoe", "variant", "moe"), "mixture.variant"},
+        {superfed, "inputs.1.name", "lambda", "inputs[1].name: the second input must be \"lam\""},
+        {superfed, "mixture.lambda", 0.3, "a \"lam\" input needs mixture"},
+        {superfed, "inputs.1.range", list(0.0, 2.0), "must lie within [0, 1]"},
+        {superfed, "inputs.1.range", list(0.8, 0.2), "expected [min, max] with min <= max"},
+        {superfed, "inputs.1.shape", list(2.0), "inputs[1].shape: expected [1]"},
+        {fedrod, "mixture.head", "both", "mixture.head: expected one of"},
+        {fedrod, "mixture.class_distribution", list(0.5, 0.5), "one proportion per class (10)"},
+        {fedrod, "outputs.1.name", "logits", "duplicate output name"},
+        {plain, "artifacts", list(artifact("../x.pte", "pte", sha)), "plain file name"},
+        {plain, "artifacts", list(artifact("m.tflite", "tflite", sha)), "artifacts[0].format"},
+        {plain, "artifacts", list(artifact("m.pte", "pte", "\u2026")), "64 lowercase hex"},
+        {plain, "source", REMOVE, "source: required field is missing"},
+        {plain, "parity", list(map()), "parity[0].file: required field is missing"},
+    };
+    for (Object[] c : cases) {
+      String text = mutate((String) c[0], (String) c[1], c[2]);
+      expectRejected(text, (String) c[3]);
+    }
+    expectRejected("[1, 2]", "(top level): expected an object, found an array");
+    expectRejected("{\"schema_version\": ", "not valid JSON: line 1 column 20");
+  }
+
+  private static void expectRejected(String text, String fragment) {
+    try {
+      ModelCard.parse(text);
+      fail("accepted a card that should fail with: " + fragment);
+    } catch (InvalidModelCardException e) {
+      assertTrue("expected \"" + fragment + "\" in: " + e.getMessage(),
+          e.getMessage().contains(fragment));
+      assertTrue(e.getMessage(), e.getMessage().startsWith("invalid model card: "));
+    }
+  }
+
+  private static Map<String, Object> artifact(String file, String format, String sha) {
+    return map("file", file, "format", format, "precision", "fp32", "sha256", sha, "bytes", 1.0);
+  }
+
+  private static List<Object> list(Object... items) {
+    return new ArrayList<>(Arrays.asList(items));
+  }
+
+  private static Map<String, Object> map(Object... kv) {
+    Map<String, Object> m = new LinkedHashMap<>();
+    for (int i = 0; i < kv.length; i += 2) {
+      m.put((String) kv[i], kv[i + 1]);
+    }
+    return m;
+  }
+
+  /** Card text with the value at a dotted path (list indices as numbers) set or removed. */
+  @SuppressWarnings("unchecked")
+  private static String mutate(String text, String path, Object value) {
+    Object root = mutableCopy(Json.parse(text));
+    String[] keys = path.split("\\.");
+    Object node = root;
+    for (int i = 0; i < keys.length - 1; i++) {
+      node = node instanceof List ? ((List<Object>) node).get(Integer.parseInt(keys[i]))
+          : ((Map<String, Object>) node).get(keys[i]);
+    }
+    String last = keys[keys.length - 1];
+    if (node instanceof List) {
+      ((List<Object>) node).set(Integer.parseInt(last), value);
+    } else if (value == REMOVE) {
+      ((Map<String, Object>) node).remove(last);
+    } else {
+      ((Map<String, Object>) node).put(last, value);
+    }
+    return JsonWriter.write(root);
+  }
+
+  private static Object mutableCopy(Object node) {
+    if (node instanceof Map) {
+      Map<String, Object> copy = new LinkedHashMap<>();
+      for (Map.Entry<?, ?> e : ((Map<?, ?>) node).entrySet()) {
+        copy.put((String) e.getKey(), mutableCopy(e.getValue()));
+      }
+      return copy;
+    }
+    if (node instanceof List) {
+      List<Object> copy = new ArrayList<>();
+      for (Object o : (List<?>) node) {
+        copy.add(mutableCopy(o));
+      }
+      return copy;
+    }
+    return node;
+  }
+}
