@@ -1,0 +1,156 @@
+"""bench-baselines: the SuPerFed paper's comparison methods in one harness (000, Table 1 protocol).
+
+Fashion-MNIST, pathological non-IID (2 shards per client), 50 clients, 5 per round, E=10,
+B=10, lr 0.01 x 0.99^round, SGD m=0.9, wd 1e-4, TwoNN, each client keeps 20% of its rows as
+its own test split. Per method: personalized top-1 (mean +- std over clients, own test),
+ECE and MCE (15 bins, whole test split), after the LAST round.
+
+The nine methods of the SuPerFed paper's tables: FedAvg, FedProx, SCAFFOLD, LG-FedAvg,
+FedPer, APFL, pFedMe, Ditto, FedRep. Also run: FedAvg+FT (``fedavg_ft``) and local-only
+(``local``), which the SuPerFed targets compare against too.
+
+FedAvg is not trained separately: ``fedavg_ft`` trains exactly as ``fedavg`` (same seeds, same
+``fit``), so FedAvg's row is the ``fedavg_ft`` run's final global model scored on each client's
+own test split, before fine-tuning. That saves one full run of the CPU budget.
+
+    make bench-baselines                 (ROUNDS=100, all methods, PFLKIT_THREADS=1)
+    METHODS=fedper,fedrep make bench-baselines   (a subset; rows merge into baselines.json)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from common import RESULTS, pct, run, save, set_threads
+from pflkit.sdk.data.federation import PartitionConfig
+from pflkit.sdk.evaluation import evaluate_client, summarize
+from pflkit.sdk.tensorio import load_state
+from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.server.simulator import build_run
+
+PAPER_NINE = ("fedavg", "fedprox", "scaffold", "lg_fedavg", "fedper", "apfl", "pfedme", "ditto",
+              "fedrep")
+RUN_ORDER = ("fedavg_ft", "fedprox", "local", "fedper", "lg_fedavg", "fedrep", "scaffold",
+             "ditto", "apfl", "pfedme")  # fedavg comes from the fedavg_ft run
+PARAMS = {"scaffold": {"num_clients": 50}}  # everything else: each paper's defaults
+LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedavg_ft": "FedAvg+FT",
+          "local": "Local only", "scaffold": "SCAFFOLD", "pfedme": "pFedMe", "ditto": "Ditto",
+          "apfl": "APFL", "fedper": "FedPer", "fedrep": "FedRep", "lg_fedavg": "LG-FedAvg"}
+
+
+def config(method: str, rounds: int, seed: int = 0) -> SimConfig:
+    """The SuPerFed pathological non-IID setting on FMNIST for one method (paper defaults)."""
+    return SimConfig(
+        seed=seed, rounds=rounds, eval_interval=10, checkpoint_interval=rounds,
+        data=DataConfig("fmnist", partition=PartitionConfig("shards", 50, shards_per_client=2,
+                                                            test_fraction=0.2)),
+        model="twonn", algorithm=method, params=PARAMS.get(method, {}),
+        training=TrainingConfig(clients_per_round=5, epochs=10, batch_size=10, lr=0.01,
+                                lr_decay=0.99, momentum=0.9, weight_decay=1e-4),
+    )
+
+
+def row_from_summary(summary: dict[str, float], rounds: int, seconds: float) -> dict[str, Any]:
+    """The shape other benchmarks (SuPerFed) read: one row per method."""
+    return {"top1_mean": summary["own_top1_mean"], "top1_std": summary["own_top1_std"],
+            "ece_mean": summary["own_ece_mean"], "mce_mean": summary["own_mce_mean"],
+            "rounds": rounds, "seconds": round(seconds, 1)}
+
+
+def fedavg_row(run_dir: Path, rounds: int) -> dict[str, Any]:
+    """FedAvg = the fedavg_ft run's final global model on every client's own test split."""
+    cfg = SimConfig.load(run_dir / "config.toml")
+    federation, algorithm = build_run(cfg)
+    model = algorithm.global_model(load_state(run_dir / "global" / "latest.safetensors"))
+    reports = [evaluate_client(model, client, None, federation.spec.num_classes)
+               for client in federation.clients.values()]
+    return row_from_summary(summarize(reports), rounds, 0.0)
+
+
+def curve(rows: dict[str, Any], runs: dict[str, str], path: Path) -> None:
+    """Personalized accuracy (own test, mean over clients) per evaluated round, every method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for method, run_dir in runs.items():
+        metrics = Path(run_dir) / "metrics.jsonl"
+        if not metrics.is_file():
+            continue
+        points = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        pts = [(p["round"] + 1, p["personal_top1"]) for p in points if "personal_top1" in p]
+        if pts:
+            xs, ys = zip(*pts, strict=True)
+            label = "FedAvg (global model)" if method == "fedavg_ft" else LABELS[method]
+            ax.plot(xs, ys, label=label)
+    ax.set(xlabel="round", ylabel="top-1, clients' own test (mean)",
+           title="FMNIST pathological non-IID, 50 clients, TwoNN")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def table(rows: dict[str, Any]) -> str:
+    """The markdown table: every method with a row, paper's nine marked."""
+    lines = ["| method | in SuPerFed tables | top-1 own test (mean +- std) | ECE | MCE | "
+             "last round |", "|---|---|---|---|---|---|"]
+    for method, r in rows.items():
+        lines.append(
+            f"| {LABELS.get(method, method)} | {'yes' if method in PAPER_NINE else 'no'} | "
+            f"{pct(r['top1_mean'])} +- {pct(r['top1_std'])} | {r['ece_mean']:.3f} | "
+            f"{r['mce_mean']:.3f} | {r['rounds']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    threads = set_threads()
+    rounds = int(os.environ.get("ROUNDS", "100"))
+    wanted = [m for m in os.environ.get("METHODS", ",".join(RUN_ORDER)).split(",") if m]
+    unknown = sorted(set(wanted) - set(RUN_ORDER))
+    if unknown:
+        raise SystemExit(f"unknown METHODS {unknown}; choose from {', '.join(RUN_ORDER)}")
+    json_path = RESULTS / "baselines.json"
+    previous = json.loads(json_path.read_text()) if json_path.is_file() else {}
+    rows: dict[str, Any] = dict(previous.get("rows", {}))
+    runs: dict[str, str] = dict(previous.get("runs", {}))
+    for method in wanted:
+        started = time.perf_counter()
+        result = run(config(method, rounds), f"baselines-{method}-r{rounds}")
+        summary = result["final"]["clients"]["summary"]
+        rows[method] = row_from_summary(summary, result["final"]["rounds"],
+                                        time.perf_counter() - started)
+        runs[method] = result["run_dir"]
+        if method == "fedavg_ft":
+            rows["fedavg"] = fedavg_row(Path(result["run_dir"]), result["final"]["rounds"])
+        order = ("fedavg", *RUN_ORDER)
+        rows = {m: rows[m] for m in order if m in rows} | {m: r for m, r in rows.items()
+                                                            if m not in order}
+        text = table(rows)
+        curve(rows, runs, RESULTS / "baselines_curve.png")
+        command = "cd benchmarks && ../.venv/bin/python bench_baselines.py  (make bench-baselines)"
+        save("baselines", {"rounds": rounds, "threads": threads, "command": command,
+                           "setting": config("fedavg", rounds).to_toml(), "rows": rows,
+                           "runs": runs, "paper_nine": list(PAPER_NINE), "table": text})
+        (RESULTS / "baselines.md").write_text(
+            "# Baselines: FMNIST pathological non-IID (2 shards/client), 50 clients, TwoNN\n\n"
+            f"Command: `{command}` (ROUNDS={rounds}, {threads} torch thread).\n"
+            "5 clients/round, E=10, B=10, lr 0.01 x 0.99^round, SGD m=0.9, wd 1e-4; each "
+            "client's own test split = 20% of its rows. Numbers after the LAST round; "
+            "personalized model of each method on each client's own test split; ECE/MCE "
+            "with 15 bins, mean over clients. FedAvg = the FedAvg+FT run's global model "
+            "before fine-tuning (identical training). Curve: baselines_curve.png.\n\n" + text
+        )
+        print(text, flush=True)
+
+
+if __name__ == "__main__":
+    main()

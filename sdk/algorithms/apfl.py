@@ -1,0 +1,131 @@
+"""APFL (Deng et al. 2020): adaptive mixture of a local and the global model, alpha learned.
+
+Per mini-batch, with w the client's copy of the global model, v its local model and
+alpha in [0, 1] its mixing weight (Algorithm 1):
+    w <- w - eta * grad f(w)
+    v <- v - eta * grad_v f(v_bar),   v_bar = alpha * v + (1 - alpha) * w
+    alpha <- alpha - eta_alpha * grad_alpha f(v_bar)   (= <v - w, grad f(v_bar)>), clipped to [0, 1]
+Only w is sent; v and alpha stay on the device. The personalized model is
+alpha * v + (1 - alpha) * w_global.
+
+Choices: both steps use the same mini-batch; v_bar uses w as it was before this step's w update
+(w is detached, so only v and alpha learn from the mixed loss). w and v use the shared SGD
+settings (momentum, weight decay); alpha takes plain gradient steps with ``alpha_lr`` (None:
+the round's lr), as in the paper. v starts as a copy of the first global model received.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from pflkit.sdk.algorithms.base import (
+    Algorithm,
+    Choice,
+    ClientState,
+    FitResult,
+    HyperparameterError,
+    RoundContext,
+    State,
+    register,
+)
+from pflkit.sdk.algorithms.ditto import PERSONAL, personal_of
+from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.models import float_state
+from pflkit.sdk.training import sgd
+from torch import nn
+from torch.func import functional_call
+
+
+def mix(local: State, global_: State, alpha: torch.Tensor | float) -> State:
+    """Mix two states: alpha * local + (1 - alpha) * global for floats, the rest from global."""
+    return {k: alpha * local[k] + (1 - alpha) * g if g.is_floating_point() and k in local else g
+            for k, g in global_.items()}
+
+
+@dataclass(frozen=True)
+class APFLParams:
+    """APFL's mixing weight: its start value and whether (and how fast) it is learned."""
+
+    alpha: float = 0.5  # initial alpha (the paper's adaptive runs start from 0.5)
+    adaptive: bool = True  # learn alpha per client; False: fixed alpha
+    alpha_lr: float | None = None  # step size for alpha; None: the round's lr
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.alpha <= 1.0:
+            raise HyperparameterError(
+                f"apfl: hyperparameter 'alpha' must be in [0, 1], got {self.alpha}"
+            )
+        if self.alpha_lr is not None and self.alpha_lr < 0:
+            raise HyperparameterError("apfl: hyperparameter 'alpha_lr' must be >= 0")
+
+
+@register
+class APFL(Algorithm):
+    """Global model w trained as FedAvg, local model v and alpha trained through the mixture."""
+
+    name = "apfl"
+    Params = APFLParams
+    params: APFLParams
+
+    def alpha_of(self, client_state: ClientState) -> float:
+        """Return the client's current mixing weight."""
+        return float(client_state.meta.get("alpha", self.params.alpha))
+
+    def fit(self, global_state: State, client_state: ClientState, data: LabeledTensors,
+            ctx: RoundContext) -> FitResult:
+        """One pass per mini-batch over w, then v and alpha, for E epochs."""
+        model = self.template(global_state)
+        names = [n for n, _ in model.named_parameters()]
+        start = personal_of(client_state) or global_state
+        v = {n: start[n].clone().requires_grad_(True) for n in names}
+        alpha = torch.tensor(self.alpha_of(client_state), requires_grad=self.params.adaptive)
+        alpha_lr = ctx.lr if self.params.alpha_lr is None else self.params.alpha_lr
+        opt_w = sgd(model.parameters(), ctx.lr, self.local.momentum, self.local.weight_decay)
+        opt_v = sgd(v.values(), ctx.lr, self.local.momentum, self.local.weight_decay)
+        generator = ctx.generator("batches")
+        total, steps = 0.0, 0
+        for _ in range(self.local.epochs):
+            for xb, yb in data.batches(self.local.batch_size, generator):
+                w_now = {n: p.detach() for n, p in model.named_parameters()}
+                mixed = {n: alpha * v[n] + (1 - alpha) * w_now[n] for n in names}
+                mixed_loss = F.cross_entropy(functional_call(model, mixed, (xb,)), yb)
+                opt_v.zero_grad(set_to_none=True)
+                alpha.grad = None
+                mixed_loss.backward()
+                opt_v.step()
+                if self.params.adaptive:
+                    with torch.no_grad():
+                        alpha.sub_(alpha_lr * alpha.grad).clamp_(0.0, 1.0)
+                opt_w.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(model(xb), yb)
+                loss.backward()
+                opt_w.step()
+                total += float(loss.detach())
+                steps += 1
+        personal = {PERSONAL + n: t.detach().clone() for n, t in v.items()}
+        final_alpha = float(alpha.detach())
+        meta = {**client_state.meta, "alpha": final_alpha}
+        return FitResult(float_state(model), ClientState(personal, meta), len(data),
+                         {"train_loss": total / steps if steps else float("nan"),
+                          "alpha": final_alpha})
+
+    def personalized_model(self, global_state: State, client_state: ClientState,
+                           choice: Choice | None = None) -> nn.Module:
+        """Build alpha * v + (1 - alpha) * w_global (the global model if the client never trained).
+
+        ``choice.lam`` overrides the client's alpha (to sweep the mixture, as SuPerFed's
+        appendix does for APFL).
+        """
+        if choice is not None and choice.class_distribution is not None:
+            raise ValueError("apfl: takes no class distribution")
+        local = personal_of(client_state)
+        if not local:
+            return self.global_model(global_state)
+        alpha = self.alpha_of(client_state)
+        if choice is not None and isinstance(choice.lam, float | int):
+            alpha = float(choice.lam)
+        elif choice is not None and choice.lam is not None:
+            raise ValueError(f"apfl: lam must be a number in [0, 1], got {choice.lam!r}")
+        return self.global_model(mix(local, global_state, alpha))

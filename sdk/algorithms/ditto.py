@@ -1,0 +1,94 @@
+"""Ditto (Li et al. 2021): a personal model regularized toward the global one.
+
+Each sampled client (1) trains the global model w exactly as FedAvg and sends it, and (2)
+trains its personal model v on F_k(v) + (lam / 2) ||v - w^t||^2, where w^t is the global model
+it received this round (Algorithm 1). v never leaves the device and is the personalized model.
+
+Choices: v starts as a copy of the first global model the client receives (the public code
+initializes v from the initial global model). The personal solver runs ``personal_epochs``
+epochs (default: the same E as the global update, as the public code does) with the shared SGD
+settings; the paper's s local personal iterations are this knob.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from pflkit.sdk.algorithms.base import (
+    Choice,
+    ClientState,
+    FitResult,
+    HyperparameterError,
+    RoundContext,
+    State,
+    register,
+)
+from pflkit.sdk.algorithms.fedavg import FedAvg
+from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.models import float_state
+from pflkit.sdk.training import run_epochs, sgd
+from torch import nn
+
+PERSONAL = "personal."
+
+
+def proximal(model: nn.Module, anchor: State, strength: float) -> torch.Tensor:
+    """(strength / 2) * ||w - anchor||^2 over the module's trainable parameters."""
+    total = sum(((p - anchor[n]) ** 2).sum() for n, p in model.named_parameters())
+    return 0.5 * strength * total  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class DittoParams:
+    """Ditto's regularization strength and personal solver length."""
+
+    lam: float = 0.1  # lambda; the paper tunes it over {0.01, 0.1, 1, 2}
+    personal_epochs: int | None = None  # epochs on v per round; None: the local E
+
+    def __post_init__(self) -> None:
+        if self.lam < 0:
+            raise HyperparameterError(f"ditto: hyperparameter 'lam' must be >= 0, got {self.lam}")
+        if self.personal_epochs is not None and self.personal_epochs < 0:
+            raise HyperparameterError("ditto: hyperparameter 'personal_epochs' must be >= 0")
+
+
+@register
+class Ditto(FedAvg):
+    """FedAvg for the global model plus a proximally regularized personal model."""
+
+    name = "ditto"
+    Params = DittoParams
+    params: DittoParams
+
+    def fit(self, global_state: State, client_state: ClientState, data: LabeledTensors,
+            ctx: RoundContext) -> FitResult:
+        """Run the FedAvg update, then the personal model's epochs toward this round's w^t."""
+        result = super().fit(global_state, client_state, data, ctx)
+        model = self.template(personal_of(client_state) or global_state)
+
+        def loss_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(model(x), y) + proximal(model, global_state, self.params.lam)
+
+        epochs = self.local.epochs if self.params.personal_epochs is None \
+            else self.params.personal_epochs
+        optimizer = sgd(model.parameters(), ctx.lr, self.local.momentum, self.local.weight_decay)
+        loss = run_epochs(optimizer, loss_fn, data, epochs, self.local.batch_size,
+                          ctx.generator("personal"))
+        personal = {PERSONAL + k: v for k, v in float_state(model).items()}
+        result.client_state = ClientState(personal, client_state.meta)
+        result.metrics["personal_loss"] = loss
+        return result
+
+    def personalized_model(self, global_state: State, client_state: ClientState,
+                           choice: Choice | None = None) -> nn.Module:
+        """Return the personal model v (the global model if the client never trained)."""
+        self._reject_choice(choice)
+        return self.global_model(personal_of(client_state) or global_state)
+
+
+def personal_of(client_state: ClientState) -> State:
+    """Select the ``personal.*`` tensors of a client state, prefix removed."""
+    return {k.removeprefix(PERSONAL): v for k, v in client_state.tensors.items()
+            if k.startswith(PERSONAL)}
