@@ -1,0 +1,424 @@
+"""FedRoD (Chen & Chao, ICLR'22): a balanced generic head and a personalized head on one body.
+
+The body f(x; theta) gives features z; the generic head h_G(z; psi) is the generic model and
+the personalized model adds a head of the same architecture at the logit level:
+h_G(z) + h_P(z; phi_m) (eq. 13). One forward/backward per mini-batch minimizes (eq. 14)
+
+    L_BR(theta, psi)  +  L_m(theta, psi, phi_m)
+
+where L_BR is the balanced softmax (eq. 6, gamma = 1, the client's class counts) on the
+generic logits and L_m is cross-entropy on the personalized logits with NO gradient into theta
+or psi (App. B.2): the personalized branch sees ``z.detach()`` and ``h_G(z).detach()``.
+The server averages theta and psi (eq. 10) with the usual n-weighted mean.
+
+* ``fedrod_linear`` (Algorithm 1): phi_m stays in the client state across rounds.
+* ``fedrod_hyper`` (Algorithm 2, eq. 11): a hypernetwork H(a_m; nu) (two FC layers with ReLU)
+  maps the client's class proportions a_m to phi_m; nu is trained locally through L_m and
+  averaged with theta and psi. A client that never trained gets a zero-shot head from its
+  class distribution alone (:func:`zero_shot_head`), optionally fine-tuned on its data.
+
+Choices where the paper is silent (written here, as ALGORITHMS.md asks):
+
+* A class with zero count gets the finite log-prior ``ZERO_COUNT_LOG_PRIOR`` (-1e4) instead of
+  log 0 = -inf: numerically the N_c -> 0 limit of BSM (that class gets no softmax mass and no
+  gradient) while the loss stays finite even for a label of such a class.
+* phi_m of ``fedrod_linear`` starts at zero, so a client's personalized model starts equal to
+  the generic one (h_P is an "add-on" to h_G). The zero-shot head of ``fedrod_linear`` is that
+  zero head: a new client gets the generic model, as in Table 4's protocol for non-hyper methods.
+* The hypernetwork's two FC layers have no bias: Table 6's hypernetwork sizes (8,160 for
+  FMNIST = 10*16 + 16*500) count weights only. Its output is every parameter of the registry
+  head, bias included, so h_P has exactly the head's architecture (any registry model).
+* Evaluation of training clients, without a post-federation pass (``ft_epochs = 0``): the final
+  theta-bar and psi-bar with phi_m* (linear, App. B "plug them into eq. 13") or with
+  H(a_m; nu-bar) (hyper). With ``ft_epochs > 0`` every client (new ones too) first runs one more
+  local pass of eq. 14 from the final global state and is scored with that local model
+  {theta_m*, psi_m*, phi_m*} (Algorithm 1's client output): the same "final global model + one
+  local pass" protocol as ``fedavg_ft``, and the paper's fine-tuning of new clients (Table 4).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from pflkit.sdk.algorithms.base import (
+    Algorithm,
+    Choice,
+    ClientState,
+    FitResult,
+    HyperparameterError,
+    RoundContext,
+    State,
+    register,
+)
+from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.models import SplitModel
+from pflkit.sdk.seeding import seeded_torch
+from pflkit.sdk.training import run_epochs, sgd
+from torch import nn
+from torch.func import functional_call
+
+ZERO_COUNT_LOG_PRIOR = -1e4  # log N_c for a class the client never saw (finite, see docstring)
+PHI = "phi."  # client-state prefix of the personalized head phi_m
+LOCAL = "local."  # client-state prefix of the local body and generic head after a final pass
+HYPER = "hyper."  # global-state prefix of the hypernetwork nu
+COUNTS = "class_counts"  # client-state metadata: the client's train class counts
+
+
+class ClassDistributionError(ValueError):
+    """A class distribution has the wrong length, a negative or non-finite entry, or sums to 0."""
+
+
+# -- pure maths ------------------------------------------------------------------------------------
+def class_proportions(distribution: torch.Tensor | Sequence[float], num_classes: int
+                      ) -> torch.Tensor:
+    """Validate class counts or proportions; return proportions a_m (float32, sum 1)."""
+    try:
+        a = torch.as_tensor(distribution, dtype=torch.float64)
+    except (TypeError, ValueError) as err:
+        raise ClassDistributionError(f"class distribution is not numeric: {err}") from err
+    if a.dim() != 1 or a.numel() != num_classes:
+        raise ClassDistributionError(
+            f"class distribution must have {num_classes} entries (one per class), "
+            f"got shape {tuple(a.shape)}"
+        )
+    if not bool(torch.isfinite(a).all()):
+        raise ClassDistributionError(
+            f"class distribution has NaN or infinite entries: {a.tolist()}")
+    if bool((a < 0).any()):
+        raise ClassDistributionError(f"class distribution has negative entries: {a.tolist()}")
+    total = float(a.sum())
+    if total <= 0:
+        raise ClassDistributionError("class distribution is all zero (no class has any sample)")
+    return (a / total).float()
+
+
+def log_prior(class_counts: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """Return gamma * log N_c per class; zero counts get ``ZERO_COUNT_LOG_PRIOR``."""
+    counts = class_counts.double()
+    logs = torch.where(counts > 0, counts.clamp_min(1).log(),
+                       torch.full_like(counts, ZERO_COUNT_LOG_PRIOR))
+    return (gamma * logs).float()
+
+
+def balanced_softmax_loss(logits: torch.Tensor, y: torch.Tensor, class_counts: torch.Tensor,
+                          gamma: float = 1.0) -> torch.Tensor:
+    """Balanced softmax (Ren et al. 2020; FedRoD eq. 6): CE of logits + gamma * log N_c."""
+    return F.cross_entropy(logits + log_prior(class_counts, gamma).to(logits.device), y)
+
+
+# -- modules ---------------------------------------------------------------------------------------
+class HyperNetwork(nn.Module):
+    """H(a; nu): class proportions (C,) -> every parameter of a head, by name (eq. 11)."""
+
+    def __init__(self, num_classes: int, hidden: int, head_shapes: dict[str, torch.Size]) -> None:
+        super().__init__()
+        self.shapes = dict(head_shapes)
+        self.fc1 = nn.Linear(num_classes, hidden, bias=False)
+        self.fc2 = nn.Linear(hidden, sum(math.prod(s) for s in self.shapes.values()), bias=False)
+
+    def forward(self, proportions: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Return phi as a head state dict (names and shapes of the head's parameters)."""
+        flat = self.fc2(F.relu(self.fc1(proportions)))  # (total head parameters,)
+        sizes = [math.prod(s) for s in self.shapes.values()]
+        return {name: chunk.view(shape) for (name, shape), chunk
+                in zip(self.shapes.items(), flat.split(sizes), strict=True)}
+
+
+class TwoHeadNet(nn.Module):
+    """Shared body, generic head, personalized head: forward -> (personalized, generic) logits."""
+
+    def __init__(self, split: SplitModel, hyper: HyperNetwork | None = None) -> None:
+        super().__init__()
+        self.body = split.body
+        self.head = split.head
+        self.phead = copy.deepcopy(split.head)
+        if hyper is not None:
+            self.hyper = hyper
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Personalized logits h_G(z) + h_P(z) and generic logits h_G(z), both (B, C)."""
+        z = self.body(x)
+        generic = self.head(z)
+        return generic + self.phead(z), generic
+
+
+class PersonalizedOnly(nn.Module):
+    """Images in, personalized logits out (the one-output inference contract)."""
+
+    def __init__(self, net: TwoHeadNet) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Personalized logits (B, C)."""
+        return self.net(x)[0]
+
+
+def fedrod_loss(net: TwoHeadNet, x: torch.Tensor, y: torch.Tensor, prior: torch.Tensor,
+                phi: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L_BR, L_m) of one mini-batch with one body forward (eq. 14).
+
+    ``prior`` is the client's log prior (:func:`log_prior`); ``phi`` the personalized head's
+    parameters (the trainable ``phead`` ones, or a hypernetwork's output).
+    """
+    z = net.body(x)
+    generic = net.head(z)  # (B, C)
+    l_br = F.cross_entropy(generic + prior, y)
+    # No gradient from the personalized loss into theta or psi (App. B.2).
+    personal = generic.detach() + functional_call(net.phead, phi, (z.detach(),))
+    return l_br, F.cross_entropy(personal, y)
+
+
+def _prefixed(state: State, prefix: str) -> State:
+    return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
+
+
+def zero_shot_head(global_state: State, class_distribution: torch.Tensor | Sequence[float]
+                   ) -> State:
+    """Generate the personalized head phi of a client known only by its class distribution.
+
+    ``class_distribution``: counts or proportions, one entry per class. With a hypernetwork
+    in ``global_state`` (``fedrod_hyper``): H(a; nu-bar). Without (``fedrod_linear``): a zero
+    head, i.e. the personalized model equals the generic one. Keys are the head's parameter
+    names (``weight``, ``bias``, ...).
+    """
+    head = _prefixed(global_state, "head.")
+    if not head:
+        raise ValueError("not a FedRoD global state: no 'head.*' tensors")
+    hyper = _prefixed(global_state, HYPER)
+    num_classes = hyper["fc1.weight"].shape[1] if hyper else _num_classes(head)
+    a = class_proportions(class_distribution, num_classes)
+    if not hyper:
+        return {k: torch.zeros_like(v) for k, v in head.items()}
+    net = HyperNetwork(num_classes, hyper["fc1.weight"].shape[0],
+                       {k: v.shape for k, v in head.items()})
+    net.load_state_dict(hyper)
+    with torch.no_grad():
+        return {k: v.clone() for k, v in net(a).items()}
+
+
+def _num_classes(head: State) -> int:
+    last = [v for k, v in head.items() if k.endswith("weight")][-1]
+    return int(last.shape[0])
+
+
+# -- the algorithm ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FedRoDParams:
+    """FedRoD adds no hyperparameter to FedAvg's (App. C); these set the evaluation protocol."""
+
+    gamma: float = 1.0  # BSM exponent on the class counts (fixed to 1 in the paper)
+    ft_epochs: int = 0  # epochs of the post-federation local pass (0: none, see module doc)
+    ft_lr: float | None = None  # its learning rate (None: the lr of the round after the last)
+
+    def __post_init__(self) -> None:
+        if self.ft_epochs < 0:
+            raise HyperparameterError("fedrod: hyperparameter 'ft_epochs' must be >= 0")
+        if self.gamma < 0:
+            raise HyperparameterError("fedrod: hyperparameter 'gamma' must be >= 0")
+
+
+@dataclass(frozen=True)
+class FedRoDHyperParams(FedRoDParams):
+    """Plus the hypernetwork's hidden width (16 for FMNIST/CIFAR-100, 32 for CIFAR-10)."""
+
+    hidden: int = 16
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.hidden <= 0:
+            raise HyperparameterError("fedrod_hyper: hyperparameter 'hidden' must be > 0")
+
+
+class FedRoD(Algorithm):
+    """Shared behaviour of both variants; they differ in where phi comes from."""
+
+    Params: ClassVar[type] = FedRoDParams
+    params: FedRoDParams
+    uses_hypernetwork: ClassVar[bool] = False
+
+    # -- model plumbing -----------------------------------------------------------------------
+    def _hypernetwork(self, split: SplitModel) -> HyperNetwork | None:
+        if not self.uses_hypernetwork:
+            return None
+        shapes = {k: p.shape for k, p in split.head.named_parameters()}
+        return HyperNetwork(self.model_factory.num_classes, self.params.hidden,  # type: ignore[attr-defined]
+                            shapes)
+
+    def _net(self, global_state: State, phi: State | None = None,
+             local: State | None = None) -> TwoHeadNet:
+        """Build a two-head net: body and generic head from ``local`` (else global), and phi."""
+        split = self.model_factory.build()
+        net = TwoHeadNet(split, self._hypernetwork(split))
+        state = {**global_state, **(local or {})}
+        phi = phi if phi is not None else {k: torch.zeros_like(v)
+                                           for k, v in net.phead.state_dict().items()}
+        net.load_state_dict({**state, **{f"phead.{k}": v for k, v in phi.items()}})
+        return net
+
+    def init_global(self, seed: int) -> State:
+        """Seeded body and generic head (as every method), plus the seeded hypernetwork."""
+        state = super().init_global(seed)
+        split = self.model_factory.build()
+        with seeded_torch(seed, "hypernetwork-init"):
+            hyper = self._hypernetwork(split)
+        if hyper is not None:
+            state.update({f"{HYPER}{k}": v.detach().clone() for k, v in hyper.state_dict().items()})
+        return state
+
+    def _counts(self, client_state: ClientState) -> list[int] | None:
+        return client_state.meta.get(COUNTS)
+
+    def _phi(self, global_state: State, client_state: ClientState) -> State | None:
+        """Return a trained client's phi (linear: its own; hyper: H(a_m; nu-bar)); None: zero."""
+        phi = _prefixed(client_state.tensors, PHI)
+        if phi or not self.uses_hypernetwork:
+            return phi or None
+        counts = self._counts(client_state)
+        if counts is None:
+            raise ValueError(f"{self.name}: this client state has no class counts; "
+                             "pass Choice(class_distribution=...) for a zero-shot head")
+        return zero_shot_head(global_state, counts)
+
+    # -- training -----------------------------------------------------------------------------
+    def _train(self, global_state: State, client_state: ClientState, data: LabeledTensors,
+               epochs: int, lr: float, generator: torch.Generator) -> tuple[TwoHeadNet, float]:
+        """Eq. 14 for ``epochs`` epochs from the global state (and the client's phi)."""
+        c = self.model_factory.num_classes
+        counts = data.class_counts(c)
+        prior = log_prior(counts, self.params.gamma)
+        phi0 = None if self.uses_hypernetwork else _prefixed(client_state.tensors, PHI) or None
+        net = self._net(global_state, phi0)
+        net.train()
+        if self.uses_hypernetwork:
+            a = class_proportions(counts, c)
+            trainable = [*net.body.parameters(), *net.head.parameters(), *net.hyper.parameters()]
+
+            def phi() -> dict[str, torch.Tensor]:
+                return net.hyper(a)
+        else:
+            trainable = [*net.body.parameters(), *net.head.parameters(), *net.phead.parameters()]
+
+            def phi() -> dict[str, torch.Tensor]:
+                return dict(net.phead.named_parameters())
+
+        def loss_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            l_br, l_m = fedrod_loss(net, x, y, prior, phi())
+            return l_br + l_m
+
+        optimizer = sgd(trainable, lr, self.local.momentum, self.local.weight_decay)
+        mean_loss = run_epochs(optimizer, loss_fn, data, epochs, self.local.batch_size, generator)
+        if self.uses_hypernetwork:  # materialize phi_m for the client's own model
+            with torch.no_grad():
+                net.phead.load_state_dict(phi())
+        return net, mean_loss
+
+    def _client_state(self, net: TwoHeadNet, data: LabeledTensors, meta: dict,
+                      keep: tuple[str, ...]) -> ClientState:
+        """Keep phi (``"phead."`` in ``keep``) and/or the local body and head, and the counts."""
+        tensors: State = {}
+        for key, value in net.state_dict().items():
+            if key.startswith(keep):
+                name = f"{PHI}{key.removeprefix('phead.')}" if key.startswith("phead.") \
+                    else f"{LOCAL}{key}"
+                tensors[name] = value.detach().clone()
+        counts = data.class_counts(self.model_factory.num_classes).tolist()
+        return ClientState(tensors, {**meta, COUNTS: counts})
+
+    def fit(self, global_state: State, client_state: ClientState, data: LabeledTensors,
+            ctx: RoundContext) -> FitResult:
+        """One round of eq. 14; send body, generic head (and hypernetwork), keep phi (linear)."""
+        net, loss = self._train(global_state, client_state, data, self.local.epochs, ctx.lr,
+                                ctx.generator("batches"))
+        update = {k: v.detach().clone() for k, v in net.state_dict().items()
+                  if not k.startswith("phead.")}
+        # hyper: phi is regenerated from nu-bar every round, so nothing private persists.
+        keep = () if self.uses_hypernetwork else ("phead.",)
+        new_state = self._client_state(net, data, client_state.meta, keep)
+        return FitResult(update, new_state, len(data), {"train_loss": loss})
+
+    def init_client(self, client_id: int, seed: int, data: LabeledTensors) -> ClientState:
+        """No tensors yet (phi starts at zero / comes from the hypernetwork); the class counts."""
+        return ClientState({}, {COUNTS: data.class_counts(self.model_factory.num_classes).tolist()})
+
+    @property
+    def has_personalization_stage(self) -> bool:
+        """Only with a final local pass (``ft_epochs > 0``)."""
+        return self.params.ft_epochs > 0
+
+    def personalize(self, global_state: State, client_state: ClientState, data: LabeledTensors,
+                    ctx: RoundContext) -> ClientState:
+        """One more local pass of eq. 14 from the final global state; keep the local model.
+
+        For a new client this is the paper's fine-tuning: hyper starts from its zero-shot head.
+        """
+        if self.params.ft_epochs == 0 or len(data) == 0:
+            return client_state
+        lr = ctx.lr if self.params.ft_lr is None else self.params.ft_lr
+        net, _ = self._train(global_state, client_state, data, self.params.ft_epochs, lr,
+                             ctx.generator("fedrod-final-pass"))
+        return self._client_state(net, data, {**client_state.meta, "fine_tuned_round": ctx.round},
+                                  ("phead.", "body.", "head."))
+
+    # -- inference ----------------------------------------------------------------------------
+    def generic_and_personalized_model(self, global_state: State, client_state: ClientState,
+                                       choice: Choice | None = None) -> TwoHeadNet:
+        """Inference module whose forward returns ``(personalized, generic)`` logits.
+
+        ``choice.class_distribution`` set: the zero-shot model of a client known only by that
+        distribution (client tensors ignored). Otherwise the client's own model: its local
+        body and head after a final pass if it has them (else the global ones) and its phi.
+        """
+        if choice is not None and choice.lam is not None:
+            raise ValueError(f"{self.name}: takes no lambda (use class_distribution)")
+        if choice is not None and choice.class_distribution is not None:
+            net = self._net(global_state, zero_shot_head(global_state, choice.class_distribution))
+        else:
+            net = self._net(global_state, self._phi(global_state, client_state),
+                            _prefixed(client_state.tensors, LOCAL))
+        if self.uses_hypernetwork:
+            del net.hyper  # phi is materialized: the inference module has one input, images
+        return net.eval()
+
+    def personalized_model(self, global_state: State, client_state: ClientState,
+                           choice: Choice | None = None) -> nn.Module:
+        """Images in, personalized logits h_G(z) + h_P(z) out."""
+        return PersonalizedOnly(
+            self.generic_and_personalized_model(global_state, client_state, choice)).eval()
+
+    def global_model(self, global_state: State) -> nn.Module:
+        """Build the generic model h_G(f(x)) (the hypernetwork is not part of it)."""
+        model = self.model_factory.build()
+        model.load_state_dict({k: v for k, v in global_state.items()
+                               if k.startswith(("body.", "head."))})
+        return model.eval()
+
+    def evaluation_choices(self, client_state: ClientState) -> dict[str, Choice | None]:
+        """Score the client's model; for hyper also its zero-shot model H(a_m; nu-bar)."""
+        counts = self._counts(client_state)
+        if not self.uses_hypernetwork or counts is None:
+            return {"": None}
+        return {"": None, "zero_shot": Choice(class_distribution=torch.tensor(counts))}
+
+
+@register
+class FedRoDLinear(FedRoD):
+    """FedRoD (linear): phi_m is a private head kept on the client (Algorithm 1)."""
+
+    name = "fedrod_linear"
+
+
+@register
+class FedRoDHyper(FedRoD):
+    """FedRoD (hyper): phi_m = H(a_m; nu), nu trained locally and averaged (Algorithm 2)."""
+
+    name = "fedrod_hyper"
+    Params = FedRoDHyperParams
+    params: FedRoDHyperParams
+    uses_hypernetwork = True

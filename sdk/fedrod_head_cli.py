@@ -1,0 +1,108 @@
+"""``pfl-fedrod-head``: a zero-shot FedRoD personalized head for a client from its class counts.
+
+Reads a FedRoD-hyper global state (a ``pfl-sim`` run directory or a ``.safetensors`` file),
+runs the hypernetwork on the client's class distribution and writes phi as a safetensors
+client-state file (tensors ``phi.<name>``, metadata: the proportions and the source). That file
+is a valid FedRoD client state: ``personalized_model(global, state)`` gives the client's model.
+
+    pfl-fedrod-head runs/fedrod --class-counts 5,0,12,3,0,0,7,1,0,2 --out head.safetensors
+    pfl-fedrod-head global.safetensors --proportions 0.5,0.5,0,0,0,0,0,0,0,0 --out head.safetensors
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pflkit.sdk.algorithms.base import ClientState, State
+from pflkit.sdk.algorithms.fedrod import (
+    COUNTS,
+    HYPER,
+    PHI,
+    ClassDistributionError,
+    class_proportions,
+    zero_shot_head,
+)
+from pflkit.sdk.state_store import client_state_to_bytes
+from pflkit.sdk.tensorio import CorruptStateError, atomic_write_bytes, load_state
+
+app = typer.Typer(add_completion=False, help=__doc__)
+
+PROPORTION_TOLERANCE = 1e-3  # --proportions must sum to 1 within this
+
+
+class HeadError(ValueError):
+    """The inputs do not allow a zero-shot head (message says which and why)."""
+
+
+def global_state_path(source: Path, round_index: int | None = None) -> Path:
+    """Find the global state file: ``source`` itself, or a run directory's latest / round_N."""
+    if source.is_file():
+        if round_index is not None:
+            raise HeadError("--round applies to a run directory, not to a state file")
+        return source
+    if not source.is_dir():
+        raise HeadError(f"{source} does not exist")
+    name = "latest.safetensors" if round_index is None else f"round_{round_index}.safetensors"
+    path = source / "global" / name
+    if not path.is_file():
+        raise HeadError(f"{source} has no {path.relative_to(source)} (is it a pfl-sim run "
+                        "directory, and was that round checkpointed?)")
+    return path
+
+
+def parse_numbers(text: str, integers: bool) -> list[float]:
+    """'5,0,12' -> [5.0, 0.0, 12.0]; a non-number or (for counts) a fraction is an error."""
+    items = [t.strip() for t in text.split(",")]
+    try:
+        values = [float(t) for t in items]
+    except ValueError as err:
+        raise HeadError(f"not a comma-separated list of numbers: {text!r}") from err
+    if integers and any(v != int(v) for v in values if v == v):
+        raise HeadError(f"--class-counts must be whole numbers: {text!r}")
+    return values
+
+
+def make_head(state: State, distribution: list[float], proportions: bool) -> ClientState:
+    """Validate the distribution and return its zero-shot head as a FedRoD client state."""
+    if not any(k.startswith(HYPER) for k in state):
+        raise HeadError("this global state has no hypernetwork (hyper.* tensors): zero-shot "
+                        "heads need a fedrod_hyper run (fedrod_linear's is the zero head)")
+    num_classes = int(state[f"{HYPER}fc1.weight"].shape[1])
+    a = class_proportions(distribution, num_classes)
+    if proportions and abs(sum(distribution) - 1.0) > PROPORTION_TOLERANCE:
+        raise ClassDistributionError(
+            f"--proportions must sum to 1 (got {sum(distribution):.6g}); use --class-counts "
+            "for counts")
+    phi = zero_shot_head(state, a)
+    meta = {"class_proportions": a.tolist(), "zero_shot": True}
+    if not proportions:
+        meta[COUNTS] = [int(v) for v in distribution]
+    return ClientState({f"{PHI}{k}": v for k, v in phi.items()}, meta)
+
+
+@app.command()
+def main(
+    source: Annotated[Path, typer.Argument(help="pfl-sim run directory or global .safetensors")],
+    out: Annotated[Path, typer.Option(help="where to write the head (.safetensors)")],
+    class_counts: Annotated[str | None, typer.Option(help="samples per class, e.g. 5,0,12")] = None,
+    proportions: Annotated[str | None, typer.Option(help="class shares summing to 1")] = None,
+    round_index: Annotated[int | None, typer.Option("--round", help="checkpoint round")] = None,
+) -> None:
+    """Write the zero-shot personalized head for one class distribution."""
+    try:
+        if (class_counts is None) == (proportions is None):
+            raise HeadError("give exactly one of --class-counts or --proportions")
+        path = global_state_path(source, round_index)
+        text = class_counts if class_counts is not None else proportions
+        values = parse_numbers(text or "", integers=class_counts is not None)
+        head = make_head(load_state(path), values, proportions is not None)
+        head.meta["source"] = str(path)
+    except (HeadError, ClassDistributionError, CorruptStateError) as err:
+        typer.echo(f"Error: {err}", err=True)
+        raise typer.Exit(2) from err
+    atomic_write_bytes(out, client_state_to_bytes(head))
+    shapes = ", ".join(f"{k} {tuple(v.shape)}" for k, v in head.tensors.items())
+    typer.echo(f"wrote {out}: {shapes}")
+
