@@ -17,11 +17,12 @@ interface Backend : Classifier.Backend, Closeable {
     val label: String
 
     companion object {
-        fun open(format: String, file: File, card: ModelCard): Backend = when (format) {
-            ModelFiles.PTE -> ExecuTorchBackend(file, card)
-            ModelFiles.ONNX -> OnnxBackend(file, card)
-            else -> throw IllegalArgumentException("unknown model format $format")
-        }
+        fun open(artifact: ModelCard.Artifact, file: File, card: ModelCard): Backend =
+            when (artifact.format) {
+                ModelCard.Artifact.EXECUTORCH -> ExecuTorchBackend(file, card)
+                ModelCard.Artifact.ONNX -> OnnxBackend(file, card)
+                else -> throw IllegalArgumentException("no runtime for format ${artifact.format}")
+            }
     }
 }
 

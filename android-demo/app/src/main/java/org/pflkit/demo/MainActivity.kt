@@ -108,20 +108,21 @@ class MainActivity : AppCompatActivity() {
         val card = found.card
         lambda = if (card.hasRuntimeLambda()) LambdaControl(card) else null
         lambdaValue = lambda?.initial()
-        runOnUiThread { setUpFor(card, found.formats()) }
-        found.formats().firstOrNull()?.let { openBackend(it) }
+        val models = found.models()
+        runOnUiThread { setUpFor(card, models) }
+        models.firstOrNull()?.let { openBackend(it) }
         show(sample())
     }
 
-    private fun setUpFor(card: ModelCard, available: List<String>) {
+    private fun setUpFor(card: ModelCard, available: List<ModelCard.Artifact>) {
         modelInfo.text = describe(card)
         formats.removeAllViews()
-        for (format in available) {
+        for (artifact in available) {
             formats.addView(RadioButton(this).apply {
-                text = if (format == ModelFiles.PTE) ".pte" else ".onnx"
+                text = listOfNotNull(artifact.file, artifact.precision).joinToString(" · ")
                 id = View.generateViewId()
-                isChecked = format == available.first()
-                setOnClickListener { worker.execute { openBackend(format); classifyNow() } }
+                isChecked = artifact === available.first()
+                setOnClickListener { worker.execute { openBackend(artifact); classifyNow() } }
             })
         }
         if (available.isEmpty()) latency.text = getString(R.string.no_artifact)
@@ -151,14 +152,13 @@ class MainActivity : AppCompatActivity() {
     }
 
     /** Background thread only. */
-    private fun openBackend(format: String) {
+    private fun openBackend(artifact: ModelCard.Artifact) {
         val found = files ?: return
         backend?.close()
         backend = try {
-            val file = found.artifact(format) ?: error("no .$format file beside the card")
-            Backend.open(format, file, found.card)
+            Backend.open(artifact, found.verified(artifact), found.card)
         } catch (e: Exception) {
-            runOnUiThread { latency.text = getString(R.string.load_failed, format, e.message) }
+            runOnUiThread { latency.text = getString(R.string.load_failed, artifact.file, e.message) }
             null
         }
     }

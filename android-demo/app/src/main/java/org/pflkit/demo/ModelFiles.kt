@@ -14,22 +14,17 @@ import org.pflkit.core.ModelCard
  */
 class ModelFiles private constructor(private val dir: File, val card: ModelCard) {
 
-    /** The artifact of a format ("pte" or "onnx") after checking size and sha256, or null. */
-    fun artifact(format: String): File? {
-        val entry = card.artifact(format) ?: return null
-        val file = File(dir, entry.file)
-        if (!file.isFile) return null
-        file.inputStream().use { ArtifactCheck.verify(it, entry) }
+    /** Model files the card lists and the device has: ExecuTorch first, fp32 before int8. */
+    fun models(): List<ModelCard.Artifact> = card.models().filter { File(dir, it.file).isFile }
+
+    /** The file of a model artifact, after checking its size and sha256 against the card. */
+    fun verified(artifact: ModelCard.Artifact): File {
+        val file = File(dir, artifact.file)
+        file.inputStream().use { ArtifactCheck.verify(it, artifact) }
         return file
     }
 
-    /** Formats present on the device, ExecuTorch first (the primary runtime). */
-    fun formats(): List<String> =
-        listOf(PTE, ONNX).filter { card.artifact(it)?.let { a -> File(dir, a.file).isFile } == true }
-
     companion object {
-        const val PTE = "pte"
-        const val ONNX = "onnx"
         private const val CARD = "model_card.json"
         private const val ASSET_DIR = "model"
 

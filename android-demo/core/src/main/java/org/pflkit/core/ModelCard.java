@@ -105,14 +105,17 @@ public final class ModelCard {
     return null;
   }
 
-  /** The first artifact of a format ({@code "pte"} or {@code "onnx"}), or null. */
-  public Artifact artifact(String format) {
-    for (Artifact a : artifacts) {
-      if (a.format.equals(format)) {
-        return a;
+  /** The model files an app can run (ExecuTorch, then ONNX; fp32 before int8 as written). */
+  public List<Artifact> models() {
+    List<Artifact> out = new ArrayList<Artifact>();
+    for (String format : new String[] {Artifact.EXECUTORCH, Artifact.ONNX}) {
+      for (Artifact a : artifacts) {
+        if (a.format.equals(format)) {
+          out.add(a);
+        }
       }
     }
-    return null;
+    return out;
   }
 
   private static List<String> readClasses(Object node) {
@@ -317,10 +320,18 @@ public final class ModelCard {
     }
   }
 
-  /** One entry of {@code artifacts}: a file written beside the card. */
+  /**
+   * One entry of {@code artifacts}: a file written beside the card. pfl-export writes the
+   * formats {@value #EXECUTORCH} and {@value #ONNX} (models) and {@code golden} (golden.json,
+   * precision null); other formats are kept so newer exports still load.
+   */
   public static final class Artifact {
+    public static final String EXECUTORCH = "executorch";
+    public static final String ONNX = "onnx";
+
     public final String file;
     public final String format;
+    /** {@code fp32} or {@code int8} for models; null for other files. */
     public final String precision;
     public final String sha256;
     public final long bytes;
@@ -332,9 +343,9 @@ public final class ModelCard {
         throw Fields.fail(path + ".file", "must be a plain file name beside the card, found \""
             + file + "\"");
       }
-      format = Fields.oneOf(Fields.required(map, "format", path), path + ".format",
-          "onnx", "pte");
-      precision = Fields.string(Fields.required(map, "precision", path), path + ".precision");
+      format = Fields.string(Fields.required(map, "format", path), path + ".format");
+      Object p = Fields.optional(map, "precision");
+      precision = p == null ? null : Fields.string(p, path + ".precision");
       sha256 = Fields.string(Fields.required(map, "sha256", path), path + ".sha256");
       if (!sha256.matches("[0-9a-f]{64}")) {
         throw Fields.fail(path + ".sha256", "expected 64 lowercase hex digits, found \""

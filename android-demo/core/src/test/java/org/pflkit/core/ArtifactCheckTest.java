@@ -14,7 +14,7 @@ public class ArtifactCheckTest {
       "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
 
   private static ModelCard.Artifact artifact(String sha, long bytes) {
-    return new ModelCard.Artifact(Json.parse("{\"file\": \"model.pte\", \"format\": \"pte\", "
+    return new ModelCard.Artifact(Json.parse("{\"file\": \"model.pte\", \"format\": \"executorch\", "
         + "\"precision\": \"fp32\", \"sha256\": \"" + sha + "\", \"bytes\": " + bytes + "}"),
         "artifacts[0]");
   }
