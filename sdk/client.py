@@ -1,0 +1,318 @@
+"""The SDK client an app embeds: enroll once, then poll, download, train, upload.
+
+    client = FederatedClient("https://fl.example.org", state_dir, data, token=enrollment_token)
+    while True:                      # the app's own loop: one call per round
+        step = client.step()
+        if step.status in ("finished", "stopped"):
+            break
+        time.sleep(step.retry_after)
+
+Everything the device keeps lives in ``state_dir`` and survives restarts:
+
+    credentials.json            server URL, client id, secret (mode 0600)
+    cache.json                  hash of the cached global state, run of the client state
+    global.safetensors          the newest downloaded global state (skipped if the hash matches)
+    client_state.safetensors    the algorithm's private state (DeviceStateStore)
+    pending.safetensors         a trained, not yet acknowledged round: the exact upload bytes
+                                and the client state it produced, in one atomic file
+
+A round is committed on the device only when the server has answered the upload, so an app
+killed at any point re-sends the same bytes (the server treats that as an idempotent retry)
+instead of training twice. Network errors, 429 and 5xx are retried with capped exponential
+backoff and jitter; other 4xx answers raise :class:`ServerRefused` with the server's message.
+The client imports nothing from ``pflkit.server``: the task payload carries the algorithm config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+from pflkit.sdk.algorithms.base import (
+    Algorithm,
+    ClientState,
+    LocalTraining,
+    ModelFactory,
+    RoundContext,
+    State,
+    make_algorithm,
+)
+from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.seeding import numpy_rng
+from pflkit.sdk.state_store import DeviceStateStore
+from pflkit.sdk.tensorio import (
+    CorruptStateError,
+    atomic_write_bytes,
+    read_metadata,
+    state_from_bytes,
+    state_to_bytes,
+)
+
+log = logging.getLogger(__name__)
+
+DATA_FILE = "data.safetensors"  # pfl-client --data DIR reads DIR/data.safetensors (x, y)
+METRICS_KEY = "metrics"  # upload metadata: JSON {name: number}
+_PENDING_META = "pflkit.pending"
+_UPLOAD = "upload"
+_STATE_PREFIX = "state/"
+_RETRYABLE = {429, 500, 502, 503, 504}
+
+
+class ServerRefused(RuntimeError):
+    """The server answered with a 4xx status; ``detail`` is its message."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"server refused ({status}): {detail}")
+        self.status = status
+        self.detail = detail
+
+
+class ServerUnavailable(RuntimeError):
+    """The server did not answer usefully within the retry budget."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Capped exponential backoff with jitter: delay_k = min(cap, base 2^k) * U(0.5, 1.5)."""
+
+    base: float = 0.2  # seconds before the first retry
+    cap: float = 10.0  # longest single wait
+    max_elapsed: float = 600.0  # give up (ServerUnavailable) after this many seconds
+
+
+@dataclass
+class StepResult:
+    """What one :meth:`FederatedClient.step` did."""
+
+    status: str  # the task status: trained, uploaded, wait, paused, stopped, finished, late
+    retry_after: float  # seconds until polling again is useful
+    round: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def save_client_data(path: Path, data: LabeledTensors) -> None:
+    """Write a device's training data in the ``pfl-client --data`` format (x float32, y int64)."""
+    save = {"x": data.x.to(torch.float32), "y": data.y.to(torch.int64)}
+    atomic_write_bytes(Path(path), state_to_bytes(save))
+
+
+def load_client_data(folder: Path) -> LabeledTensors:
+    """Read ``folder/data.safetensors``: x (N, C, H, W) preprocessed float32, y (N,) int64."""
+    path = Path(folder) / DATA_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {DATA_FILE} in {folder} (see docs/server.md)")
+    tensors = state_from_bytes(path.read_bytes(), str(path))
+    if set(tensors) != {"x", "y"}:
+        raise CorruptStateError(f"{path}: expected tensors 'x' and 'y', got {sorted(tensors)}")
+    x, y = tensors["x"], tensors["y"]
+    if x.dtype != torch.float32 or x.dim() != 4 or y.dtype != torch.int64 or y.dim() != 1:
+        raise CorruptStateError(f"{path}: need x float32 (N, C, H, W) and y int64 (N,), got "
+                                f"x {x.dtype} {tuple(x.shape)}, y {y.dtype} {tuple(y.shape)}")
+    return LabeledTensors(x, y)
+
+
+class FederatedClient:
+    """One device's participation in a federated run over HTTP."""
+
+    def __init__(self, server: str, state_dir: Path, data: LabeledTensors, *,
+                 token: str | None = None, retry: RetryPolicy | None = None,
+                 timeout: float = 120.0) -> None:
+        self.server = server.rstrip("/")
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.data = data
+        self.retry = retry or RetryPolicy()
+        self.store = DeviceStateStore(self.state_dir)
+        self._http = httpx.Client(base_url=self.server, timeout=timeout)
+        self._jitter = numpy_rng(0, "retry-jitter", str(self.state_dir.resolve()))
+        self._algorithms: dict[str, Algorithm] = {}
+        self._credentials = self._read_json("credentials.json")
+        if self._credentials.get("server") not in (None, self.server):
+            raise ValueError(f"{self.state_dir} is enrolled with {self._credentials['server']}, "
+                             f"not {self.server}")
+        if not self._credentials and token is not None:
+            self.enroll(token)
+
+    # -- small files ------------------------------------------------------------------------------
+    def _read_json(self, name: str) -> dict[str, Any]:
+        path = self.state_dir / name
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def _write_json(self, name: str, obj: dict[str, Any], private: bool = False) -> None:
+        path = self.state_dir / name
+        atomic_write_bytes(path, json.dumps(obj, sort_keys=True).encode())
+        if private:
+            os.chmod(path, 0o600)
+
+    @property
+    def client_id(self) -> int:
+        """The id the server gave this device at enrollment."""
+        if not self._credentials:
+            raise RuntimeError("not enrolled: pass an enrollment token")
+        return int(self._credentials["client_id"])
+
+    # -- HTTP with retries ------------------------------------------------------------------------
+    def _request(self, method: str, path: str, *, auth: bool = True,
+                 **kwargs: Any) -> httpx.Response:
+        headers = dict(kwargs.pop("headers", {}))
+        if auth:
+            headers["Authorization"] = f"Bearer {self._credentials['secret']}"
+        started, attempt = time.monotonic(), 0
+        while True:
+            try:
+                response = self._http.request(method, path, headers=headers, **kwargs)
+                problem = f"HTTP {response.status_code}"
+                if response.status_code < 400:
+                    return response
+                if response.status_code not in _RETRYABLE:
+                    raise ServerRefused(response.status_code, _detail(response))
+            except httpx.TransportError as err:
+                problem = f"{type(err).__name__}: {err}"
+            delay = min(self.retry.cap, self.retry.base * 2**attempt) * \
+                (0.5 + float(self._jitter.random()))
+            if time.monotonic() - started + delay > self.retry.max_elapsed:
+                raise ServerUnavailable(f"{method} {path}: gave up after {attempt + 1} "
+                                        f"attempts ({problem})")
+            log.info("%s %s failed (%s); retrying in %.2fs", method, path, problem, delay)
+            time.sleep(delay)
+            attempt += 1
+
+    def enroll(self, token: str) -> int:
+        """Trade an enrollment token for credentials (stored with mode 0600); returns the id."""
+        response = self._request("POST", "/v1/clients/enroll", auth=False, json={"token": token})
+        body = response.json()
+        self._credentials = {"server": self.server, "client_id": body["client_id"],
+                             "secret": body["secret"]}
+        self._write_json("credentials.json", self._credentials, private=True)
+        return self.client_id
+
+    # -- the round --------------------------------------------------------------------------------
+    def global_state(self, digest: str) -> State:
+        """Return the global state with this hash: cached, else downloaded and verified."""
+        cache = self._read_json("cache.json")
+        path = self.state_dir / "global.safetensors"
+        if cache.get("global_hash") == digest and path.is_file():
+            return state_from_bytes(path.read_bytes(), str(path))
+        data = self._request("GET", f"/v1/globals/{digest}").content
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise CorruptStateError(f"downloaded global state does not hash to {digest}")
+        atomic_write_bytes(path, data)
+        self._write_json("cache.json", {**cache, "global_hash": digest})
+        return state_from_bytes(data, f"global {digest}")
+
+    def _algorithm(self, run_id: int, config: dict[str, Any]) -> Algorithm:
+        key = json.dumps([run_id, config["algorithm"], config["params"], config["model"]])
+        if key not in self._algorithms:
+            c, h, w = (int(v) for v in config["input_shape"])
+            shape = (c, h, w)
+            if tuple(self.data.x.shape[1:]) != shape:
+                raise ValueError(f"local data has inputs {tuple(self.data.x.shape[1:])}, the "
+                                 f"run's model expects {shape}")
+            model = ModelFactory(config["model"], shape, int(config["num_classes"]))
+            self._algorithms[key] = make_algorithm(config["algorithm"], model,
+                                                   LocalTraining(**config["local"]),
+                                                   config["params"])
+        return self._algorithms[key]
+
+    def _client_state(self, run_id: int, algorithm: Algorithm, seed: int) -> ClientState:
+        """Return the stored private state of this run (a new run starts from ``init_client``)."""
+        stored = self.store.load()
+        if stored is not None and self._read_json("cache.json").get("state_run") == run_id:
+            return stored
+        return algorithm.init_client(self.client_id, seed, self.data)
+
+    def _train(self, task: dict[str, Any]) -> bytes:
+        """Fit one round and persist the result as the pending file; return it."""
+        cfg = task["config"]
+        algorithm = self._algorithm(task["run_id"], cfg)
+        ctx = RoundContext(task["round"], cfg["total_rounds"], cfg["lr"], cfg["seed"],
+                           self.client_id)
+        result = algorithm.fit(self.global_state(task["global_hash"]),
+                               self._client_state(task["run_id"], algorithm, cfg["seed"]),
+                               self.data, ctx)
+        metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(v)}
+        upload = state_to_bytes(result.update, {METRICS_KEY: json.dumps(metrics)})
+        tensors = {_UPLOAD: torch.frombuffer(bytearray(upload), dtype=torch.uint8),
+                   **{_STATE_PREFIX + k: v for k, v in result.client_state.tensors.items()}}
+        meta = {"run_id": task["run_id"], "round": task["round"],
+                "num_samples": result.num_samples, "metrics": metrics,
+                "client_meta": result.client_state.meta}
+        pending = state_to_bytes(tensors, {_PENDING_META: json.dumps(meta)})
+        atomic_write_bytes(self.state_dir / "pending.safetensors", pending)
+        return pending
+
+    def _commit_pending(self, pending: bytes) -> None:
+        """Make the round's client state the device's state (the server has answered)."""
+        meta = json.loads(read_metadata(pending)[_PENDING_META])
+        tensors = state_from_bytes(pending, "pending round")
+        state = {k.removeprefix(_STATE_PREFIX): v for k, v in tensors.items()
+                 if k.startswith(_STATE_PREFIX)}
+        self.store.save(ClientState(state, meta["client_meta"]))
+        self._write_json("cache.json", {**self._read_json("cache.json"),
+                                        "state_run": meta["run_id"]})
+        (self.state_dir / "pending.safetensors").unlink(missing_ok=True)
+
+    def step(self) -> StepResult:
+        """Poll once; if this device is sampled, train and upload (one call per round)."""
+        task = self._request("GET", "/v1/task").json()
+        path = self.state_dir / "pending.safetensors"
+        pending = path.read_bytes() if path.is_file() else None
+        if pending is not None:
+            meta = json.loads(read_metadata(pending)[_PENDING_META])
+            same = task["status"] == "train" and \
+                (meta["run_id"], meta["round"]) == (task["run_id"], task["round"])
+            if not same:  # its round is over (counted or late): keep the trained state
+                self._commit_pending(pending)
+                pending = None
+        retry = float(task["retry_after"])
+        if task["status"] != "train":
+            return StepResult(task["status"], retry, task.get("round"))
+        if pending is None:
+            pending = self._train(task)
+        meta = json.loads(read_metadata(pending)[_PENDING_META])
+        upload = state_from_bytes(pending, "pending round")[_UPLOAD].numpy().tobytes()
+        status = "trained"
+        try:
+            self._request("PUT", f"/v1/runs/{meta['run_id']}/rounds/{meta['round']}/update",
+                          params={"num_samples": meta["num_samples"]}, content=upload,
+                          headers={"Content-Type": "application/octet-stream"})
+        except ServerRefused as err:
+            if err.status != 410:
+                raise
+            status = "late"
+            log.warning("round %s closed before the upload: %s", meta["round"], err.detail)
+        self._commit_pending(pending)
+        return StepResult(status, retry, meta["round"], meta["metrics"])
+
+    def run(self, max_rounds: int | None = None) -> int:
+        """Loop :meth:`step` until the run ends (or ``max_rounds`` trained); return rounds."""
+        trained = 0
+        while max_rounds is None or trained < max_rounds:
+            step = self.step()
+            if step.status in ("finished", "stopped"):
+                break
+            if step.status in ("trained", "late"):
+                trained += 1
+                continue
+            time.sleep(step.retry_after)
+        return trained
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._http.close()
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("detail", response.text))
+    except (ValueError, AttributeError):
+        return response.text

@@ -1,0 +1,57 @@
+"""``pfl-client``: take part in a federated run from an edge device or a shell.
+
+    pfl-client --server https://fl.example.org --token pfe_... --data DIR
+
+DIR holds ``data.safetensors`` with ``x`` (N, C, H, W) float32, already preprocessed like the
+run's dataset, and ``y`` (N,) int64 labels (write it with
+``pflkit.sdk.client.save_client_data``). Credentials and the on-device state live in
+``--state`` (default DIR/.pflkit); the token is needed only the first time.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+from pflkit.sdk.client import (
+    FederatedClient,
+    RetryPolicy,
+    ServerRefused,
+    ServerUnavailable,
+    load_client_data,
+)
+
+app = typer.Typer(add_completion=False, help=__doc__)
+
+
+@app.command()
+def main(
+    server: Annotated[str, typer.Option(help="base URL of pfl-server")],
+    data: Annotated[Path, typer.Option(help="folder with data.safetensors")],
+    token: Annotated[str | None, typer.Option(help="enrollment token (first run only)")] = None,
+    state: Annotated[Path | None, typer.Option(help="state folder (default DATA/.pflkit)")
+                     ] = None,
+    rounds: Annotated[int | None, typer.Option(help="stop after training this many rounds")
+                      ] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
+    give_up_after: Annotated[float, typer.Option(help="seconds of failed retries")] = 600.0,
+    log_level: Annotated[str, typer.Option()] = "info",
+) -> None:
+    """Enroll if needed, then train every round this device is sampled for until the run ends."""
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        client = FederatedClient(server, state or data / ".pflkit", load_client_data(data),
+                                 token=token, retry=RetryPolicy(max_elapsed=give_up_after))
+        if not (client.state_dir / "credentials.json").is_file():
+            raise typer.BadParameter("not enrolled yet: pass --token", param_hint="--token")
+        trained = client.run(rounds)
+    except (ServerRefused, ServerUnavailable, FileNotFoundError, ValueError) as err:
+        typer.echo(f"pfl-client: {err}", err=True)
+        raise typer.Exit(1) from err
+    typer.echo(f"client {client.client_id}: trained {trained} round(s)")

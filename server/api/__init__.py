@@ -1,0 +1,1 @@
+"""The versioned HTTP API: one router module per resource, shared dependencies in ``deps``."""

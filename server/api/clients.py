@@ -1,0 +1,38 @@
+"""Clients: enrollment (public, with a token), listing and revocation (admin)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
+from pflkit.server.api.deps import AdminDep, CurrentClient, ServiceDep
+from pflkit.server.api.schemas import MAX_ID, ClientPublic, CredentialsPublic, EnrollIn
+
+router = APIRouter(prefix="/clients", tags=["clients"])
+
+
+@router.post("/enroll", status_code=201)
+def enroll(body: EnrollIn, service: ServiceDep) -> CredentialsPublic:
+    """Trade a one-time enrollment token for a client id and secret (shown once)."""
+    client_id, secret = service.enroll(body.token)
+    return CredentialsPublic(client_id=client_id, secret=secret)
+
+
+@router.get("/me")
+def whoami(client_id: CurrentClient) -> dict[str, int]:
+    """Return the authenticated client's id (a cheap credentials check for apps)."""
+    return {"client_id": client_id}
+
+
+@router.get("")
+def list_clients(service: ServiceDep, _: AdminDep) -> list[ClientPublic]:
+    """Every enrolled client."""
+    return [ClientPublic(**row) for row in service.list_clients()]
+
+
+@router.post("/{client_id}/revoke", status_code=204)
+def revoke_client(client_id: Annotated[int, Path(ge=0, le=MAX_ID)], service: ServiceDep,
+                  _: AdminDep) -> Response:
+    """Revoke a client: its secret stops working and it is no longer sampled."""
+    service.revoke_client(client_id)
+    return Response(status_code=204)

@@ -1,0 +1,59 @@
+"""Typed dependencies: auth is a parameter (``CurrentClient``, ``AdminDep``), not repeated code."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pflkit.server.service import FederationService
+from pflkit.server.settings import ServerSettings
+from sqlalchemy.orm import Session
+
+_bearer = HTTPBearer(auto_error=False, description="client secret or admin token")
+
+
+def get_service(request: Request) -> FederationService:
+    """Return the process-wide service the app was built with."""
+    return request.app.state.service  # type: ignore[no-any-return]
+
+
+def get_settings(request: Request) -> ServerSettings:
+    """Return the server settings."""
+    return request.app.state.service.settings  # type: ignore[no-any-return]
+
+
+def get_session(service: Annotated[FederationService, Depends(get_service)]) -> Iterator[Session]:
+    """Yield a session for plain reads (writes go through the service's transactions)."""
+    with service.sessions() as session:
+        yield session
+
+
+ServiceDep = Annotated[FederationService, Depends(get_service)]
+SettingsDep = Annotated[ServerSettings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_session)]
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def _token(credentials: HTTPAuthorizationCredentials | None) -> str:
+    if credentials is None or not credentials.credentials:
+        raise HTTPException(401, "missing bearer token", {"WWW-Authenticate": "Bearer"})
+    return credentials.credentials
+
+
+def current_client(service: ServiceDep, credentials: Bearer) -> int:
+    """Return the id of the enrolled, unrevoked client whose secret is the bearer token."""
+    return service.authenticate(_token(credentials))
+
+
+def require_admin(settings: SettingsDep, credentials: Bearer) -> None:
+    """Refuse unless the bearer token is the admin token (constant-time comparison)."""
+    token = _token(credentials).encode()
+    if not hmac.compare_digest(token, settings.admin_token.get_secret_value().encode()):
+        raise HTTPException(401, "not the admin token", {"WWW-Authenticate": "Bearer"})
+
+
+CurrentClient = Annotated[int, Depends(current_client)]
+AdminDep = Annotated[None, Depends(require_admin)]

@@ -1,0 +1,61 @@
+"""Runs (admin): create, inspect, pause, resume, stop."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+from fastapi.concurrency import run_in_threadpool
+from pflkit.server.api.deps import AdminDep, ServiceDep
+from pflkit.server.api.schemas import MAX_ID, RunCreateIn, RunPublic
+from pflkit.server.service import Invalid
+
+router = APIRouter(prefix="/runs", tags=["runs"])
+RunId = Annotated[int, Path(ge=0, le=MAX_ID)]
+
+
+@router.post("", status_code=201)
+async def create_run(body: RunCreateIn, service: ServiceDep, _: AdminDep) -> RunPublic:
+    """Create a run from a pfl-sim TOML config; 409 while another run is active or paused."""
+    text = body.config_toml
+    if text is None:
+        if service.settings.run_config is None:
+            raise Invalid("no config_toml given and the server has no run_config file")
+        text = service.settings.run_config.read_text()
+    run = await run_in_threadpool(service.create_run, text)
+    return RunPublic(**service.run_status(run.id))
+
+
+@router.get("/current")
+def current_run(service: ServiceDep, _: AdminDep) -> RunPublic:
+    """Status and progress of the newest run."""
+    return RunPublic(**service.run_status(None))
+
+
+@router.get("/{run_id}")
+def get_run(run_id: RunId, service: ServiceDep, _: AdminDep) -> RunPublic:
+    """Status and progress of one run."""
+    return RunPublic(**service.run_status(run_id))
+
+
+def _transition(service: ServiceDep, run_id: int, action: str) -> RunPublic:
+    service.set_run_status(run_id, action)
+    return RunPublic(**service.run_status(run_id))
+
+
+@router.post("/{run_id}/pause")
+def pause_run(run_id: RunId, service: ServiceDep, _: AdminDep) -> RunPublic:
+    """Stop handing out tasks and accepting uploads until resumed."""
+    return _transition(service, run_id, "pause")
+
+
+@router.post("/{run_id}/resume")
+def resume_run(run_id: RunId, service: ServiceDep, _: AdminDep) -> RunPublic:
+    """Continue a paused run; the open round gets a fresh deadline."""
+    return _transition(service, run_id, "resume")
+
+
+@router.post("/{run_id}/stop")
+def stop_run(run_id: RunId, service: ServiceDep, _: AdminDep) -> RunPublic:
+    """End a run for good; its open round is abandoned."""
+    return _transition(service, run_id, "stop")

@@ -1,0 +1,144 @@
+"""Request and response bodies; names say the direction (``...In`` read, ``...Public`` sent)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+MAX_ID = 2**31 - 1  # ids and round numbers fit a 32-bit signed column everywhere
+
+
+class HealthPublic(BaseModel):
+    """Liveness and database reachability."""
+
+    status: Literal["ok"]
+    database: Literal["ok"]
+
+
+class RunCreateIn(BaseModel):
+    """A new run: a pfl-sim TOML config (None: the server's ``run_config`` file)."""
+
+    config_toml: str | None = Field(None, max_length=1_000_000)
+
+
+class RoundProgressPublic(BaseModel):
+    """The round in progress."""
+
+    index: int
+    status: str
+    sampled: list[int]
+    received: list[int]
+    deadline: float  # Unix seconds
+
+
+class RoundHistoryPublic(BaseModel):
+    """A closed round."""
+
+    index: int
+    closed_at: float | None
+    global_hash: str | None
+    metrics: dict[str, Any]
+
+
+class RunPublic(BaseModel):
+    """Run status and progress."""
+
+    id: int
+    status: Literal["active", "paused", "stopped", "finished"]
+    algorithm: str
+    model: str
+    rounds_total: int
+    rounds_done: int
+    global_hash: str
+    enrolled_clients: int
+    current_round: RoundProgressPublic | None
+    history: list[RoundHistoryPublic]
+
+
+class TokenCreateIn(BaseModel):
+    """Options of a new enrollment token."""
+
+    client_id: int | None = Field(None, ge=0, le=MAX_ID)  # reserve this client id
+    ttl_seconds: float | None = Field(None, gt=0, le=10 * 365 * 86400)
+
+
+class TokenPublic(BaseModel):
+    """A new enrollment token (shown once)."""
+
+    id: int
+    token: str
+    client_id: int | None
+
+
+class EnrollIn(BaseModel):
+    """A device trading its enrollment token."""
+
+    token: str = Field(min_length=1, max_length=256)
+
+
+class CredentialsPublic(BaseModel):
+    """A client's id and secret (shown once; send the secret as a Bearer token)."""
+
+    client_id: int
+    secret: str
+
+
+class ClientPublic(BaseModel):
+    """An enrolled client as the admin sees it."""
+
+    id: int
+    enrolled_at: float
+    revoked: bool
+    last_seen: float | None
+
+
+class LocalTrainingPublic(BaseModel):
+    """Client-side SGD settings."""
+
+    epochs: int
+    batch_size: int
+    momentum: float
+    weight_decay: float
+
+
+class TaskConfigPublic(BaseModel):
+    """Everything a client needs to build the algorithm and train one round."""
+
+    algorithm: str
+    params: dict[str, Any]
+    model: str
+    input_shape: list[int]
+    num_classes: int
+    seed: int
+    total_rounds: int
+    lr: float
+    local: LocalTrainingPublic
+
+
+class TaskPublic(BaseModel):
+    """What to do now. ``train``: download ``global_hash``, fit, upload to ``round``."""
+
+    status: Literal["train", "uploaded", "wait", "paused", "stopped", "finished"]
+    retry_after: float  # seconds until the next poll is useful
+    run_id: int | None = None
+    round: int | None = None
+    deadline: float | None = None
+    global_hash: str | None = None
+    config: TaskConfigPublic | None = None
+
+
+class ReceiptPublic(BaseModel):
+    """An acknowledged (durable) update."""
+
+    run_id: int
+    round: int
+    sha256: str
+    duplicate: bool  # True: this exact upload had already been accepted
+
+
+class HeadIn(BaseModel):
+    """A new client's class distribution (counts or proportions, one per class)."""
+
+    class_distribution: list[float] = Field(min_length=1, max_length=100_000)
+    run_id: int | None = Field(None, ge=0, le=MAX_ID)

@@ -1,0 +1,26 @@
+"""Enrollment tokens (admin): one-time secrets a device trades for its credentials."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
+from pflkit.server.api.deps import AdminDep, ServiceDep
+from pflkit.server.api.schemas import MAX_ID, TokenCreateIn, TokenPublic
+
+router = APIRouter(prefix="/enrollment-tokens", tags=["enrollment"])
+
+
+@router.post("", status_code=201)
+def issue_token(body: TokenCreateIn, service: ServiceDep, _: AdminDep) -> TokenPublic:
+    """Issue a token (optionally reserving a client id); only its hash is stored."""
+    token_id, token = service.issue_token(body.client_id, body.ttl_seconds)
+    return TokenPublic(id=token_id, token=token, client_id=body.client_id)
+
+
+@router.delete("/{token_id}", status_code=204)
+def revoke_token(token_id: Annotated[int, Path(ge=0, le=MAX_ID)], service: ServiceDep,
+                 _: AdminDep) -> Response:
+    """Revoke an unused token."""
+    service.revoke_token(token_id)
+    return Response(status_code=204)

@@ -1,0 +1,50 @@
+"""Update upload: a safetensors body for (run, round), acknowledged only once durable."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from pflkit.server.api.deps import CurrentClient, ServiceDep
+from pflkit.server.api.schemas import MAX_ID, ReceiptPublic
+from pflkit.server.service import TooLarge
+
+router = APIRouter(tags=["updates"])
+_BODY = {"requestBody": {"required": True, "content": {"application/octet-stream": {
+    "schema": {"type": "string", "format": "binary"}}}}}
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """Read the body, refusing it (413) as soon as it exceeds ``limit`` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise TooLarge(f"body of {declared} bytes exceeds the {limit}-byte upload limit")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"body exceeds the {limit}-byte upload limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@router.put("/runs/{run_id}/rounds/{round_index}/update", openapi_extra=_BODY)
+async def upload_update(
+    run_id: Annotated[int, Path(ge=0, le=MAX_ID)],
+    round_index: Annotated[int, Path(ge=0, le=MAX_ID)],
+    num_samples: Annotated[int, Query(ge=0, le=2**40, description="aggregation weight")],
+    request: Request, client_id: CurrentClient, service: ServiceDep,
+) -> ReceiptPublic:
+    """Upload an update (safetensors; optional metadata ``metrics``: JSON name -> number).
+
+    Refusals change nothing: 400 corrupt body, 403 not sampled, 409 round not open / a
+    different update already sent / run paused, 410 round closed (late), 413 too large,
+    422 names/shapes/dtypes differ from the round's schema or values are not finite.
+    Sending the same bytes again returns the same receipt with ``duplicate: true``.
+    """
+    body = await read_body(request, service.settings.max_upload_bytes)
+    receipt = await run_in_threadpool(service.accept_upload, client_id, run_id, round_index,
+                                      num_samples, body)
+    return ReceiptPublic(run_id=receipt.run_id, round=receipt.round, sha256=receipt.sha256,
+                         duplicate=receipt.duplicate)

@@ -1,0 +1,77 @@
+"""The FastAPI application: routers under ``/v1``, the service, and the round ticker.
+
+``create_app()`` with no argument reads :class:`ServerSettings` from the environment (and the
+config file it names): that is how ``uvicorn --factory`` workers started by ``pfl-server``
+build their app. Each worker runs a ticker that opens the first round, closes rounds at
+quorum or deadline (an upload wakes it early) and opens the next; workers coordinate through
+the database (see ``service.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pflkit.server.api import clients, globals, heads, health, runs, tasks, tokens, updates
+from pflkit.server.blobs import BlobStore
+from pflkit.server.db import init_db, make_engine
+from pflkit.server.service import FederationService, ServiceError
+from pflkit.server.settings import ServerSettings
+
+log = logging.getLogger(__name__)
+API_VERSION = "v1"
+
+
+def build_service(settings: ServerSettings) -> FederationService:
+    """Database, blob store and service for these settings (tables created if missing)."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    sessions = init_db(make_engine(settings.db_url))
+    return FederationService(settings, sessions, BlobStore(settings.blobs))
+
+
+async def _ticker(service: FederationService, wake: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(1, thread_name_prefix="rounds") as executor:
+        while True:
+            try:
+                await loop.run_in_executor(executor, service.tick)
+            except Exception:
+                log.exception("round ticker failed; retrying")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), service.settings.tick_seconds)
+            wake.clear()
+
+
+def create_app(settings: ServerSettings | None = None) -> FastAPI:
+    """Build the ASGI app (settings default to environment + config file)."""
+    settings = settings or ServerSettings.load()
+    service = build_service(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        service.on_accept = lambda: loop.call_soon_threadsafe(wake.set)
+        task = asyncio.create_task(_ticker(service, wake))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    app = FastAPI(title="pflkit aggregation server", version=API_VERSION, lifespan=lifespan,
+                  description="Personalized federated learning: enroll, poll, download the "
+                              "global state, upload updates. Tensors travel as safetensors.")
+    app.state.service = service
+
+    @app.exception_handler(ServiceError)
+    async def _refused(request: Request, err: ServiceError) -> JSONResponse:
+        return JSONResponse({"detail": err.message}, status_code=err.status)
+
+    for module in (health, runs, tokens, clients, tasks, globals, updates, heads):
+        app.include_router(module.router, prefix=f"/{API_VERSION}")
+    return app

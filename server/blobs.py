@@ -1,0 +1,60 @@
+"""Content-addressed blob store: ``ROOT/ab/abcdef...`` named by the SHA-256 of the bytes.
+
+A blob is written atomically (temp file, fsync, rename, fsync dir) *before* the database row
+naming it is committed, so a committed row always points at a complete file; a crash in
+between leaves only an unreferenced blob. Identical bytes are stored once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from pflkit.sdk.tensorio import State, atomic_write_bytes, state_from_bytes
+
+_HASH = re.compile(r"^[0-9a-f]{64}$")
+
+
+def sha256(data: bytes) -> str:
+    """Hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def is_hash(text: str) -> bool:
+    """Whether ``text`` looks like a blob name (so it can never escape the store)."""
+    return bool(_HASH.match(text))
+
+
+class BlobStore:
+    """Immutable blobs on a (possibly shared) file system."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, digest: str) -> Path:
+        """Where a blob lives (``digest`` must be a SHA-256 hex string)."""
+        if not is_hash(digest):
+            raise ValueError(f"not a blob hash: {digest!r}")
+        return self.root / digest[:2] / digest
+
+    def put(self, data: bytes) -> str:
+        """Store ``data`` durably; return its hash (a no-op if already present)."""
+        digest = sha256(data)
+        path = self.path(digest)
+        if not path.is_file() or path.stat().st_size != len(data):
+            atomic_write_bytes(path, data)
+        return digest
+
+    def get(self, digest: str) -> bytes:
+        """Read a blob (FileNotFoundError if absent)."""
+        return self.path(digest).read_bytes()
+
+    def exists(self, digest: str) -> bool:
+        """Whether a blob is stored."""
+        return is_hash(digest) and self.path(digest).is_file()
+
+    def state(self, digest: str) -> State:
+        """Parse a blob as safetensors."""
+        return state_from_bytes(self.get(digest), f"blob {digest}")

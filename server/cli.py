@@ -1,0 +1,87 @@
+"""``pfl-server``: serve a federated run over HTTP (FastAPI + uvicorn).
+
+    pfl-server serve --data-dir DIR --run-config run.toml --admin-token-file token.txt
+    pfl-server serve --config server.toml        # any setting, see docs/server.md
+
+Flags override ``PFL_SERVER_*`` environment variables, which override the config file.
+Before the workers start, the database is prepared once: tables created, the run of
+``--run-config`` created if there is none, and rounds a crash left mid-close reopened.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvicorn
+from pflkit.server.app import build_service
+from pflkit.server.service import ServiceError
+from pflkit.server.settings import ENV_PREFIX, ServerSettings
+from pydantic import ValidationError
+
+app = typer.Typer(add_completion=False, help=__doc__)
+
+
+@app.callback()
+def _main() -> None:
+    """Pflkit aggregation server."""
+
+
+@app.command()
+def serve(
+    config: Annotated[Path | None, typer.Option(help="TOML file with server settings")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="database, blobs, scratch")] = None,
+    database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL (postgresql://...)")
+                            ] = None,
+    run_config: Annotated[Path | None, typer.Option(help="pfl-sim TOML of the run")] = None,
+    host: Annotated[str | None, typer.Option()] = None,
+    port: Annotated[int | None, typer.Option(help="0: pick a free port")] = None,
+    workers: Annotated[int | None, typer.Option()] = None,
+    admin_token_file: Annotated[Path | None, typer.Option(help="file holding the admin token")
+                                ] = None,
+    clients_per_round: Annotated[int | None, typer.Option()] = None,
+    min_clients: Annotated[int | None, typer.Option(help="uploads that close a round")] = None,
+    min_enrolled: Annotated[int | None, typer.Option()] = None,
+    round_deadline: Annotated[float | None, typer.Option(help="seconds")] = None,
+    max_upload_bytes: Annotated[int | None, typer.Option()] = None,
+    aggregation: Annotated[str | None, typer.Option(help="mean | median | trimmed_mean")
+                           ] = None,
+    clip_norm: Annotated[float | None, typer.Option()] = None,
+    tls_certfile: Annotated[Path | None, typer.Option()] = None,
+    tls_keyfile: Annotated[Path | None, typer.Option()] = None,
+    log_level: Annotated[str, typer.Option()] = "info",
+) -> None:
+    """Prepare the database, then serve the API until interrupted."""
+    flags = {"data_dir": data_dir, "database_url": database_url, "run_config": run_config,
+             "host": host, "port": port, "workers": workers,
+             "clients_per_round": clients_per_round, "min_clients": min_clients,
+             "min_enrolled": min_enrolled, "round_deadline": round_deadline,
+             "max_upload_bytes": max_upload_bytes, "aggregation": aggregation,
+             "clip_norm": clip_norm, "tls_certfile": tls_certfile, "tls_keyfile": tls_keyfile}
+    if admin_token_file is not None:
+        flags["admin_token"] = admin_token_file.read_text().strip()
+    # workers rebuild the settings from the environment: flags become environment variables
+    for name, value in flags.items():
+        if value is not None:
+            os.environ[f"{ENV_PREFIX}{name.upper()}"] = str(value)
+    if config is not None:
+        os.environ[f"{ENV_PREFIX}CONFIG_FILE"] = str(config)
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = ServerSettings.load()
+        service = build_service(settings)
+        service.ensure_run()
+        reopened = service.recover()
+    except (ValidationError, ServiceError, FileNotFoundError) as err:
+        typer.echo(f"pfl-server: {err}", err=True)
+        raise typer.Exit(2) from err
+    if reopened:
+        logging.getLogger(__name__).warning("reopened %d round(s) a crash left closing", reopened)
+    uvicorn.run("pflkit.server.app:create_app", factory=True, host=settings.host,
+                port=settings.port, workers=settings.workers, log_level=log_level,
+                ssl_certfile=settings.tls_certfile, ssl_keyfile=settings.tls_keyfile,
+                timeout_graceful_shutdown=5)

@@ -1,0 +1,36 @@
+"""Engine and sessions: SQLite in WAL mode by default, any SQLAlchemy URL (PostgreSQL) for scale."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pflkit.server.orm import Base
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def make_engine(url: str) -> Engine:
+    """Create an engine; SQLite gets WAL, full fsync on commit, a generous busy timeout."""
+    if url.startswith("sqlite"):
+        database = url.split("///", 1)[-1]
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(conn: Any, _record: Any) -> None:
+            cursor = conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=FULL")  # an acknowledged commit survives power loss
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def init_db(engine: Engine) -> sessionmaker[Session]:
+    """Create missing tables; return the session factory."""
+    Base.metadata.create_all(engine)
+    return sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,624 @@
+"""The federation service: the Coordinator driven by HTTP requests, persisted in a database.
+
+Transport-free (routers in ``server/api`` translate :class:`ServiceError` into HTTP statuses).
+The database is the source of truth, so any number of worker processes can serve one run:
+
+* A round row holds its roster, its sample (drawn by :meth:`Coordinator.sample`, seeded), the
+  hash of the global state it starts from, its deadline and the count of accepted updates.
+* An upload is validated with :meth:`Coordinator.validate`, its bytes are written to the
+  content-addressed blob store, and only then is its row committed, in the same transaction
+  that checks the round is still open. The response (the acknowledgement) comes after that.
+* A round closes at quorum or deadline: one worker claims it (``open -> closing``, a
+  compare-and-set), rebuilds a Coordinator from the round row and re-folds the accepted blobs
+  in client-id order with ``submit`` / ``close_round``. The new global state is written as a
+  blob, then one commit closes the round and opens the next. A crash anywhere leaves either
+  the old commit (the close is redone from the same blobs, on restart) or the new one, so no
+  acknowledged update is lost or counted twice, and the fold order (client id) makes the
+  result equal to the simulator's for the same clients.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import secrets
+import threading
+import time
+import tomllib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pflkit.sdk.algorithms.base import Algorithm, ModelFactory, State, make_algorithm
+from pflkit.sdk.data.datasets import dataset_spec
+from pflkit.sdk.tensorio import CorruptStateError, read_metadata, state_from_bytes, state_to_bytes
+from pflkit.server.aggregation import aggregator_factory
+from pflkit.server.blobs import BlobStore, sha256
+from pflkit.server.coordinator import Coordinator, Schedule, UpdateRejected
+from pflkit.server.faults import crash_point
+from pflkit.server.orm import Client, EnrollmentToken, Round, Run, Update
+from pflkit.server.settings import ServerSettings
+from pflkit.server.sim_config import ConfigError, SimConfig
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+log = logging.getLogger(__name__)
+
+METRICS_KEY = "metrics"  # safetensors metadata key of an upload's JSON metrics
+LIVE = ("active", "paused")  # run statuses that block creating another run
+CLOSING_LEASE = 300.0  # seconds after which another worker may retake a stuck close
+
+
+class ServiceError(Exception):
+    """A refused request; ``status`` is the HTTP status the API answers with."""
+
+    status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(ServiceError):
+    """Malformed input (corrupt safetensors, bad metadata)."""
+
+
+class Unauthorized(ServiceError):
+    """Missing or unknown credentials."""
+
+    status = 401
+
+
+class Forbidden(ServiceError):
+    """Known credentials that may not do this (revoked, not sampled)."""
+
+    status = 403
+
+
+class NotFound(ServiceError):
+    """No such run, round, client or blob."""
+
+    status = 404
+
+
+class Conflict(ServiceError):
+    """The request contradicts the current state (paused run, different second upload)."""
+
+    status = 409
+
+
+class Gone(ServiceError):
+    """Too late: the round (or run) has closed."""
+
+    status = 410
+
+
+class TooLarge(ServiceError):
+    """The body exceeds the upload limit."""
+
+    status = 413
+
+
+class Invalid(ServiceError):
+    """Well-formed but does not fit the round (names, shapes, dtypes, NaN/Inf)."""
+
+    status = 422
+
+
+def hash_secret(secret: str) -> str:
+    """Hash a token or client secret for storage (high-entropy: a plain SHA-256 suffices)."""
+    return sha256(secret.encode())
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What a run's TOML config resolves to (built once per process and run)."""
+
+    config: SimConfig
+    algorithm: Algorithm
+    schedule: Schedule
+    input_shape: tuple[int, int, int]
+    num_classes: int
+
+
+@dataclass(frozen=True)
+class UploadReceipt:
+    """The acknowledgement of a durable update."""
+
+    run_id: int
+    round: int
+    sha256: str
+    duplicate: bool
+
+
+class FederationService:
+    """Runs, rounds, enrollment and uploads on top of the Coordinator."""
+
+    def __init__(self, settings: ServerSettings, sessions: sessionmaker[Session],
+                 blobs: BlobStore) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.blobs = blobs
+        self._setups: dict[int, RunSetup] = {}
+        self._globals: dict[str, State] = {}
+        self._validators: dict[int, Coordinator] = {}
+        self._lock = threading.Lock()
+        self.on_accept: Callable[[], None] = lambda: None  # the app wakes its round ticker here
+
+    # -- helpers ----------------------------------------------------------------------------------
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
+        with self.sessions() as session, session.begin():
+            yield session
+
+    def setup(self, run: Run) -> RunSetup:
+        """Return the algorithm and schedule of a run (cached)."""
+        with self._lock:
+            if run.id in self._setups:
+                return self._setups[run.id]
+        setup = build_setup(run.config_toml, self.settings)
+        with self._lock:
+            self._setups[run.id] = setup
+        return setup
+
+    def global_state(self, digest: str) -> State:
+        """Return a global state by hash (the newest two are cached in memory)."""
+        with self._lock:
+            if digest in self._globals:
+                return self._globals[digest]
+        state = self.blobs.state(digest)
+        with self._lock:
+            if len(self._globals) >= 2:
+                self._globals.pop(next(iter(self._globals)))
+            self._globals[digest] = state
+        return state
+
+    def _coordinator(self, run: Run, rnd: Round, robust: bool) -> Coordinator:
+        setup = self.setup(run)
+        factory = None
+        if robust:
+            s = self.settings
+            factory = aggregator_factory(setup.algorithm.new_aggregator, s.aggregation,
+                                         s.clip_norm, s.data_dir / "scratch", s.trim_fraction)
+        return Coordinator(setup.algorithm, setup.schedule, rnd.roster,
+                           self.global_state(rnd.global_hash), setup.config.seed, rnd.index,
+                           aggregator_factory=factory)
+
+    def _validator(self, run: Run, rnd: Round) -> Coordinator:
+        with self._lock:
+            coord = self._validators.get(rnd.id)
+        if coord is None:
+            coord = self._coordinator(run, rnd, robust=False)
+            coord.open_round()
+            with self._lock:
+                self._validators = {rnd.id: coord}
+        return coord
+
+    @staticmethod
+    def _current_run(session: Session) -> Run | None:
+        return session.scalar(select(Run).order_by(Run.id.desc()).limit(1))
+
+    @staticmethod
+    def _round(session: Session, run: Run, index: int) -> Round | None:
+        return session.scalar(select(Round).where(Round.run_id == run.id, Round.index == index))
+
+    def _get_run(self, session: Session, run_id: int | None) -> Run:
+        run = self._current_run(session) if run_id is None else session.get(Run, run_id)
+        if run is None:
+            raise NotFound("no such run" if run_id is not None else "no run has been created")
+        return run
+
+    # -- runs -------------------------------------------------------------------------------------
+    def create_run(self, config_toml: str) -> Run:
+        """Start a run from a pfl-sim TOML config (refused while another is active or paused)."""
+        setup = build_setup(config_toml, self.settings)
+        state = setup.algorithm.init_global(setup.config.seed)
+        digest = self.blobs.put(state_to_bytes(state, {"rounds_done": "0"}))
+        with self._session() as s:
+            live = s.scalar(select(Run).where(Run.status.in_(LIVE)))
+            if live is not None:
+                raise Conflict(f"run {live.id} is {live.status}; stop it before creating another")
+            run = Run(config_toml=config_toml, status="active",
+                      rounds_total=setup.config.rounds, rounds_done=0, global_hash=digest)
+            s.add(run)
+        with self._lock:
+            self._setups[run.id] = setup
+        log.info("created run %d (%s, %d rounds)", run.id, setup.config.algorithm,
+                 setup.config.rounds)
+        return run
+
+    def ensure_run(self) -> None:
+        """Create the run of ``settings.run_config`` if the database has no run yet."""
+        if self.settings.run_config is None:
+            return
+        with self._session() as s:
+            if self._current_run(s) is not None:
+                return
+        self.create_run(self.settings.run_config.read_text())
+
+    def recover(self) -> int:
+        """After a crash: rounds left ``closing`` are reopened (their close is redone)."""
+        with self._session() as s:
+            result = s.execute(update(Round).where(Round.status == "closing")
+                               .values(status="open", claimed_at=None))
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    def set_run_status(self, run_id: int, action: str) -> Run:
+        """Pause, resume or stop a run."""
+        allowed = {"pause": ("active",), "resume": ("paused",), "stop": LIVE}
+        target = {"pause": "paused", "resume": "active", "stop": "stopped"}[action]
+        with self._session() as s:
+            run = self._get_run(s, run_id)
+            if run.status not in allowed[action]:
+                raise Conflict(f"cannot {action} run {run.id}: it is {run.status}")
+            run.status = target
+            rnd = self._round(s, run, run.rounds_done)
+            if rnd is not None and rnd.status == "open":
+                if action == "stop":
+                    rnd.status = "abandoned"
+                elif action == "resume":  # the paused time does not count against the clients
+                    rnd.deadline_at = time.time() + self.settings.round_deadline
+        return run
+
+    def run_status(self, run_id: int | None) -> dict[str, Any]:
+        """Progress of a run: status, rounds, the open round's participants, per-round metrics."""
+        with self._session() as s:
+            run = self._get_run(s, run_id)
+            setup = self.setup(run)
+            rounds = s.scalars(select(Round).where(Round.run_id == run.id)
+                               .order_by(Round.index)).all()
+            current = None
+            for rnd in rounds:
+                if rnd.status in ("open", "closing"):
+                    senders = s.scalars(select(Update.client_id)
+                                        .where(Update.round_id == rnd.id)).all()
+                    current = {"index": rnd.index, "status": rnd.status, "sampled": rnd.sampled,
+                               "received": sorted(senders), "deadline": rnd.deadline_at}
+            history = [{"index": r.index, "closed_at": r.closed_at, "global_hash": r.result_hash,
+                        "metrics": r.metrics} for r in rounds if r.status == "closed"]
+            enrolled = s.scalar(select(func.count(Client.id))
+                                .where(Client.revoked_at.is_(None))) or 0
+            return {"id": run.id, "status": run.status, "algorithm": setup.config.algorithm,
+                    "model": setup.config.model, "rounds_total": run.rounds_total,
+                    "rounds_done": run.rounds_done, "global_hash": run.global_hash,
+                    "enrolled_clients": enrolled, "current_round": current, "history": history}
+
+    # -- enrollment -------------------------------------------------------------------------------
+    def issue_token(self, client_id: int | None, ttl: float | None) -> tuple[int, str]:
+        """Issue a one-time enrollment token (returned once; only its hash is stored)."""
+        token = "pfe_" + secrets.token_urlsafe(32)
+        with self._session() as s:
+            if client_id is not None:
+                if s.get(Client, client_id) is not None:
+                    raise Conflict(f"client id {client_id} is already enrolled")
+                taken = s.scalar(select(EnrollmentToken.id).where(
+                    EnrollmentToken.client_id == client_id, EnrollmentToken.used_at.is_(None),
+                    EnrollmentToken.revoked_at.is_(None)))
+                if taken is not None:
+                    raise Conflict(f"client id {client_id} is reserved by token {taken}")
+            row = EnrollmentToken(token_hash=hash_secret(token), client_id=client_id,
+                                  expires_at=None if ttl is None else time.time() + ttl)
+            s.add(row)
+            s.flush()
+            return row.id, token
+
+    def revoke_token(self, token_id: int) -> None:
+        """Make an unused enrollment token useless."""
+        with self._session() as s:
+            row = s.get(EnrollmentToken, token_id)
+            if row is None:
+                raise NotFound(f"no enrollment token {token_id}")
+            if row.used_at is not None:
+                raise Conflict(f"enrollment token {token_id} was already used")
+            row.revoked_at = row.revoked_at or time.time()
+
+    def enroll(self, token: str) -> tuple[int, str]:
+        """Trade an enrollment token for a client id and a per-client secret."""
+        secret = "pfc_" + secrets.token_urlsafe(32)
+        now = time.time()
+        with self._session() as s:
+            row = s.scalar(select(EnrollmentToken)
+                           .where(EnrollmentToken.token_hash == hash_secret(token)))
+            if row is None:
+                raise Unauthorized("unknown enrollment token")
+            if row.revoked_at is not None:
+                raise Forbidden("this enrollment token was revoked")
+            if row.expires_at is not None and row.expires_at < now:
+                raise Forbidden("this enrollment token has expired")
+            claimed = s.execute(update(EnrollmentToken).where(
+                EnrollmentToken.id == row.id, EnrollmentToken.used_at.is_(None))
+                .values(used_at=now))
+            if not claimed.rowcount:  # type: ignore[attr-defined]
+                raise Conflict("this enrollment token was already used")
+            client_id = row.client_id
+            if client_id is None:
+                highest = max(s.scalar(select(func.max(Client.id))) or -1,
+                              s.scalar(select(func.max(EnrollmentToken.client_id))) or -1)
+                client_id = highest + 1
+            s.add(Client(id=client_id, secret_hash=hash_secret(secret)))
+        log.info("enrolled client %d", client_id)
+        return client_id, secret
+
+    def authenticate(self, secret: str) -> int:
+        """Return the client id of a secret; unknown -> 401, revoked -> 403."""
+        with self._session() as s:
+            client = s.scalar(select(Client).where(Client.secret_hash == hash_secret(secret)))
+            if client is None:
+                raise Unauthorized("unknown client credentials")
+            if client.revoked_at is not None:
+                raise Forbidden(f"client {client.id} has been revoked")
+            return client.id
+
+    def revoke_client(self, client_id: int) -> None:
+        """Revoke a client: its secret stops working; it leaves future rosters."""
+        with self._session() as s:
+            client = s.get(Client, client_id)
+            if client is None:
+                raise NotFound(f"no client {client_id}")
+            client.revoked_at = client.revoked_at or time.time()
+
+    def list_clients(self) -> list[dict[str, Any]]:
+        """Every enrolled client with its status."""
+        with self._session() as s:
+            return [{"id": c.id, "enrolled_at": c.enrolled_at, "revoked": c.revoked_at is not None,
+                     "last_seen": c.last_seen}
+                    for c in s.scalars(select(Client).order_by(Client.id))]
+
+    # -- tasks and downloads ---------------------------------------------------------------------
+    def task(self, client_id: int) -> dict[str, Any]:
+        """Tell a client what to do now: train (with everything it needs), wait, or stop."""
+        retry = 2 * self.settings.tick_seconds
+        with self._session() as s:
+            run = self._current_run(s)
+            if run is None:
+                return {"status": "wait", "retry_after": retry}
+            base = {"run_id": run.id, "retry_after": retry, "global_hash": run.global_hash}
+            if run.status != "active":
+                status = {"paused": "paused", "stopped": "stopped"}.get(run.status, "finished")
+                return {**base, "status": status}
+            rnd = self._round(s, run, run.rounds_done)
+            if rnd is None or rnd.status != "open" or client_id not in rnd.sampled:
+                return {**base, "status": "wait"}
+            sent = s.scalar(select(Update.id).where(Update.round_id == rnd.id,
+                                                    Update.client_id == client_id))
+            setup = self.setup(run)
+            cfg = setup.config
+            return {**base, "status": "uploaded" if sent is not None else "train",
+                    "round": rnd.index, "deadline": rnd.deadline_at,
+                    "global_hash": rnd.global_hash,
+                    "config": {
+                        "algorithm": cfg.algorithm, "params": cfg.params, "model": cfg.model,
+                        "input_shape": list(setup.input_shape),
+                        "num_classes": setup.num_classes, "seed": cfg.seed,
+                        "total_rounds": cfg.rounds, "lr": setup.schedule.lr_at(rnd.index),
+                        "local": {"epochs": cfg.training.epochs,
+                                  "batch_size": cfg.training.batch_size,
+                                  "momentum": cfg.training.momentum,
+                                  "weight_decay": cfg.training.weight_decay}}}
+
+    def global_blob(self, digest: str) -> bytes:
+        """Return a global state's bytes; only hashes a run or round names are served."""
+        with self._session() as s:
+            known = s.scalar(select(Run.id).where(Run.global_hash == digest).limit(1)) or \
+                s.scalar(select(Round.id).where(Round.global_hash == digest).limit(1))
+        if known is None or not self.blobs.exists(digest):
+            raise NotFound(f"no global state {digest}")
+        return self.blobs.get(digest)
+
+    def zero_shot_head(self, run_id: int | None, distribution: list[float]) -> bytes:
+        """FedRoD: the personalized head for a class distribution from the run's newest global."""
+        from pflkit.sdk.algorithms.fedrod import ClassDistributionError, zero_shot_head
+
+        with self._session() as s:
+            run = self._get_run(s, run_id)
+            algorithm, digest = self.setup(run).config.algorithm, run.global_hash
+        if not algorithm.startswith("fedrod"):
+            raise Conflict(f"run {run.id} trains {algorithm}, not FedRoD: it has no heads")
+        try:
+            head = zero_shot_head(self.global_state(digest), distribution)
+        except (ClassDistributionError, ValueError) as err:
+            raise Invalid(str(err)) from err
+        return state_to_bytes(head, {"global_hash": digest})
+
+    # -- uploads ----------------------------------------------------------------------------------
+    def accept_upload(self, client_id: int, run_id: int, round_index: int, num_samples: int,
+                      body: bytes) -> UploadReceipt:
+        """Validate an update, store it durably, then acknowledge (or refuse, changing nothing)."""
+        digest = sha256(body)
+        with self._session() as s:
+            run = self._get_run(s, run_id)
+            rnd = self._round(s, run, round_index)
+            if rnd is None:
+                raise Conflict(f"round {round_index} of run {run_id} has not opened "
+                               f"(the current round is {run.rounds_done})")
+            if client_id not in rnd.sampled:
+                raise Forbidden(f"client {client_id} was not sampled in round {round_index}")
+            prior = s.scalar(select(Update).where(Update.round_id == rnd.id,
+                                                  Update.client_id == client_id))
+            if prior is not None:
+                return self._replay(prior, run_id, round_index, digest, num_samples)
+            if rnd.status != "open":
+                raise Gone(f"round {round_index} of run {run_id} is {rnd.status}; "
+                           "late uploads are refused")
+            if run.status != "active":
+                raise Conflict(f"run {run_id} is {run.status}; uploads are not accepted")
+        try:
+            update_state = state_from_bytes(body, "upload")
+            metrics = _upload_metrics(body)
+        except CorruptStateError as err:
+            raise BadRequest(str(err)) from err
+        try:
+            self._validator(run, rnd).validate(client_id, num_samples, update_state)
+        except UpdateRejected as err:
+            raise Invalid(str(err)) from err
+        self.blobs.put(body)
+        crash_point("upload_after_blob")
+        try:
+            with self._session() as s:
+                # one conditional write: the round is still open (a closer that claimed it
+                # waits for this commit or has already made it fail)
+                still_open = s.execute(update(Round).where(Round.id == rnd.id,
+                                                           Round.status == "open")
+                                       .values(received=Round.received + 1))
+                if not still_open.rowcount:  # type: ignore[attr-defined]
+                    raise Gone(f"round {round_index} closed while the update arrived; "
+                               "late uploads are refused")
+                s.add(Update(round_id=rnd.id, client_id=client_id, blob_hash=digest,
+                             num_samples=num_samples, size=len(body), metrics=metrics))
+                s.execute(update(Client).where(Client.id == client_id)
+                          .values(last_seen=time.time()))
+        except IntegrityError:  # the same client raced itself: answer as for a replay
+            with self._session() as s:
+                prior = s.scalar(select(Update).where(Update.round_id == rnd.id,
+                                                      Update.client_id == client_id))
+                if prior is None:
+                    raise
+                return self._replay(prior, run_id, round_index, digest, num_samples)
+        crash_point("upload_after_commit")
+        self.on_accept()
+        return UploadReceipt(run_id, round_index, digest, duplicate=False)
+
+    @staticmethod
+    def _replay(prior: Update, run_id: int, round_index: int, digest: str,
+                num_samples: int) -> UploadReceipt:
+        if prior.blob_hash == digest and prior.num_samples == num_samples:
+            return UploadReceipt(run_id, round_index, digest, duplicate=True)
+        raise Conflict(f"client {prior.client_id} already sent a different update for "
+                       f"round {round_index}")
+
+    # -- rounds -----------------------------------------------------------------------------------
+    def tick(self) -> None:
+        """Open the first round when enough clients enrolled; close rounds at quorum/deadline."""
+        now = time.time()
+        with self._session() as s:
+            run = self._current_run(s)
+            if run is None or run.status != "active":
+                return
+            rnd = self._round(s, run, run.rounds_done)
+            if rnd is None:
+                if run.rounds_done < run.rounds_total:
+                    self._open_round(s, run)
+                return
+            stuck = rnd.status == "closing" and (rnd.claimed_at or 0) < now - CLOSING_LEASE
+            if rnd.status == "open":
+                revoked = set(s.scalars(select(Client.id).where(Client.revoked_at.isnot(None))))
+                reachable = len(set(rnd.sampled) - revoked)
+                quorum = min(self.settings.min_clients or len(rnd.sampled), reachable)
+                due = rnd.received >= quorum or now >= rnd.deadline_at
+            else:
+                due = stuck
+            if not due:
+                return
+            same = [Round.id == rnd.id, Round.status == rnd.status]
+            if stuck:  # retake only the claim we saw, not a fresh one
+                same.append(Round.claimed_at == rnd.claimed_at)
+            claim = s.execute(update(Round).where(*same).values(status="closing", claimed_at=now))
+            if not claim.rowcount:  # type: ignore[attr-defined]
+                return
+            round_id = rnd.id
+        self.close_round(round_id)
+
+    def _open_round(self, s: Session, run: Run) -> Round | None:
+        setup = self.setup(run)
+        roster = sorted(s.scalars(select(Client.id).where(Client.revoked_at.is_(None))))
+        needed = max(setup.schedule.clients_per_round or 1, self.settings.min_enrolled or 1)
+        if len(roster) < needed:
+            return None
+        index = run.rounds_done
+        coord = Coordinator(setup.algorithm, setup.schedule, roster,
+                            self.global_state(run.global_hash), setup.config.seed, index)
+        rnd = Round(run_id=run.id, index=index, status="open", roster=roster,
+                    sampled=coord.sample(index), global_hash=run.global_hash,
+                    deadline_at=time.time() + self.settings.round_deadline, metrics={})
+        s.add(rnd)
+        s.flush()
+        log.info("run %d: round %d open, sampled %s", run.id, index, rnd.sampled)
+        return rnd
+
+    def close_round(self, round_id: int) -> None:
+        """Fold the round's accepted blobs (client-id order), store the result, commit."""
+        with self._session() as s:
+            rnd = s.get(Round, round_id)
+            assert rnd is not None
+            run = s.get(Run, rnd.run_id)
+            assert run is not None
+            updates = s.scalars(select(Update).where(Update.round_id == round_id)
+                                .order_by(Update.client_id)).all()
+        started = time.perf_counter()
+        coord = self._coordinator(run, rnd, robust=True)
+        plan = coord.open_round()
+        if plan.sampled != rnd.sampled:
+            raise RuntimeError(f"round {rnd.index}: resampling gave {plan.sampled}, "
+                               f"stored {rnd.sampled}")
+        for row in updates:
+            coord.submit(row.client_id, row.num_samples, self.blobs.state(row.blob_hash))
+            crash_point("close_mid_fold")
+        new_global = coord.close_round()
+        digest = self.blobs.put(state_to_bytes(new_global, {"rounds_done": str(rnd.index + 1)}))
+        crash_point("close_after_blob")
+        metrics = _round_metrics(updates)
+        with self._session() as s:
+            done = s.execute(update(Round).where(Round.id == round_id,
+                                                 Round.status == "closing")
+                             .values(status="closed", closed_at=time.time(),
+                                     result_hash=digest, metrics=metrics))
+            if not done.rowcount:  # type: ignore[attr-defined]
+                return  # another worker finished it (same blobs, same result)
+            run = s.get(Run, rnd.run_id)
+            assert run is not None
+            run.rounds_done = rnd.index + 1
+            run.global_hash = digest
+            if run.rounds_done >= run.rounds_total:
+                run.status = "finished"
+            elif run.status == "active":
+                self._open_round(s, run)
+        log.info("run %d: round %d closed with %d/%d updates in %.3fs", run.id, rnd.index,
+                 len(updates), len(rnd.sampled), time.perf_counter() - started)
+
+
+def build_setup(config_toml: str, settings: ServerSettings) -> RunSetup:
+    """Resolve a pfl-sim TOML into algorithm and schedule (the dataset's files are not read)."""
+    try:
+        config = SimConfig.from_mapping(tomllib.loads(config_toml))
+        size = (config.data.resize, config.data.resize) if config.data.resize else None
+        spec = dataset_spec(config.data.dataset, size)
+        model = ModelFactory(config.model, spec.input_shape, spec.num_classes)
+        algorithm = make_algorithm(config.algorithm, model, config.training.local(),
+                                   config.params)
+    except (tomllib.TOMLDecodeError, ConfigError, KeyError, ValueError) as err:
+        raise Invalid(f"run config: {err}") from err
+    schedule = config.schedule()
+    if settings.clients_per_round is not None:
+        schedule = replace(schedule, clients_per_round=settings.clients_per_round)
+    return RunSetup(config, algorithm, schedule, spec.input_shape, spec.num_classes)
+
+
+def _upload_metrics(body: bytes) -> dict[str, float]:
+    raw = read_metadata(body).get(METRICS_KEY)
+    if raw is None:
+        return {}
+    try:
+        metrics = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise CorruptStateError(f"metadata '{METRICS_KEY}' is not JSON ({err})") from err
+    if not isinstance(metrics, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            for v in metrics.values()):
+        raise CorruptStateError(f"metadata '{METRICS_KEY}' must map names to finite numbers")
+    return {str(k): float(v) for k, v in metrics.items()}
+
+
+def _round_metrics(updates: list[Update] | Any) -> dict[str, Any]:
+    """Sample-weighted mean of each metric the clients reported, plus participation."""
+    total = sum(u.num_samples for u in updates)
+    keys = sorted({k for u in updates for k in u.metrics})
+    out: dict[str, Any] = {"participants": len(updates), "samples": total}
+    for key in keys:
+        rows = [(u.metrics[key], u.num_samples) for u in updates if key in u.metrics]
+        weight = sum(n for _, n in rows)
+        if weight > 0:
+            out[key] = sum(v * n for v, n in rows) / weight
+    return out

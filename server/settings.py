@@ -1,0 +1,85 @@
+"""``pfl-server`` settings: one pydantic-settings object read from flags, environment and a file.
+
+Precedence: command-line flags > ``PFL_SERVER_*`` environment variables > the TOML file named
+by ``--config`` / ``PFL_SERVER_CONFIG_FILE`` > defaults. The admin token has no default on
+purpose: a server never starts with a placeholder secret.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+ENV_PREFIX = "PFL_SERVER_"
+
+
+class ServerSettings(BaseSettings):
+    """Everything a ``pfl-server`` process needs to know."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+
+    data_dir: Path = Path("pfl-server-data")  # SQLite file, blobs and scratch space live here
+    database_url: str | None = None  # None: SQLite (WAL) at DATA_DIR/server.db; or postgresql://
+    blob_dir: Path | None = None  # None: DATA_DIR/blobs (share it between replicas)
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    workers: int = Field(1, ge=1)  # uvicorn worker processes sharing the database
+    tls_certfile: Path | None = None
+    tls_keyfile: Path | None = None
+    admin_token: SecretStr = Field(min_length=16)  # required: Bearer token of the admin API
+    run_config: Path | None = None  # pfl-sim TOML; started as the first run if none exists
+    clients_per_round: int | None = Field(None, ge=1)  # overrides the TOML's training section
+    min_clients: int | None = Field(None, ge=1)  # uploads that close a round early (None: all)
+    min_enrolled: int | None = Field(None, ge=1)  # enrolled clients before round 0 opens
+    round_deadline: float = Field(600.0, gt=0)  # seconds; the round closes with what it has
+    max_upload_bytes: int = Field(64 * 2**20, ge=1024)  # larger bodies get 413
+    aggregation: Literal["mean", "median", "trimmed_mean"] = "mean"
+    trim_fraction: float = Field(0.1, ge=0, lt=0.5)  # share cut at each end for trimmed_mean
+    clip_norm: float | None = Field(None, gt=0)  # L2 bound on each update's change to the global
+    tick_seconds: float = Field(0.5, gt=0)  # how often deadlines and round opening are checked
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerSettings:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("tls_certfile and tls_keyfile must be given together")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Order the sources: flags (init), then environment, then the TOML config file."""
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
+
+    @classmethod
+    def load(cls, config_file: Path | None = None, **flags: object) -> ServerSettings:
+        """Read settings; ``config_file`` (or ``$PFL_SERVER_CONFIG_FILE``) is a TOML file."""
+        path = config_file or os.environ.get(f"{ENV_PREFIX}CONFIG_FILE")
+        if path is not None and not Path(path).is_file():
+            raise FileNotFoundError(f"server config file {path} does not exist")
+
+        class _WithFile(cls):  # type: ignore[valid-type,misc]
+            model_config = SettingsConfigDict(**{**cls.model_config, "toml_file": path})
+
+        return _WithFile(**{k: v for k, v in flags.items() if v is not None})
+
+    @property
+    def db_url(self) -> str:
+        """The SQLAlchemy URL actually used."""
+        return self.database_url or f"sqlite:///{(self.data_dir / 'server.db').resolve()}"
+
+    @property
+    def blobs(self) -> Path:
+        """Folder of the content-addressed blob store."""
+        return self.blob_dir or self.data_dir / "blobs"
