@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
 from pflkit.sdk.algorithms.base import (
     Choice,
     ClientState,
@@ -26,18 +24,13 @@ from pflkit.sdk.algorithms.base import (
     register,
 )
 from pflkit.sdk.algorithms.fedavg import FedAvg
+from pflkit.sdk.algorithms.gradtools import added_gradient
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
-from pflkit.sdk.training import run_epochs, sgd
+from pflkit.sdk.training import cross_entropy_of, run_epochs, sgd
 from torch import nn
 
 PERSONAL = "personal."
-
-
-def proximal(model: nn.Module, anchor: State, strength: float) -> torch.Tensor:
-    """(strength / 2) * ||w - anchor||^2 over the module's trainable parameters."""
-    total = sum(((p - anchor[n]) ** 2).sum() for n, p in model.named_parameters())
-    return 0.5 * strength * total  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -67,15 +60,14 @@ class Ditto(FedAvg):
         """Run the FedAvg update, then the personal model's epochs toward this round's w^t."""
         result = super().fit(global_state, client_state, data, ctx)
         model = self.template(personal_of(client_state) or global_state)
-
-        def loss_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return F.cross_entropy(model(x), y) + proximal(model, global_state, self.params.lam)
-
         epochs = self.local.epochs if self.params.personal_epochs is None \
             else self.params.personal_epochs
         optimizer = sgd(model.parameters(), ctx.lr, self.local.momentum, self.local.weight_decay)
-        loss = run_epochs(optimizer, loss_fn, data, epochs, self.local.batch_size,
-                          ctx.generator("personal"))
+        lam = self.params.lam
+        # gradient of (lam / 2) ||v - w^t||^2 is lam (v - w^t)
+        with added_gradient(model, lambda n, p: lam * (p.detach() - global_state[n])):
+            loss = run_epochs(optimizer, cross_entropy_of(model), data, epochs,
+                              self.local.batch_size, ctx.generator("personal"))
         personal = {PERSONAL + k: v for k, v in float_state(model).items()}
         result.client_state = ClientState(personal, client_state.meta)
         result.metrics["personal_loss"] = loss

@@ -15,8 +15,7 @@ of the personal part is never updated (no client sends it) and is only that star
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from typing import ClassVar
 
 import torch
@@ -33,19 +32,6 @@ from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.training import cross_entropy_of, run_epochs, sgd
 from torch import nn
-
-
-@contextmanager
-def frozen(params: Iterable[nn.Parameter]) -> Iterator[None]:
-    """Exclude ``params`` from autograd for a block (cheaper backward), then restore them."""
-    params = [p for p in params if p.requires_grad]
-    for p in params:
-        p.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p in params:
-            p.requires_grad_(True)
 
 
 class PartialSharing(Algorithm):

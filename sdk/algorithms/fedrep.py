@@ -21,7 +21,8 @@ from pflkit.sdk.algorithms.base import (
     RoundContext,
     register,
 )
-from pflkit.sdk.algorithms.fedper import PartialSharing, frozen
+from pflkit.sdk.algorithms.fedper import PartialSharing
+from pflkit.sdk.algorithms.gradtools import frozen
 from pflkit.sdk.data.tensors import LabeledTensors
 from torch import nn
 

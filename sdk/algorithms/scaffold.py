@@ -33,6 +33,7 @@ from pflkit.sdk.algorithms.base import (
     State,
     register,
 )
+from pflkit.sdk.algorithms.gradtools import added_gradient
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.training import cross_entropy_of, run_epochs, sgd
@@ -128,16 +129,10 @@ class Scaffold(Algorithm):
         model = self.template(x)
         c_new = self.full_gradient(model, data)
         correction = {n: c[n] - c_i[n] for n in c}
-        # each parameter's gradient gets + (c - c_i) before the optimizer sees it
-        hooks = [p.register_hook(lambda g, n=n: g + correction[n])
-                 for n, p in model.named_parameters()]
         optimizer = sgd(model.parameters(), ctx.lr, self.local.momentum, self.local.weight_decay)
-        try:
+        with added_gradient(model, lambda n, p: correction[n]):  # g(y) - c_i + c
             loss = run_epochs(optimizer, cross_entropy_of(model), data, self.local.epochs,
                               self.local.batch_size, ctx.generator("batches"))
-        finally:
-            for hook in hooks:
-                hook.remove()
         update = {**float_state(model), **{DELTA + n: c_new[n] - c_i[n] for n in c}}
         client = ClientState({CONTROL + n: t for n, t in c_new.items()}, client_state.meta)
         return FitResult(update, client, len(data), {"train_loss": loss})
