@@ -15,6 +15,7 @@ own test split, before fine-tuning. That saves one full run of the CPU budget.
 
     make bench-baselines                 (ROUNDS=100, all methods, PFLKIT_THREADS=1)
     METHODS=fedper,fedrep make bench-baselines   (a subset; rows merge into baselines.json)
+    ROUNDS_PFEDME=50 make bench-baselines   (fewer rounds for one method, when the clock demands)
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ def main() -> None:
     runs: dict[str, str] = dict(previous.get("runs", {}))
     for method in wanted:
         started = time.perf_counter()
-        result = run(config(method, rounds), f"baselines-{method}-r{rounds}")
+        method_rounds = int(os.environ.get(f"ROUNDS_{method.upper()}", rounds))
+        result = run(config(method, method_rounds), f"baselines-{method}-r{method_rounds}")
         summary = result["final"]["clients"]["summary"]
         rows[method] = row_from_summary(summary, result["final"]["rounds"],
                                         time.perf_counter() - started)
