@@ -245,11 +245,8 @@ class FedRoD(Algorithm):
 
     # -- model plumbing -----------------------------------------------------------------------
     def _hypernetwork(self, split: SplitModel) -> HyperNetwork | None:
-        if not self.uses_hypernetwork:
-            return None
-        shapes = {k: p.shape for k, p in split.head.named_parameters()}
-        return HyperNetwork(self.model_factory.num_classes, self.params.hidden,  # type: ignore[attr-defined]
-                            shapes)
+        """Build the hypernetwork for ``split``'s head (variant hook; linear has none)."""
+        return None
 
     def _net(self, global_state: State, phi: State | None = None,
              local: State | None = None) -> TwoHeadNet:
@@ -422,3 +419,8 @@ class FedRoDHyper(FedRoD):
     Params = FedRoDHyperParams
     params: FedRoDHyperParams
     uses_hypernetwork = True
+
+    def _hypernetwork(self, split: SplitModel) -> HyperNetwork:
+        """Two bias-free FC layers, class proportions -> every parameter of the head."""
+        shapes = {k: p.shape for k, p in split.head.named_parameters()}
+        return HyperNetwork(self.model_factory.num_classes, self.params.hidden, shapes)
