@@ -12,12 +12,15 @@ package org.pflkit.core;
 public final class LambdaControl {
   private final float min;
   private final float max;
+  private final float initial;
 
   /** The control for a card; throws when the card has no runtime lambda input. */
   public LambdaControl(ModelCard card) {
     float[] range = card.lambdaRange();
     this.min = range[0];
     this.max = range[1];
+    float verified = card.verifiedLambda;
+    this.initial = verified >= min && verified <= max ? verified : (min + max) / 2f;
   }
 
   public float min() {
@@ -28,9 +31,12 @@ public final class LambdaControl {
     return max;
   }
 
-  /** Where the slider starts: the middle of the range, an even mix of the two models. */
+  /**
+   * Where the slider starts: the lambda the export was verified with (the client's chosen
+   * one), else the middle of the range.
+   */
   public float initial() {
-    return (min + max) / 2f;
+    return initial;
   }
 
   /** Slider position {@code 0..steps} to lambda. */

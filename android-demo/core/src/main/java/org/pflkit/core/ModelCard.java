@@ -32,6 +32,11 @@ public final class ModelCard {
   /** The mixture, or null for plain models. */
   public final Mixture mixture;
   public final List<Artifact> artifacts;
+  /**
+   * The lambda a runtime-lambda export was verified with ({@code parity[].lam}, pfl-export
+   * uses the client's chosen lambda), or NaN when the card records none.
+   */
+  public final float verifiedLambda;
 
   private ModelCard(Map<String, Object> root) {
     String version = Fields.string(Fields.required(root, "schema_version", ""), "schema_version");
@@ -76,7 +81,7 @@ public final class ModelCard {
 
     Fields.object(Fields.required(root, "source", ""), "source");
     artifacts = readArtifacts(Fields.required(root, "artifacts", ""));
-    readParity(Fields.required(root, "parity", ""));
+    verifiedLambda = readParity(Fields.required(root, "parity", ""));
   }
 
   /** Parse and validate card text. */
@@ -195,13 +200,20 @@ public final class ModelCard {
     return Collections.unmodifiableList(out);
   }
 
-  private static void readParity(Object node) {
+  /** Validates the entries; returns the first verified lambda, or NaN. */
+  private static float readParity(Object node) {
     List<Object> list = Fields.array(node, "parity");
+    float lam = Float.NaN;
     for (int i = 0; i < list.size(); i++) {
       String path = "parity[" + i + "]";
       Map<String, Object> entry = Fields.object(list.get(i), path);
       Fields.string(Fields.required(entry, "file", path), path + ".file");
+      Object value = Fields.optional(entry, "lam");
+      if (value != null && Float.isNaN(lam)) {
+        lam = (float) Fields.number(value, path + ".lam");
+      }
     }
+    return lam;
   }
 
   /** One entry of {@code inputs} or {@code outputs}. */

@@ -8,6 +8,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
@@ -85,5 +86,47 @@ final class Fixtures {
       worst = Math.max(worst, Math.abs((double) a[i] - b[i]));
     }
     return worst;
+  }
+
+  /** Marks a key to delete in {@link #mutate}. */
+  static final Object REMOVE = new Object();
+
+  /** Card text with the value at a dotted path (list indices as numbers) set or removed. */
+  @SuppressWarnings("unchecked")
+  static String mutate(String text, String path, Object value) {
+    Object root = mutableCopy(Json.parse(text));
+    String[] keys = path.split("\\.");
+    Object node = root;
+    for (int i = 0; i < keys.length - 1; i++) {
+      node = node instanceof List ? ((List<Object>) node).get(Integer.parseInt(keys[i]))
+          : ((Map<String, Object>) node).get(keys[i]);
+    }
+    String last = keys[keys.length - 1];
+    if (node instanceof List) {
+      ((List<Object>) node).set(Integer.parseInt(last), value);
+    } else if (value == REMOVE) {
+      ((Map<String, Object>) node).remove(last);
+    } else {
+      ((Map<String, Object>) node).put(last, value);
+    }
+    return JsonWriter.write(root);
+  }
+
+  private static Object mutableCopy(Object node) {
+    if (node instanceof Map) {
+      Map<String, Object> copy = new LinkedHashMap<>();
+      for (Map.Entry<?, ?> e : ((Map<?, ?>) node).entrySet()) {
+        copy.put((String) e.getKey(), mutableCopy(e.getValue()));
+      }
+      return copy;
+    }
+    if (node instanceof List) {
+      List<Object> copy = new ArrayList<>();
+      for (Object o : (List<?>) node) {
+        copy.add(mutableCopy(o));
+      }
+      return copy;
+    }
+    return node;
   }
 }

@@ -5,17 +5,24 @@ import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.assertTrue;
 
 import java.io.File;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.Map;
 import org.junit.Test;
 
 public class LambdaControlTest {
-  private static ModelCard card(boolean runtime) {
+  private static File cardDir(boolean runtime) {
     for (File dir : Fixtures.cardDirs()) {
       ModelCard card = ModelCard.parse(Fixtures.read(new File(dir, "model_card.json")));
       if (card.hasRuntimeLambda() == runtime) {
-        return card;
+        return dir;
       }
     }
     throw new AssertionError("no fixture card with runtime lambda = " + runtime);
+  }
+
+  private static ModelCard card(boolean runtime) {
+    return ModelCard.parse(Fixtures.read(new File(cardDir(runtime), "model_card.json")));
   }
 
   @Test
@@ -25,7 +32,8 @@ public class LambdaControlTest {
     assertEquals(1f, lam.fromSlider(100, 100), 0f);
     assertEquals(0.3f, lam.fromSlider(3, 10), 1e-7f);
     assertEquals(30, lam.toSlider(0.3f, 100));
-    assertEquals(0.5f, lam.initial(), 0f);
+    float verified = card(true).verifiedLambda;
+    assertEquals(Float.isNaN(verified) ? 0.5f : verified, lam.initial(), 0f);
     assertArrayEquals(new float[] {0.25f}, lam.input(0.25f), 0f);
   }
 
@@ -40,6 +48,17 @@ public class LambdaControlTest {
         assertTrue(e.getMessage(), e.getMessage().contains("outside the model's range [0.0, 1.0]"));
       }
     }
+  }
+
+  @Test
+  public void sliderStartsAtTheVerifiedLambda() {
+    String text = Fixtures.read(new File(cardDir(true), "model_card.json"));
+    Map<String, Object> entry = new HashMap<>();
+    entry.put("file", "model.pte");
+    entry.put("lam", 0.7);
+    ModelCard card = ModelCard.parse(Fixtures.mutate(text, "parity", Arrays.asList(entry)));
+    assertEquals(0.7f, card.verifiedLambda, 0f);
+    assertEquals(0.7f, new LambdaControl(card).initial(), 0f);
   }
 
   @Test(expected = IllegalArgumentException.class)

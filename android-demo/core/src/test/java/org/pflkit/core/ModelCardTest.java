@@ -17,8 +17,6 @@ import java.util.Map;
 import org.junit.Test;
 
 public class ModelCardTest {
-  private static final Object REMOVE = new Object();
-
   /** The text of the first fixture card whose mixture kind is {@code kind} (null: plain). */
   private static String cardText(String kind) {
     for (File dir : Fixtures.cardDirs()) {
@@ -87,8 +85,8 @@ public class ModelCardTest {
 
   @Test
   public void ignoresUnknownExtraKeys() {
-    String text = mutate(cardText(null), "future_field", list(1.0, "x"));
-    text = mutate(text, "preprocessing.note", "extra");
+    String text = Fixtures.mutate(cardText(null), "future_field", list(1.0, "x"));
+    text = Fixtures.mutate(text, "preprocessing.note", "extra");
     assertEquals(10, ModelCard.parse(text).classes.size());
   }
 
@@ -99,10 +97,10 @@ public class ModelCardTest {
     String fedrod = cardText("fedrod");
     String sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     Object[][] cases = {
-        {plain, "schema_version", REMOVE, "schema_version: required field is missing"},
+        {plain, "schema_version", Fixtures.REMOVE, "schema_version: required field is missing"},
         {plain, "schema_version", "pflkit.model-card/2", "unsupported version"},
         {plain, "algorithm", "", "algorithm: expected a non-empty string, found the string \"\""},
-        {plain, "preprocessing.mean", REMOVE, "preprocessing.mean: required field is missing"},
+        {plain, "preprocessing.mean", Fixtures.REMOVE, "preprocessing.mean: required field is missing"},
         {plain, "preprocessing.std.0", 0.0, "preprocessing.std[0]: must be > 0"},
         {plain, "preprocessing.mean", list(0.1, 0.2), "one value per channel (1), found 2"},
         {plain, "preprocessing.resize", "nearest", "preprocessing.resize: expected one of"},
@@ -139,11 +137,11 @@ public class ModelCardTest {
         {plain, "artifacts", list(artifact("../x.pte", "pte", sha)), "plain file name"},
         {plain, "artifacts", list(artifact("m.pte", 3.0, sha)), "artifacts[0].format: expected a"},
         {plain, "artifacts", list(artifact("m.pte", "pte", "\u2026")), "64 lowercase hex"},
-        {plain, "source", REMOVE, "source: required field is missing"},
+        {plain, "source", Fixtures.REMOVE, "source: required field is missing"},
         {plain, "parity", list(map()), "parity[0].file: required field is missing"},
     };
     for (Object[] c : cases) {
-      String text = mutate((String) c[0], (String) c[1], c[2]);
+      String text = Fixtures.mutate((String) c[0], (String) c[1], c[2]);
       expectRejected(text, (String) c[3]);
     }
     expectRejected("[1, 2]", "(top level): expected an object, found an array");
@@ -175,44 +173,5 @@ public class ModelCardTest {
       m.put((String) kv[i], kv[i + 1]);
     }
     return m;
-  }
-
-  /** Card text with the value at a dotted path (list indices as numbers) set or removed. */
-  @SuppressWarnings("unchecked")
-  private static String mutate(String text, String path, Object value) {
-    Object root = mutableCopy(Json.parse(text));
-    String[] keys = path.split("\\.");
-    Object node = root;
-    for (int i = 0; i < keys.length - 1; i++) {
-      node = node instanceof List ? ((List<Object>) node).get(Integer.parseInt(keys[i]))
-          : ((Map<String, Object>) node).get(keys[i]);
-    }
-    String last = keys[keys.length - 1];
-    if (node instanceof List) {
-      ((List<Object>) node).set(Integer.parseInt(last), value);
-    } else if (value == REMOVE) {
-      ((Map<String, Object>) node).remove(last);
-    } else {
-      ((Map<String, Object>) node).put(last, value);
-    }
-    return JsonWriter.write(root);
-  }
-
-  private static Object mutableCopy(Object node) {
-    if (node instanceof Map) {
-      Map<String, Object> copy = new LinkedHashMap<>();
-      for (Map.Entry<?, ?> e : ((Map<?, ?>) node).entrySet()) {
-        copy.put((String) e.getKey(), mutableCopy(e.getValue()));
-      }
-      return copy;
-    }
-    if (node instanceof List) {
-      List<Object> copy = new ArrayList<>();
-      for (Object o : (List<?>) node) {
-        copy.add(mutableCopy(o));
-      }
-      return copy;
-    }
-    return node;
   }
 }
