@@ -39,6 +39,7 @@ import httpx
 import torch
 from pflkit.sdk.algorithms.base import (
     Algorithm,
+    Choice,
     ClientState,
     LocalTraining,
     ModelFactory,
@@ -56,6 +57,7 @@ from pflkit.sdk.tensorio import (
     state_from_bytes,
     state_to_bytes,
 )
+from torch import nn
 
 log = logging.getLogger(__name__)
 
@@ -274,6 +276,8 @@ class FederatedClient:
                 self._commit_pending(pending)
                 pending = None
         retry = float(task["retry_after"])
+        if task["status"] == "finished" and task.get("config"):
+            self._finish(task)
         if task["status"] != "train":
             return StepResult(task["status"], retry, task.get("round"))
         if pending is None:
@@ -292,6 +296,33 @@ class FederatedClient:
             log.warning("round %s closed before the upload: %s", meta["round"], err.detail)
         self._commit_pending(pending)
         return StepResult(status, retry, meta["round"], meta["metrics"])
+
+    def _finish(self, task: dict[str, Any]) -> None:
+        """Keep the final config and run the post-federation stage, if any (once per run)."""
+        cache = self._read_json("cache.json")
+        if cache.get("finished_run") == task["run_id"]:
+            return
+        cfg = task["config"]
+        algorithm = self._algorithm(task["run_id"], cfg)
+        global_state = self.global_state(task["global_hash"])
+        if algorithm.has_personalization_stage:
+            ctx = RoundContext(cfg["total_rounds"], cfg["total_rounds"], cfg["lr"], cfg["seed"],
+                               self.client_id)
+            state = self._client_state(task["run_id"], algorithm, cfg["seed"])
+            self.store.save(algorithm.personalize(global_state, state, self.data, ctx))
+        self._write_json("cache.json", {**self._read_json("cache.json"), "state_run":
+                                        task["run_id"], "finished_run": task["run_id"],
+                                        "config": cfg})
+
+    def personalized_model(self, choice: Choice | None = None) -> nn.Module:
+        """Build the device's inference model from the finished run (global + private state)."""
+        cache = self._read_json("cache.json")
+        if "finished_run" not in cache:
+            raise RuntimeError("no finished run yet: keep calling step()")
+        algorithm = self._algorithm(cache["finished_run"], cache["config"])
+        state = self.store.load() or ClientState()
+        return algorithm.personalized_model(self.global_state(cache["global_hash"]), state,
+                                            choice)
 
     def run(self, max_rounds: int | None = None) -> int:
         """Loop :meth:`step` until the run ends (or ``max_rounds`` trained); return rounds."""

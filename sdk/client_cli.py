@@ -38,6 +38,7 @@ def main(
                       ] = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
     give_up_after: Annotated[float, typer.Option(help="seconds of failed retries")] = 600.0,
+    max_backoff: Annotated[float, typer.Option(help="longest wait between retries")] = 10.0,
     log_level: Annotated[str, typer.Option()] = "info",
 ) -> None:
     """Enroll if needed, then train every round this device is sampled for until the run ends."""
@@ -47,7 +48,8 @@ def main(
         torch.set_num_threads(threads)
     try:
         client = FederatedClient(server, state or data / ".pflkit", load_client_data(data),
-                                 token=token, retry=RetryPolicy(max_elapsed=give_up_after))
+                                 token=token, retry=RetryPolicy(cap=max_backoff,
+                                                         max_elapsed=give_up_after))
         if not (client.state_dir / "credentials.json").is_file():
             raise typer.BadParameter("not enrolled yet: pass --token", param_hint="--token")
         trained = client.run(rounds)

@@ -369,35 +369,41 @@ class FederationService:
 
     # -- tasks and downloads ---------------------------------------------------------------------
     def task(self, client_id: int) -> dict[str, Any]:
-        """Tell a client what to do now: train (with everything it needs), wait, or stop."""
+        """Tell a client what to do now: train (with everything it needs), wait, or stop.
+
+        A finished run also sends its config, so clients can run the algorithm's
+        post-federation stage (``personalize``) on the final global state.
+        """
         retry = 2 * self.settings.tick_seconds
         with self._session() as s:
             run = self._current_run(s)
             if run is None:
                 return {"status": "wait", "retry_after": retry}
             base = {"run_id": run.id, "retry_after": retry, "global_hash": run.global_hash}
+            if run.status == "finished":
+                return {**base, "status": "finished",
+                        "config": self._task_config(run, run.rounds_total)}
             if run.status != "active":
-                status = {"paused": "paused", "stopped": "stopped"}.get(run.status, "finished")
-                return {**base, "status": status}
+                return {**base, "status": run.status}
             rnd = self._round(s, run, run.rounds_done)
             if rnd is None or rnd.status != "open" or client_id not in rnd.sampled:
                 return {**base, "status": "wait"}
             sent = s.scalar(select(Update.id).where(Update.round_id == rnd.id,
                                                     Update.client_id == client_id))
-            setup = self.setup(run)
-            cfg = setup.config
             return {**base, "status": "uploaded" if sent is not None else "train",
                     "round": rnd.index, "deadline": rnd.deadline_at,
-                    "global_hash": rnd.global_hash,
-                    "config": {
-                        "algorithm": cfg.algorithm, "params": cfg.params, "model": cfg.model,
-                        "input_shape": list(setup.input_shape),
-                        "num_classes": setup.num_classes, "seed": cfg.seed,
-                        "total_rounds": cfg.rounds, "lr": setup.schedule.lr_at(rnd.index),
-                        "local": {"epochs": cfg.training.epochs,
-                                  "batch_size": cfg.training.batch_size,
-                                  "momentum": cfg.training.momentum,
-                                  "weight_decay": cfg.training.weight_decay}}}
+                    "global_hash": rnd.global_hash, "config": self._task_config(run, rnd.index)}
+
+    def _task_config(self, run: Run, round_index: int) -> dict[str, Any]:
+        setup = self.setup(run)
+        cfg = setup.config
+        return {"algorithm": cfg.algorithm, "params": cfg.params, "model": cfg.model,
+                "input_shape": list(setup.input_shape), "num_classes": setup.num_classes,
+                "seed": cfg.seed, "total_rounds": cfg.rounds,
+                "lr": setup.schedule.lr_at(round_index),
+                "local": {"epochs": cfg.training.epochs, "batch_size": cfg.training.batch_size,
+                          "momentum": cfg.training.momentum,
+                          "weight_decay": cfg.training.weight_decay}}
 
     def global_blob(self, digest: str) -> bytes:
         """Return a global state's bytes; only hashes a run or round names are served."""
