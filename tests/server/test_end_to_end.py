@@ -13,10 +13,9 @@ import shutil
 
 import pytest
 import torch
-from server_harness import Server, client_data_dirs, run_toml, server_global, simulated_global
-
 from pflkit.sdk.algorithms.base import ALGORITHMS
 from pflkit.sdk.client import FederatedClient, RetryPolicy, load_client_data
+from server_harness import Server, client_data_dirs, run_toml, server_global, simulated_global
 
 PARAMS = {
     "fedavg": "",
