@@ -31,7 +31,11 @@ class ExecuTorchBackend(file: File, private val card: ModelCard) : Backend {
     override val label = "ExecuTorch (.pte)"
     private val module = Module.load(file.absolutePath)
 
-    override fun run(image: FloatArray, shape: LongArray, lambda: FloatArray?): Map<String, FloatArray> {
+    override fun run(
+        image: FloatArray,
+        shape: LongArray,
+        lambda: FloatArray?,
+    ): Map<String, FloatArray> {
         val inputs = mutableListOf(EValue.from(Tensor.fromBlob(image, shape)))
         if (lambda != null) inputs += EValue.from(Tensor.fromBlob(lambda, longArrayOf(1)))
         val outputs = module.forward(*inputs.toTypedArray())
@@ -52,11 +56,15 @@ class OnnxBackend(file: File, private val card: ModelCard) : Backend {
     private val env = OrtEnvironment.getEnvironment()
     private val session = env.createSession(file.absolutePath, OrtSession.SessionOptions())
 
-    override fun run(image: FloatArray, shape: LongArray, lambda: FloatArray?): Map<String, FloatArray> {
-        val feeds = mutableMapOf(card.image.name to OnnxTensor.createTensor(env, FloatBuffer.wrap(image), shape))
+    override fun run(
+        image: FloatArray,
+        shape: LongArray,
+        lambda: FloatArray?,
+    ): Map<String, FloatArray> {
+        val feeds = mutableMapOf(card.image.name to tensor(image, shape))
         try {
             if (lambda != null) {
-                feeds[card.lambda.name] = OnnxTensor.createTensor(env, FloatBuffer.wrap(lambda), longArrayOf(1))
+                feeds[card.lambda.name] = tensor(lambda, longArrayOf(1))
             }
             session.run(feeds).use { result ->
                 return card.outputs.associate { spec ->
@@ -71,6 +79,9 @@ class OnnxBackend(file: File, private val card: ModelCard) : Backend {
             feeds.values.forEach { it.close() }
         }
     }
+
+    private fun tensor(data: FloatArray, shape: LongArray): OnnxTensor =
+        OnnxTensor.createTensor(env, FloatBuffer.wrap(data), shape)
 
     override fun close() = session.close()
 }

@@ -74,7 +74,9 @@ class MainActivity : AppCompatActivity() {
         genericResult = findViewById(R.id.generic_result)
         latency = findViewById(R.id.latency)
 
-        findViewById<Button>(R.id.sample_button).setOnClickListener { worker.execute { show(sample()) } }
+        findViewById<Button>(R.id.sample_button).setOnClickListener {
+            worker.execute { show(sample()) }
+        }
         findViewById<Button>(R.id.pick_button).setOnClickListener { pickImage.launch("image/*") }
         lambdaSlider.max = SLIDER_STEPS
         lambdaSlider.setOnSeekBarChangeListener(object : SeekBar.OnSeekBarChangeListener {
@@ -97,7 +99,7 @@ class MainActivity : AppCompatActivity() {
         super.onDestroy()
     }
 
-    /** Background: find the model and card, open the first available format, classify the sample. */
+    /** Background: find the model and card, open the first model file, classify the sample. */
     private fun loadModel() {
         val found = try {
             ModelFiles.locate(this)
@@ -158,15 +160,16 @@ class MainActivity : AppCompatActivity() {
         backend = try {
             Backend.open(artifact, found.verified(artifact), found.card)
         } catch (e: Exception) {
-            runOnUiThread { latency.text = getString(R.string.load_failed, artifact.file, e.message) }
+            val message = getString(R.string.load_failed, artifact.file, e.message)
+            runOnUiThread { latency.text = message }
             null
         }
     }
 
     private fun sample(): Bitmap = assets.open(SAMPLE).use { BitmapFactory.decodeStream(it) }
 
-    /** Decode a picked image, subsampled so a camera photo does not exhaust memory. */
-    private fun decode(uri: Uri): Bitmap? {
+    /** Decode a picked image, subsampled so a photo does not exhaust memory; null on failure. */
+    private fun decode(uri: Uri): Bitmap? = runCatching {
         val bounds = BitmapFactory.Options().apply { inJustDecodeBounds = true }
         contentResolver.openInputStream(uri)?.use { BitmapFactory.decodeStream(it, null, bounds) }
         var sampleSize = 1
@@ -177,8 +180,8 @@ class MainActivity : AppCompatActivity() {
             inSampleSize = sampleSize
             inPreferredConfig = Bitmap.Config.ARGB_8888
         }
-        return contentResolver.openInputStream(uri)?.use { BitmapFactory.decodeStream(it, null, options) }
-    }
+        contentResolver.openInputStream(uri)?.use { BitmapFactory.decodeStream(it, null, options) }
+    }.getOrNull()
 
     private fun show(bitmap: Bitmap?) {
         if (bitmap == null) {
@@ -202,8 +205,8 @@ class MainActivity : AppCompatActivity() {
         val bitmap = image ?: return
         val argb = IntArray(bitmap.width * bitmap.height)
         bitmap.getPixels(argb, 0, bitmap.width, 0, 0, bitmap.width, bitmap.height)
-        val raw = Pixels.fromArgb(argb, bitmap.width, bitmap.height, card.preprocessing)
         val result = try {
+            val raw = Pixels.fromArgb(argb, bitmap.width, bitmap.height, card.preprocessing)
             Classifier(card, model).classify(raw, bitmap.height, bitmap.width, lambdaValue, TOP_K)
         } catch (e: Exception) {
             return runOnUiThread { latency.text = getString(R.string.inference_failed, e.message) }

@@ -67,6 +67,7 @@ public final class Probabilities {
         return byScore != 0 ? byScore : Integer.compare(a.index, b.index);
       }
     });
-    return Collections.unmodifiableList(new ArrayList<Ranked>(all.subList(0, Math.min(k, all.size()))));
+    List<Ranked> top = new ArrayList<Ranked>(all.subList(0, Math.min(k, all.size())));
+    return Collections.unmodifiableList(top);
   }
 }

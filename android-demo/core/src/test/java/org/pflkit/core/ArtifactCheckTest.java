@@ -14,9 +14,9 @@ public class ArtifactCheckTest {
       "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
 
   private static ModelCard.Artifact artifact(String sha, long bytes) {
-    return new ModelCard.Artifact(Json.parse("{\"file\": \"model.pte\", \"format\": \"executorch\", "
-        + "\"precision\": \"fp32\", \"sha256\": \"" + sha + "\", \"bytes\": " + bytes + "}"),
-        "artifacts[0]");
+    String json = "{\"file\": \"model.pte\", \"format\": \"executorch\", "
+        + "\"precision\": \"fp32\", \"sha256\": \"" + sha + "\", \"bytes\": " + bytes + "}";
+    return new ModelCard.Artifact(Json.parse(json), "artifacts[0]");
   }
 
   private static ByteArrayInputStream abc() {
@@ -36,7 +36,8 @@ public class ArtifactCheckTest {
         ArtifactCheck.verify(abc(), a);
         fail("accepted a mismatching file");
       } catch (IOException e) {
-        assertTrue(e.getMessage(), e.getMessage().contains("model.pte does not match its model card"));
+        assertTrue(e.getMessage(),
+            e.getMessage().contains("model.pte does not match its model card"));
         assertTrue(e.getMessage(), e.getMessage().contains(ABC));
       }
     }

@@ -100,7 +100,7 @@ public class ModelCardTest {
         {plain, "schema_version", Fixtures.REMOVE, "schema_version: required field is missing"},
         {plain, "schema_version", "pflkit.model-card/2", "unsupported version"},
         {plain, "algorithm", "", "algorithm: expected a non-empty string, found the string \"\""},
-        {plain, "preprocessing.mean", Fixtures.REMOVE, "preprocessing.mean: required field is missing"},
+        {plain, "preprocessing.mean", Fixtures.REMOVE, "preprocessing.mean: required field"},
         {plain, "preprocessing.std.0", 0.0, "preprocessing.std[0]: must be > 0"},
         {plain, "preprocessing.mean", list(0.1, 0.2), "one value per channel (1), found 2"},
         {plain, "preprocessing.resize", "nearest", "preprocessing.resize: expected one of"},
