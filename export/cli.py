@@ -1,0 +1,108 @@
+"""``pfl-export``: a client's personalized model as verified ONNX and ExecuTorch files.
+
+Examples::
+
+    pfl-export --run runs/demo --client 17 --lambda 0.3          # SuPerFed, baked lambda
+    pfl-export --run RUN --client 3 --lambda runtime             # lambda as a 2nd input
+    pfl-export --run RUN --head generic                          # FedRoD generic model
+    pfl-export --run RUN --class-counts 5,0,12,0,0,3,0,0,9,1     # FedRoD new client
+    pfl-export --state-dir APP_STATE --global global.safetensors --config run.toml
+    pfl-export classify runs/demo/exports/client17               # run the files on real images
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pflkit.export.contract import ExportError
+
+app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=False)
+
+
+def _fail(err: Exception) -> typer.Exit:
+    typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+    return typer.Exit(2)
+
+
+@app.callback(invoke_without_command=True)
+def main(
+    ctx: typer.Context,
+    run: Annotated[Path | None, typer.Option(help="pfl-sim run directory")] = None,
+    client: Annotated[int | None, typer.Option(help="client id in the run")] = None,
+    round_done: Annotated[int | None, typer.Option(
+        "--round", help="global checkpoint round (default: the last)")] = None,
+    state_dir: Annotated[Path | None, typer.Option(help="on-device state folder")] = None,
+    global_file: Annotated[Path | None, typer.Option(
+        "--global", help="global state file (with --state-dir)")] = None,
+    config: Annotated[Path | None, typer.Option(help="run TOML config (with --state-dir)")] = None,
+    lam: Annotated[str | None, typer.Option(
+        "--lambda", help="SuPerFed: a number in [0, 1], 'best' or 'runtime'")] = None,
+    head: Annotated[str, typer.Option(help="personalized | generic")] = "personalized",
+    class_counts: Annotated[str | None, typer.Option(
+        help="FedRoD new client: comma-separated counts per class")] = None,
+    proportions: Annotated[str | None, typer.Option(
+        help="FedRoD new client: comma-separated class proportions")] = None,
+    fmt: Annotated[list[str] | None, typer.Option(
+        "--format", help="onnx and/or executorch (default: both)")] = None,
+    int8: Annotated[bool, typer.Option(help="also write int8 (PTQ on the client's train data)")
+                    ] = False,
+    force_int8: Annotated[bool, typer.Option(help="keep int8 even above --max-int8-drop")
+                          ] = False,
+    max_int8_drop: Annotated[float, typer.Option(help="refuse int8 above this drop (points)")
+                             ] = 1.0,
+    golden: Annotated[int, typer.Option(help="write golden.json with this many samples")] = 0,
+    out: Annotated[Path | None, typer.Option(
+        help="output folder (default: RUN/exports/<client|generic>)")] = None,
+    force: Annotated[bool, typer.Option(help="replace an existing output folder")] = False,
+) -> None:
+    """Export, verify in onnxruntime and the ExecuTorch runtime, write model_card.json."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from pflkit.export.pipeline import export_model
+    from pflkit.export.selection import Selection
+    from pflkit.export.source import load_device_source, load_run_source
+
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        selection = Selection.parse(lam, head, class_counts, proportions)
+        if run is not None and state_dir is None:
+            source = load_run_source(run, client, round_done)
+            default_out = run / "exports" / (f"client{client}" if client is not None
+                                             else head)
+        elif state_dir is not None and run is None:
+            if global_file is None or config is None:
+                raise ExportError("--state-dir needs --global FILE and --config TOML")
+            source = load_device_source(state_dir, global_file, config)
+            default_out = state_dir / "export"
+        else:
+            raise ExportError("give --run RUN_DIR, or --state-dir DIR --global FILE "
+                              "--config TOML")
+        result = export_model(source, selection, out or default_out,
+                              fmt or ("onnx", "executorch"), int8=int8, force_int8=force_int8,
+                              max_int8_drop=max_int8_drop / 100, golden=golden, force=force)
+    except (ExportError, FileNotFoundError, ValueError, KeyError) as err:
+        raise _fail(err) from err
+    for entry in result.card["parity"]:
+        typer.echo(f"{entry['file']:<18} max|diff| {entry['max_abs_diff']:.2e}  top-1 "
+                   f"{entry['test_top1_artifact']:.4f} (eager {entry['test_top1_eager']:.4f}, "
+                   f"{entry['test_rows']} rows)")
+    typer.echo(f"model card: {result.path('model_card.json')}")
+
+
+@app.command()
+def classify(
+    export_dir: Annotated[Path, typer.Argument(help="a pfl-export output folder")],
+    count: Annotated[int, typer.Option(help="number of test images")] = 8,
+) -> None:
+    """Classify real test images with every exported file, beside eager PyTorch."""
+    from pflkit.export.classify import classify_table
+
+    try:
+        card = json.loads((export_dir / "model_card.json").read_text())
+        typer.echo(classify_table(export_dir, card, count))
+    except (ExportError, FileNotFoundError, ValueError, KeyError) as err:
+        raise _fail(err) from err

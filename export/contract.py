@@ -1,0 +1,86 @@
+"""The one export contract: an eager module, example inputs, and named input/output specs.
+
+Both writers (:mod:`pflkit.export.onnx_format`, :mod:`pflkit.export.pte_format`) and the
+verification consume an :class:`Exportable`, never a model directly, so the ONNX and the .pte
+file are traced from the same module with the same inputs and the same dynamic batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+EXAMPLE_BATCH = 32  # ExecuTorch sizes XNNPACK inputs from small example batches: keep it >= 16
+
+
+class ExportError(RuntimeError):
+    """An export cannot be done or failed verification; the message has the numbers."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One named model input or output as the model card describes it."""
+
+    name: str
+    shape: tuple[int | str, ...]  # "batch" marks the dynamic dimension
+    extra: dict[str, Any] = field(default_factory=dict)  # layout, range, meaning
+
+    @property
+    def batched(self) -> bool:
+        """Whether dimension 0 is the dynamic batch."""
+        return bool(self.shape) and self.shape[0] == "batch"
+
+    def to_card(self) -> dict[str, Any]:
+        """Describe the tensor as the card's JSON."""
+        return {"name": self.name, "shape": list(self.shape), "dtype": "float32", **self.extra}
+
+
+@dataclass
+class Exportable:
+    """What every format exports: ``module(*inputs) -> logits`` (or a tuple of logits).
+
+    ``lam`` is the fixed value fed to a runtime-lambda model's second input during
+    verification and calibration (None: the model has one input).
+    """
+
+    module: nn.Module
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    lam: float | None = None
+
+    @property
+    def input_names(self) -> list[str]:
+        """Graph input names, in call order."""
+        return [s.name for s in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        """Graph output names, in return order."""
+        return [s.name for s in self.outputs]
+
+    def feeds(self, images: torch.Tensor, lam: float | None = None) -> tuple[torch.Tensor, ...]:
+        """Build the argument tuple for a batch of images (adds the lambda input if any)."""
+        if len(self.inputs) == 1:
+            return (images.contiguous(),)
+        value = self.lam if lam is None else lam
+        return images.contiguous(), torch.tensor([value], dtype=torch.float32)
+
+    def example_inputs(self, sample: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Tracing inputs: ``EXAMPLE_BATCH`` rows built from real images ``sample``."""
+        reps = -(-EXAMPLE_BATCH // len(sample))
+        return self.feeds(sample.repeat(reps, 1, 1, 1)[:EXAMPLE_BATCH])
+
+    def dynamic_shapes(self, max_batch: int | None) -> tuple[dict[int, Any] | None, ...]:
+        """torch.export dynamic shapes: dimension 0 of every batched input is ``batch``."""
+        batch = torch.export.Dim("batch", min=1, max=max_batch) if max_batch else \
+            torch.export.Dim("batch")
+        return tuple({0: batch} if s.batched else None for s in self.inputs)
+
+    @torch.no_grad()
+    def eager(self, *args: torch.Tensor) -> list[torch.Tensor]:
+        """Run the eager module; the reference outputs, always as a list."""
+        out = self.module(*args)
+        return list(out) if isinstance(out, tuple | list) else [out]

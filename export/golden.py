@@ -1,0 +1,60 @@
+"""Golden vectors (``golden.json``, schema ``pflkit.golden/1``) from real dataset images.
+
+The dataset loaders keep only preprocessed tensors, so the raw pixels are recovered from the
+dataset's test split loaded at its NATIVE size (no resize): ``x * std + mean`` times the
+pixel scale is then the stored integer pixel up to float rounding. That inversion is checked
+(every value within 1e-3 of an integer in 0..255) and refused otherwise (e.g. the synthetic
+set, whose pixels are not integers), so the raw bytes are exactly the dataset's images. The
+model input is then computed from those bytes with the card's preprocessing (which resizes
+when the model wants another size), exactly as another runtime would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from pflkit.export.contract import Exportable, ExportError
+from pflkit.export.source import Source
+from pflkit.sdk.data.datasets import Preprocessing, load_dataset
+
+GOLDEN_SCHEMA = "pflkit.golden/1"
+TOP_K = 3
+
+
+def raw_test_images(dataset: dict[str, Any], count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return the first ``count`` test images as uint8 (N, C, H, W) and their labels."""
+    native = load_dataset(dataset["name"], dataset.get("root"), None, seed=dataset.get("seed", 0))
+    pre: Preprocessing = native.spec.preprocessing
+    x = native.test.x[:count].double()
+    mean = torch.tensor(pre.mean, dtype=torch.float64).view(1, -1, 1, 1)
+    std = torch.tensor(pre.std, dtype=torch.float64).view(1, -1, 1, 1)
+    pixels = (x * std + mean) * pre.pixel_scale
+    rounded = pixels.round()
+    if float((pixels - rounded).abs().max()) > 1e-3 or rounded.min() < 0 or rounded.max() > 255:
+        raise ExportError(f"dataset '{dataset['name']}' has no integer 0..255 raw pixels to "
+                          f"write golden vectors from")
+    return rounded.to(torch.uint8).numpy(), native.test.y[:count].numpy()
+
+
+def golden_document(source: Source, ex: Exportable, count: int, card_file: str) -> dict[str, Any]:
+    """``count`` samples: raw HWC bytes, the NCHW input, logits, softmax and top-k."""
+    raw, labels = raw_test_images(source.dataset, count)
+    inputs = source.spec.preprocessing.apply(torch.from_numpy(raw))
+    logits = ex.eager(*ex.feeds(inputs))[0]
+    probs = logits.double().softmax(dim=1)
+    samples = []
+    for i in range(len(raw)):
+        top = probs[i].topk(min(TOP_K, probs.shape[1]))
+        sample: dict[str, Any] = {
+            "label": int(labels[i]), "raw_shape": list(raw[i].transpose(1, 2, 0).shape),
+            "raw": raw[i].transpose(1, 2, 0).reshape(-1).tolist(),
+            "input": inputs[i].reshape(-1).tolist(), "logits": logits[i].tolist(),
+            "probabilities": probs[i].tolist(),
+            "top_k": [[int(c), float(p)] for p, c in zip(top.values, top.indices, strict=True)],
+        }
+        if ex.lam is not None:
+            sample["lam"] = ex.lam
+        samples.append(sample)
+    return {"schema_version": GOLDEN_SCHEMA, "card": card_file, "samples": samples}

@@ -1,0 +1,138 @@
+"""Where the weights and the data for an export come from: a run directory or a device folder.
+
+A ``pfl-sim`` run directory is rebuilt from its ``config.toml`` with the simulator's own
+``build_run`` (same seed, so the same partition and the client's very rows; there is no
+partition index on disk to read instead). The global state is ``global/round_<r>`` or
+``global/latest``; the client state is ``personalized/<id>`` (post-federation stage, valid for
+the last round only) else the newest ``clients/<id>.r<k>`` written before round r, else the
+algorithm's fresh ``init_client`` (a client never sampled, or a new client).
+
+An on-device folder (:class:`~pflkit.sdk.state_store.DeviceStateStore`) plus a global state
+file and the run's TOML config: the device's own rows are not on the host, so verification
+uses the dataset's test split and calibration its train split (the card says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pflkit.export.contract import ExportError
+from pflkit.sdk.algorithms.base import Algorithm, ClientState, State
+from pflkit.sdk.data.datasets import DatasetSpec
+from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.state_store import DeviceStateStore, RunClientStore, client_state_from_bytes
+from pflkit.sdk.tensorio import load_state, read_metadata
+
+CALIBRATION_ROWS = 512  # train rows used for int8 calibration
+
+
+@dataclass
+class Source:
+    """Everything an export needs besides the user's choice."""
+
+    algorithm: Algorithm
+    spec: DatasetSpec
+    global_state: State
+    client_state: ClientState
+    train: LabeledTensors  # calibration rows (the client's own train data when known)
+    test: LabeledTensors  # verification and accuracy rows
+    info: dict[str, Any]  # the card's "source"
+    dataset: dict[str, Any] = field(default_factory=dict)  # name/root/seed: to reload raw images
+
+    @property
+    def calibration(self) -> LabeledTensors:
+        """At most ``CALIBRATION_ROWS`` train rows."""
+        return self.train.subset(range(min(len(self.train), CALIBRATION_ROWS)))  # type: ignore[arg-type]
+
+
+def _load_config(path: Path):  # noqa: ANN202 - SimConfig lives in the server package
+    from pflkit.server.sim_config import ConfigError, SimConfig
+
+    if not path.is_file():
+        raise ExportError(f"no run configuration at {path}")
+    try:
+        return SimConfig.load(path)
+    except ConfigError as err:
+        raise ExportError(f"{path}: {err}") from err
+
+
+def _global_checkpoint(run: Path, round_done: int | None) -> tuple[Path, int, int]:
+    """(path, its round, the run's last committed round)."""
+    latest = run / "global" / "latest.safetensors"
+    if not latest.is_file():
+        raise ExportError(f"{run} has no committed round (no {latest.relative_to(run)})")
+    last = int(read_metadata(latest.read_bytes())["rounds_done"])
+    if round_done is None or round_done == last:
+        return latest, last, last
+    path = run / "global" / f"round_{round_done}.safetensors"
+    if not path.is_file():
+        have = sorted(int(p.stem.removeprefix("round_")) for p in (run / "global").glob("round_*"))
+        raise ExportError(f"{run}: no checkpoint of round {round_done}; "
+                          f"available: {', '.join(map(str, have)) or 'none'} (latest: {last})")
+    return path, round_done, last
+
+
+def load_run_source(run_dir: Path, client: int | None, round_done: int | None = None) -> Source:
+    """Load a run's global state of ``round_done`` (default: the last) and one client."""
+    from pflkit.server.simulator import build_run
+
+    run = Path(run_dir)
+    config = _load_config(run / "config.toml")
+    path, round_done, last = _global_checkpoint(run, round_done)
+    federation, algorithm = build_run(config)
+    every = federation.all_clients
+    info: dict[str, Any] = {"run": str(run), "round": round_done, "client": client,
+                            "new_client": False}
+    if client is None:
+        state, first = ClientState(), next(iter(federation.clients.values()))
+        train, test = first.train, federation.test
+        info["test_data"] = "global test set"
+    else:
+        if client not in every:
+            new = f"; new clients: {sorted(federation.new_clients)}" if federation.new_clients \
+                else ""
+            raise ExportError(f"unknown client {client}: {run} has clients "
+                              f"0..{len(every) - 1}{new}")
+        data = every[client]
+        state = _client_state(run, algorithm, client, round_done, last, config.seed, data.train)
+        info["new_client"] = client in federation.new_clients
+        train, test = data.train, data.test
+        info["test_data"] = "client test split"
+        if len(test) == 0:  # the run kept no per-client test rows (e.g. FedRoD's protocol)
+            test = federation.test
+            info["test_data"] = "global test set"
+    return Source(algorithm, federation.spec, load_state(path), state, train, test, info,
+                  {"name": config.data.dataset, "root": config.data.root, "seed": config.seed})
+
+
+def _client_state(run: Path, algorithm: Algorithm, client: int, round_done: int, last: int,
+                  seed: int, train: LabeledTensors) -> ClientState:
+    personalized = run / "personalized" / f"{client}.safetensors"
+    if round_done == last and personalized.is_file():
+        return client_state_from_bytes(personalized.read_bytes(), str(personalized))
+    stored = RunClientStore(run / "clients").load(client, round_done - 1)
+    return stored if stored is not None else algorithm.init_client(client, seed, train)
+
+
+def load_device_source(state_dir: Path, global_file: Path, config_file: Path) -> Source:
+    """Load an app's state folder, the global state it trained against, the run config."""
+    from pflkit.sdk.algorithms.base import ModelFactory, make_algorithm
+    from pflkit.sdk.data.datasets import load_dataset
+
+    config = _load_config(Path(config_file))
+    state = DeviceStateStore(Path(state_dir)).load()
+    if state is None:
+        raise ExportError(f"{state_dir} holds no client state ({DeviceStateStore.FILE})")
+    size = (config.data.resize, config.data.resize) if config.data.resize else None
+    dataset = load_dataset(config.data.dataset, config.data.root, size, seed=config.seed)
+    model = ModelFactory(config.model, dataset.spec.input_shape, dataset.spec.num_classes)
+    algorithm = make_algorithm(config.algorithm, model, config.training.local(), config.params)
+    meta = read_metadata(Path(global_file).read_bytes()) if Path(global_file).is_file() else {}
+    info = {"state_dir": str(state_dir), "global": str(global_file), "config": str(config_file),
+            "round": int(meta["rounds_done"]) if "rounds_done" in meta else None,
+            "client": None, "new_client": False, "test_data": "dataset test split"}
+    return Source(algorithm, dataset.spec, load_state(Path(global_file)), state, dataset.train,
+                  dataset.test, info,
+                  {"name": config.data.dataset, "root": config.data.root, "seed": config.seed})

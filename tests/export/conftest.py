@@ -1,0 +1,40 @@
+"""Small pfl-sim run directories (digits, TwoNN, a few clients), built once per test worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pflkit.sdk.data.federation import PartitionConfig
+from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.server.simulator import Simulation
+
+# Keep post-federation stages short; every other algorithm runs with its defaults.
+FAST_PARAMS = {"pflmoe": {"epochs": 1}, "fedavg_ft": {"ft_epochs": 1}}
+
+
+def run_config(algorithm: str, rounds: int = 2, **params: object) -> SimConfig:
+    """A seconds-long run on scikit-learn's digits with per-client test rows."""
+    return SimConfig(
+        seed=0, rounds=rounds, eval_interval=rounds, checkpoint_interval=1,
+        data=DataConfig("digits", partition=PartitionConfig("dirichlet", 4, 1.0,
+                                                            test_fraction=0.25)),
+        model="twonn", algorithm=algorithm,
+        params={**FAST_PARAMS.get(algorithm, {}), **params},
+        training=TrainingConfig(clients_per_round=4, epochs=1, batch_size=32, lr=0.05),
+    )
+
+
+@pytest.fixture(scope="session")
+def make_run(tmp_path_factory):
+    """``make_run(algorithm)`` -> the run directory (cached per worker)."""
+    runs: dict[str, Path] = {}
+
+    def make(algorithm: str) -> Path:
+        if algorithm not in runs:
+            path = tmp_path_factory.mktemp(f"run-{algorithm}")
+            Simulation(run_config(algorithm), path / "run", progress=False).run()
+            runs[algorithm] = path / "run"
+        return runs[algorithm]
+
+    return make
