@@ -1,0 +1,260 @@
+"""The API refuses bad input with a 4xx and a message, and a refusal changes nothing.
+
+One real server for the module: 50 rounds, two of three clients sampled per round, and a round
+closes at its first accepted update (``--min-clients 1``) so every test gets a fresh round.
+The last test runs schemathesis against the OpenAPI schema and asserts no 5xx.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import httpx
+import pytest
+import schemathesis
+import torch
+from hypothesis import HealthCheck, given, settings
+from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
+from server_harness import ADMIN, Server, run_toml
+
+LIMIT = 1_500_000  # bytes; a twonn update on 28x28 inputs is about 0.8 MB
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory):
+    root = tmp_path_factory.mktemp("api")
+    server = Server(root / "server", run_toml("fedavg", rounds=50),
+                    ["--min-enrolled", "3", "--min-clients", "1", "--max-upload-bytes",
+                     str(LIMIT)])
+    server.root.mkdir()
+    server.start()
+    secrets = {cid: server.enroll(cid)[1] for cid in range(3)}
+    yield server, secrets
+    server.stop()
+
+
+def auth(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def open_round(server: Server, secrets: dict[int, str]) -> dict:
+    """The open round: run id, index, global state, sampled and unsampled clients' secrets."""
+    while True:
+        tasks = {cid: httpx.get(f"{server.url}/v1/task", headers=auth(s)).json()
+                 for cid, s in secrets.items()}
+        train = [cid for cid, t in tasks.items() if t["status"] == "train"]
+        if len(train) == 2:
+            task = tasks[train[0]]
+            blob = httpx.get(f"{server.url}/v1/globals/{task['global_hash']}",
+                             headers=auth(secrets[train[0]])).content
+            return {"run": task["run_id"], "round": task["round"], "hash": task["global_hash"],
+                    "global": state_from_bytes(blob), "sampled": [secrets[c] for c in train],
+                    "unsampled": [secrets[c] for c in secrets if c not in train]}
+
+
+def upload(server: Server, rnd: dict, secret: str, body: bytes, num_samples: int = 10,
+           round_index: int | None = None, run: int | None = None) -> httpx.Response:
+    index = rnd["round"] if round_index is None else round_index
+    return httpx.put(f"{server.url}/v1/runs/{run or rnd['run']}/rounds/{index}/update",
+                     params={"num_samples": num_samples}, content=body,
+                     headers={**auth(secret), "Content-Type": "application/octet-stream"})
+
+
+def snapshot(server: Server) -> tuple:
+    status = server.status()
+    blobs = sorted(p.name for p in (server.data_dir / "blobs").rglob("*") if p.is_file())
+    return status["rounds_done"], status["current_round"], blobs
+
+
+def valid_update(rnd: dict, shift: float = 0.01) -> dict[str, torch.Tensor]:
+    return {k: v + shift for k, v in rnd["global"].items()}
+
+
+def bad_updates(rnd: dict) -> dict[str, bytes]:
+    good = valid_update(rnd)
+    first = next(iter(good))
+    nan, inf = dict(good), dict(good)
+    nan[first] = nan[first].clone()
+    nan[first].view(-1)[3] = float("nan")
+    inf[first] = inf[first].clone()
+    inf[first].view(-1)[0] = float("inf")
+    body = state_to_bytes(good)
+    return {
+        "wrong shape": state_to_bytes({**good, first: torch.zeros(3, 3)}),
+        "wrong dtype": state_to_bytes({**good, first: good[first].double()}),
+        "unknown tensor": state_to_bytes({**good, "extra.weight": torch.zeros(2)}),
+        "nan": state_to_bytes(nan),
+        "inf": state_to_bytes(inf),
+        "truncated": body[: len(body) // 2],
+        "corrupt header": b"\xff" * 8 + body[8:],
+        "not safetensors": b"hello world, this is not a tensor file",
+        "empty": b"",
+        "bad metrics": state_to_bytes(good, {"metrics": "{not json"}),
+        "nan metric": state_to_bytes(good, {"metrics": json.dumps({"loss": float("nan")})}),
+    }
+
+
+EXPECTED = {"wrong shape": 422, "wrong dtype": 422, "unknown tensor": 422, "nan": 422,
+            "inf": 422, "truncated": 400, "corrupt header": 400, "not safetensors": 400,
+            "empty": 400, "bad metrics": 400, "nan metric": 400}
+
+
+@pytest.mark.parametrize("case", list(EXPECTED))
+def test_bad_update_is_refused_and_changes_nothing(api, case):
+    server, secrets = api
+    rnd = open_round(server, secrets)
+    before = snapshot(server)
+    reply = upload(server, rnd, rnd["sampled"][0], bad_updates(rnd)[case])
+    assert reply.status_code == EXPECTED[case], reply.text
+    assert reply.json()["detail"]
+    assert snapshot(server) == before
+
+
+def test_oversized_body_is_refused_with_413(api):
+    server, secrets = api
+    rnd = open_round(server, secrets)
+    before = snapshot(server)
+    reply = upload(server, rnd, rnd["sampled"][0], b"\0" * (LIMIT + 1))
+    assert reply.status_code == 413 and "limit" in reply.json()["detail"]
+    assert snapshot(server) == before
+
+
+@pytest.mark.parametrize(("where", "status"), [("future round", 409), ("unknown run", 404),
+                                               ("unsampled", 403), ("negative count", 422)])
+def test_misaddressed_upload_is_refused_and_changes_nothing(api, where, status):
+    server, secrets = api
+    rnd = open_round(server, secrets)
+    body = state_to_bytes(valid_update(rnd))
+    before = snapshot(server)
+    if where == "future round":
+        reply = upload(server, rnd, rnd["sampled"][0], body, round_index=rnd["round"] + 5)
+    elif where == "unknown run":
+        reply = upload(server, rnd, rnd["sampled"][0], body, run=999)
+    elif where == "unsampled":
+        reply = upload(server, rnd, rnd["unsampled"][0], body)
+    else:
+        reply = upload(server, rnd, rnd["sampled"][0], body, num_samples=-1)
+    assert reply.status_code == status, reply.text
+    assert snapshot(server) == before
+
+
+def test_replay_is_idempotent_second_update_conflicts_late_upload_is_gone(api):
+    server, secrets = api
+    rnd = open_round(server, secrets)
+    first, other = rnd["sampled"]
+    body = state_to_bytes(valid_update(rnd), {"metrics": json.dumps({"train_loss": 0.5})})
+    accepted = upload(server, rnd, first, body)
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.json() == {"run_id": rnd["run"], "round": rnd["round"],
+                               "sha256": hashlib.sha256(body).hexdigest(), "duplicate": False}
+    replay = upload(server, rnd, first, body)
+    assert replay.status_code == 200 and replay.json()["duplicate"] is True
+    different = upload(server, rnd, first, state_to_bytes(valid_update(rnd, 0.02)))
+    assert different.status_code == 409 and "different update" in different.json()["detail"]
+    status = server.wait_for(lambda s: s["rounds_done"] > rnd["round"])
+    closed = status["history"][rnd["round"]]
+    assert closed["metrics"]["participants"] == 1 and closed["metrics"]["train_loss"] == 0.5
+    late = upload(server, rnd, other, state_to_bytes(valid_update(rnd)))
+    assert late.status_code == 410 and "late" in late.json()["detail"]
+
+
+def test_missing_wrong_and_revoked_credentials_are_refused(api):
+    server, _ = api
+    task = f"{server.url}/v1/task"
+    assert httpx.get(task).status_code == 401
+    assert httpx.get(task, headers=auth("pfc_wrong")).status_code == 401
+    client_id, secret = server.enroll()
+    assert httpx.get(task, headers=auth(secret)).status_code == 200
+    with server.admin() as http:
+        assert http.post(f"/v1/clients/{client_id}/revoke").status_code == 204
+        listed = {c["id"]: c for c in http.get("/v1/clients").json()}
+    assert listed[client_id]["revoked"] is True
+    refused = httpx.get(task, headers=auth(secret))
+    assert refused.status_code == 403 and "revoked" in refused.json()["detail"]
+    # a client secret is not an admin token, and vice versa
+    assert httpx.get(f"{server.url}/v1/runs/current", headers=auth(secret)).status_code == 401
+    assert httpx.get(task, headers=auth(ADMIN)).status_code == 401
+
+
+def test_enrollment_tokens_are_single_use_revocable_and_reserve_ids(api):
+    server, _ = api
+    enroll = f"{server.url}/v1/clients/enroll"
+    with server.admin() as http:
+        issued = http.post("/v1/enrollment-tokens", json={"client_id": 40}).json()
+        assert http.post("/v1/enrollment-tokens", json={"client_id": 40}).status_code == 409
+        first = httpx.post(enroll, json={"token": issued["token"]})
+        assert first.status_code == 201 and first.json()["client_id"] == 40
+        assert httpx.post(enroll, json={"token": issued["token"]}).status_code == 409
+        revoked = http.post("/v1/enrollment-tokens", json={}).json()
+        assert http.delete(f"/v1/enrollment-tokens/{revoked['id']}").status_code == 204
+        assert httpx.post(enroll, json={"token": revoked["token"]}).status_code == 403
+        http.post("/v1/clients/40/revoke").raise_for_status()  # keep the roster small
+    assert httpx.post(enroll, json={"token": "pfe_unknown"}).status_code == 401
+
+
+def test_global_state_download_is_cacheable_by_hash(api):
+    server, secrets = api
+    rnd = open_round(server, secrets)
+    digest = rnd["hash"]
+    url = f"{server.url}/v1/globals/{digest}"
+    reply = httpx.get(url, headers=auth(secrets[0]))
+    assert reply.status_code == 200 and reply.headers["etag"] == f'"{digest}"'
+    assert "immutable" in reply.headers["cache-control"]
+    cached = httpx.get(url, headers={**auth(secrets[0]), "If-None-Match": f'"{digest}"'})
+    assert cached.status_code == 304
+    assert httpx.get(f"{server.url}/v1/globals/{'0' * 64}",
+                     headers=auth(secrets[0])).status_code == 404
+    assert httpx.get(f"{server.url}/v1/globals/../etc",
+                     headers=auth(secrets[0])).status_code in (404, 422)
+
+
+def test_pause_refuses_uploads_resume_continues_and_runs_do_not_overlap(api):
+    server, secrets = api
+    rnd = open_round(server, secrets)
+    with server.admin() as http:
+        assert http.post(f"/v1/runs/{rnd['run']}/pause").json()["status"] == "paused"
+        assert http.post(f"/v1/runs/{rnd['run']}/pause").status_code == 409
+        task = httpx.get(f"{server.url}/v1/task", headers=auth(rnd["sampled"][0])).json()
+        assert task["status"] == "paused"
+        before = snapshot(server)
+        reply = upload(server, rnd, rnd["sampled"][0], state_to_bytes(valid_update(rnd)))
+        assert reply.status_code == 409 and "paused" in reply.json()["detail"]
+        assert snapshot(server) == before
+        assert http.post("/v1/runs", json={"config_toml": run_toml()}).status_code == 409
+        assert http.post(f"/v1/runs/{rnd['run']}/resume").json()["status"] == "active"
+        bad = http.post("/v1/runs", json={"config_toml": "rounds = 'many'"})
+        assert bad.status_code in (409, 422)
+    assert upload(server, rnd, rnd["sampled"][0],
+                  state_to_bytes(valid_update(rnd))).status_code == 200
+
+
+ADMIN_PATHS = ("/v1/runs", "/v1/enrollment-tokens", "/v1/clients/{client_id}/revoke")
+
+
+def fuzz(operation, headers: dict[str, str], failures: list, seen: list) -> None:
+    @given(case=operation.as_strategy())
+    @settings(max_examples=12, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    def check(case):
+        response = case.call(headers=headers, timeout=30)
+        seen.append(response.status_code)
+        if response.status_code >= 500:
+            failures.append((case.method, case.path, case.path_parameters, response.text[:200]))
+
+    check()
+
+
+def test_no_generated_request_makes_the_server_fail(api):
+    """Schemathesis: examples of every operation of the OpenAPI schema; never a 5xx."""
+    server, secrets = api
+    schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json")
+    failures: list = []
+    seen: list = []
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        admin = operation.path.startswith(ADMIN_PATHS) and "/rounds/" not in operation.path \
+            or (operation.path, operation.method.upper()) == ("/v1/clients", "GET")
+        fuzz(operation, auth(ADMIN if admin else secrets[2]), failures, seen)
+    assert not failures
+    assert len(seen) >= 30 and any(code < 300 for code in seen), sorted(set(seen))
