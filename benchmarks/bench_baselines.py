@@ -16,6 +16,8 @@ own test split, before fine-tuning. That saves one full run of the CPU budget.
     make bench-baselines                 (ROUNDS=100, all methods, PFLKIT_THREADS=1)
     METHODS=fedper,fedrep make bench-baselines   (a subset; rows merge into baselines.json)
     ROUNDS_PFEDME=50 make bench-baselines   (fewer rounds for one method, when the clock demands)
+    DEADLINE=01:30 make bench-baselines     (UTC; shrink every remaining method's rounds by one
+                                             factor so that all of them finish by then)
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from common import RESULTS, pct, run, save, set_threads
+
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.evaluation import evaluate_client, summarize
 from pflkit.sdk.tensorio import load_state
@@ -37,6 +41,9 @@ PAPER_NINE = ("fedavg", "fedprox", "scaffold", "lg_fedavg", "fedper", "apfl", "p
               "fedrep")
 RUN_ORDER = ("fedavg_ft", "fedprox", "local", "fedper", "lg_fedavg", "fedrep", "scaffold",
              "ditto", "apfl", "pfedme")  # fedavg comes from the fedavg_ft run
+# relative cost of one round (FedAvg = 1), measured on TwoNN / FMNIST: for DEADLINE planning
+COST = {"fedavg_ft": 1.0, "fedprox": 1.8, "local": 1.0, "fedper": 1.1, "lg_fedavg": 0.9,
+        "fedrep": 0.8, "scaffold": 1.3, "ditto": 2.0, "apfl": 2.8, "pfedme": 5.9}
 PARAMS = {"scaffold": {"num_clients": 50}}  # everything else: each paper's defaults
 LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedavg_ft": "FedAvg+FT",
           "local": "Local only", "scaffold": "SCAFFOLD", "pfedme": "pFedMe", "ditto": "Ditto",
@@ -112,6 +119,28 @@ def table(rows: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def seconds_left(deadline: str | None) -> float | None:
+    """Seconds until HH:MM UTC today (or tomorrow, if that time has passed), or None."""
+    if not deadline:
+        return None
+    now = datetime.now(UTC)
+    hour, minute = map(int, deadline.split(":"))
+    target = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    if target < now - timedelta(hours=12):
+        target += timedelta(days=1)
+    return (target - now).total_seconds()
+
+
+def plan_rounds(method: str, planned: dict[str, int], remaining: list[str],
+                left: float | None, unit: float) -> int:
+    """The method's rounds: as planned, or scaled down with the rest to fit ``left`` seconds."""
+    if left is None:
+        return planned[method]
+    need = unit * sum(COST[m] * planned[m] for m in remaining)
+    scale = min(1.0, max(left, 0.0) / need) if need > 0 else 1.0
+    return max(10, int(planned[method] * scale))
+
+
 def main() -> None:
     threads = set_threads()
     rounds = int(os.environ.get("ROUNDS", "100"))
@@ -123,14 +152,19 @@ def main() -> None:
     previous = json.loads(json_path.read_text()) if json_path.is_file() else {}
     rows: dict[str, Any] = dict(previous.get("rows", {}))
     runs: dict[str, str] = dict(previous.get("runs", {}))
-    for method in wanted:
+    planned = {m: int(os.environ.get(f"ROUNDS_{m.upper()}", rounds)) for m in wanted}
+    unit = 6.0  # seconds per FedAvg-round; re-estimated from each finished method
+    for i, method in enumerate(wanted):
         started = time.perf_counter()
-        method_rounds = int(os.environ.get(f"ROUNDS_{method.upper()}", rounds))
+        method_rounds = plan_rounds(method, planned, wanted[i:],
+                                    seconds_left(os.environ.get("DEADLINE")), unit)
+        print(f"{method}: {method_rounds} rounds", flush=True)
         result = run(config(method, method_rounds), f"baselines-{method}-r{method_rounds}")
         summary = result["final"]["clients"]["summary"]
         rows[method] = row_from_summary(summary, result["final"]["rounds"],
                                         time.perf_counter() - started)
         runs[method] = result["run_dir"]
+        unit = (time.perf_counter() - started) / (COST[method] * method_rounds)
         if method == "fedavg_ft":
             rows["fedavg"] = fedavg_row(Path(result["run_dir"]), result["final"]["rounds"])
         order = ("fedavg", *RUN_ORDER)

@@ -20,22 +20,23 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
 from pflkit.sdk.algorithms.base import (
     Algorithm,
     Choice,
     ClientState,
     FitResult,
-    HyperparameterError,
     RoundContext,
     State,
     register,
 )
 from pflkit.sdk.algorithms.ditto import PERSONAL, personal_of
+from pflkit.sdk.algorithms.paramcheck import require
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.training import sgd
-from torch import nn
-from torch.func import functional_call
 
 
 def mix(local: State, global_: State, alpha: torch.Tensor | float) -> State:
@@ -53,12 +54,9 @@ class APFLParams:
     alpha_lr: float | None = None  # step size for alpha; None: the round's lr
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.alpha <= 1.0:
-            raise HyperparameterError(
-                f"apfl: hyperparameter 'alpha' must be in [0, 1], got {self.alpha}"
-            )
-        if self.alpha_lr is not None and self.alpha_lr < 0:
-            raise HyperparameterError("apfl: hyperparameter 'alpha_lr' must be >= 0")
+        require("apfl", "alpha", 0.0 <= self.alpha <= 1.0, "in [0, 1]", self.alpha)
+        lr = self.alpha_lr
+        require("apfl", "alpha_lr", lr is None or lr >= 0, ">= 0", lr)
 
 
 @register

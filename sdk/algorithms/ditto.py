@@ -14,21 +14,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch import nn
+
 from pflkit.sdk.algorithms.base import (
     Choice,
     ClientState,
     FitResult,
-    HyperparameterError,
     RoundContext,
     State,
     register,
 )
 from pflkit.sdk.algorithms.fedavg import FedAvg
 from pflkit.sdk.algorithms.gradtools import added_gradient
+from pflkit.sdk.algorithms.paramcheck import require
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.training import cross_entropy_of, run_epochs, sgd
-from torch import nn
 
 PERSONAL = "personal."
 
@@ -41,10 +42,9 @@ class DittoParams:
     personal_epochs: int | None = None  # epochs on v per round; None: the local E
 
     def __post_init__(self) -> None:
-        if self.lam < 0:
-            raise HyperparameterError(f"ditto: hyperparameter 'lam' must be >= 0, got {self.lam}")
-        if self.personal_epochs is not None and self.personal_epochs < 0:
-            raise HyperparameterError("ditto: hyperparameter 'personal_epochs' must be >= 0")
+        require("ditto", "lam", self.lam >= 0, ">= 0", self.lam)
+        epochs = self.personal_epochs
+        require("ditto", "personal_epochs", epochs is None or epochs >= 0, ">= 0", epochs)
 
 
 @register

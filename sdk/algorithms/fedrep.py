@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from torch import nn
+
 from pflkit.sdk.algorithms.base import (
-    HyperparameterError,
     LocalTraining,
     ModelFactory,
     RoundContext,
@@ -23,8 +24,8 @@ from pflkit.sdk.algorithms.base import (
 )
 from pflkit.sdk.algorithms.fedper import PartialSharing
 from pflkit.sdk.algorithms.gradtools import frozen
+from pflkit.sdk.algorithms.paramcheck import require
 from pflkit.sdk.data.tensors import LabeledTensors
-from torch import nn
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,7 @@ class FedRepParams:
     body_epochs: int = 1  # epochs on the representation, after E - body_epochs head epochs
 
     def __post_init__(self) -> None:
-        if self.body_epochs < 0:
-            raise HyperparameterError(
-                f"fedrep: hyperparameter 'body_epochs' must be >= 0, got {self.body_epochs}"
-            )
+        require("fedrep", "body_epochs", self.body_epochs >= 0, ">= 0", self.body_epochs)
 
 
 @register
@@ -51,11 +49,8 @@ class FedRep(PartialSharing):
 
     def __init__(self, model: ModelFactory, local: LocalTraining, params: Any = None) -> None:
         super().__init__(model, local, params or FedRepParams())
-        if self.params.body_epochs > local.epochs:
-            raise HyperparameterError(
-                f"fedrep: hyperparameter 'body_epochs' ({self.params.body_epochs}) exceeds the "
-                f"local epochs E ({local.epochs})"
-            )
+        require("fedrep", "body_epochs", self.params.body_epochs <= local.epochs,
+                f"<= the local epochs E ({local.epochs})", self.params.body_epochs)
 
     def train_round(self, model: nn.Module, data: LabeledTensors, ctx: RoundContext) -> float:
         """Head with the body frozen, then body with the head frozen."""

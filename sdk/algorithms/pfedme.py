@@ -19,22 +19,23 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from pflkit.sdk.algorithms.base import (
     Aggregator,
     Algorithm,
     Choice,
     ClientState,
     FitResult,
-    HyperparameterError,
     RoundContext,
     State,
     WeightedMean,
     register,
 )
 from pflkit.sdk.algorithms.ditto import PERSONAL, personal_of
+from pflkit.sdk.algorithms.paramcheck import require
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
-from torch import nn
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,8 @@ class PFedMeParams:
 
     def __post_init__(self) -> None:
         for name in ("lam", "personal_lr", "beta"):
-            if getattr(self, name) <= 0:
-                raise HyperparameterError(
-                    f"pfedme: hyperparameter '{name}' must be > 0, got {getattr(self, name)}"
-                )
-        if self.inner_steps < 1:
-            raise HyperparameterError("pfedme: hyperparameter 'inner_steps' must be >= 1")
+            require("pfedme", name, getattr(self, name) > 0, "> 0", getattr(self, name))
+        require("pfedme", "inner_steps", self.inner_steps >= 1, ">= 1", self.inner_steps)
 
 
 class BlendedMean(WeightedMean):

@@ -23,21 +23,22 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from pflkit.sdk.algorithms.base import (
     Aggregator,
     Algorithm,
     ClientState,
     FitResult,
-    HyperparameterError,
     RoundContext,
     State,
     register,
 )
 from pflkit.sdk.algorithms.gradtools import added_gradient
+from pflkit.sdk.algorithms.paramcheck import require
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.training import cross_entropy_of, run_epochs, sgd
-from torch import nn
 
 CONTROL = "control."
 DELTA = "control_delta."
@@ -51,12 +52,9 @@ class ScaffoldParams:
     num_clients: int | None = None  # N; None: every client takes part in every round
 
     def __post_init__(self) -> None:
-        if self.server_lr <= 0:
-            raise HyperparameterError(
-                f"scaffold: hyperparameter 'server_lr' must be > 0, got {self.server_lr}"
-            )
-        if self.num_clients is not None and self.num_clients < 1:
-            raise HyperparameterError("scaffold: hyperparameter 'num_clients' must be >= 1")
+        require("scaffold", "server_lr", self.server_lr > 0, "> 0", self.server_lr)
+        n = self.num_clients
+        require("scaffold", "num_clients", n is None or n >= 1, ">= 1", n)
 
 
 def split_state(state: State) -> tuple[State, State]:

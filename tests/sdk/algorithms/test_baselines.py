@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+
 from pflkit.sdk.algorithms import (
     Choice,
     ClientState,
