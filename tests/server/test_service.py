@@ -1,0 +1,116 @@
+"""Round logic of the service in-process (real SQLite file, real blob store, no HTTP)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+from server_harness import run_toml
+
+from pflkit.sdk.tensorio import state_to_bytes
+from pflkit.server.app import build_service
+from pflkit.server.orm import Round
+from pflkit.server.service import Forbidden, Gone, Invalid, Unauthorized
+from pflkit.server.settings import ServerSettings
+
+
+def service_for(tmp_path, per_round: int = 2, **settings):
+    config = tmp_path / "run.toml"
+    config.write_text(run_toml("fedavg", rounds=5, per_round=per_round))
+    values = {"admin_token": "x" * 20, "data_dir": tmp_path / "data", "run_config": config,
+              "min_enrolled": 3, **settings}
+    service = build_service(ServerSettings(**values))
+    service.ensure_run()
+    clients = dict(service.enroll(service.issue_token(cid, None)[1]) for cid in range(3))
+    service.tick()
+    return service, clients
+
+
+def current(service):
+    status = service.run_status(None)
+    return status, status["current_round"]
+
+
+def shifted(service, digest: str, value: float) -> bytes:
+    return state_to_bytes({k: torch.full_like(v, value)
+                           for k, v in service.global_state(digest).items()})
+
+
+def test_round_closes_at_the_deadline_with_the_updates_it_has(tmp_path):
+    service, _ = service_for(tmp_path, round_deadline=0.5)
+    status, rnd = current(service)
+    first, dropout = rnd["sampled"]
+    service.accept_upload(first, status["id"], 0, 10, shifted(service, status["global_hash"], 1))
+    service.tick()
+    assert current(service)[0]["rounds_done"] == 0  # no quorum yet, deadline not reached
+    time.sleep(0.6)
+    service.tick()
+    status, rnd = current(service)
+    assert status["rounds_done"] == 1 and rnd["index"] == 1
+    assert status["history"][0]["metrics"]["participants"] == 1
+    assert all(bool((v == 1).all()) for v in service.global_state(status["global_hash"]).values())
+    with pytest.raises(Gone, match="late"):
+        service.accept_upload(dropout, status["id"], 0, 10,
+                              shifted(service, status["history"][0]["global_hash"], 2))
+
+
+def test_median_rule_ignores_an_outlier(tmp_path):
+    service, _ = service_for(tmp_path, per_round=3, aggregation="median")
+    status, rnd = current(service)
+    for cid, value in zip(rnd["sampled"], [1.0, 2.0, 1000.0], strict=True):
+        service.accept_upload(cid, status["id"], 0, 10 if value < 10 else 10_000,
+                              shifted(service, status["global_hash"], value))
+    service.tick()
+    status, _ = current(service)
+    assert status["rounds_done"] == 1
+    assert all(bool((v == 2).all()) for v in service.global_state(status["global_hash"]).values())
+
+
+def test_norm_clipping_bounds_each_change(tmp_path):
+    service, _ = service_for(tmp_path, per_round=3, clip_norm=1.0)
+    status, rnd = current(service)
+    start = service.global_state(status["global_hash"])
+    for cid in rnd["sampled"]:
+        service.accept_upload(cid, status["id"], 0, 10,
+                              state_to_bytes({k: v + 5 for k, v in start.items()}))
+    service.tick()
+    new = service.global_state(current(service)[0]["global_hash"])
+    change = np.sqrt(sum(float(((new[k] - start[k]) ** 2).sum()) for k in start))
+    assert change == pytest.approx(1.0, rel=1e-4)
+
+
+def test_a_close_interrupted_by_a_crash_is_redone_once(tmp_path):
+    service, _ = service_for(tmp_path)
+    status, rnd = current(service)
+    for cid in rnd["sampled"]:
+        service.accept_upload(cid, status["id"], 0, 10,
+                              shifted(service, status["global_hash"], 3))
+    with service.sessions() as s, s.begin():  # what a SIGKILL mid-close leaves behind
+        s.query(Round).filter(Round.index == 0).update({"status": "closing",
+                                                        "claimed_at": time.time()})
+    service.tick()
+    assert current(service)[0]["rounds_done"] == 0  # a fresh claim is not stolen
+    assert service.recover() == 1
+    service.tick()
+    status, _ = current(service)
+    assert status["rounds_done"] == 1 and status["history"][0]["metrics"]["participants"] == 2
+
+
+def test_credentials_and_sampling_are_enforced(tmp_path):
+    service, clients = service_for(tmp_path)
+    status, rnd = current(service)
+    outsider = next(c for c in clients if c not in rnd["sampled"])
+    body = shifted(service, status["global_hash"], 1)
+    with pytest.raises(Forbidden, match="not sampled"):
+        service.accept_upload(outsider, status["id"], 0, 10, body)
+    with pytest.raises(Invalid, match="expected"):
+        service.accept_upload(rnd["sampled"][0], status["id"], 0, 10,
+                              state_to_bytes({"body.0.weight": torch.zeros(2, 2)}))
+    with pytest.raises(Unauthorized):
+        service.authenticate("pfc_nobody")
+    assert service.authenticate(clients[outsider]) == outsider
+    service.revoke_client(outsider)
+    with pytest.raises(Forbidden, match="revoked"):
+        service.authenticate(clients[outsider])
