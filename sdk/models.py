@@ -93,7 +93,7 @@ def fedrod_convnet(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
 
 
 def mobilenet(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
-    """torchvision MobileNetV3-Small at width 0.5 for edge CPUs; stem adapted to C channels.
+    """Torchvision MobileNetV3-Small at width 0.5 for edge CPUs; stem adapted to C channels.
 
     It has BatchNorm: federated averaging averages running statistics like weights.
     """

@@ -55,7 +55,7 @@ def read_metadata(data: bytes) -> dict[str, str]:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` durably: temp file in the same folder, fsync, rename, fsync dir."""
+    """Write ``data`` to ``path`` durably: temp file in the same folder, fsync, rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

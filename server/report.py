@@ -75,6 +75,33 @@ def plot_client_distribution(final: dict[str, Any], plots: Path) -> Path | None:
     return path
 
 
+def plot_choice_sweep(final: dict[str, Any], plots: Path) -> Path | None:
+    """Accuracy vs a numeric choice (SuPerFed's lambda) with a +-1 std band across clients."""
+    by_choice = final.get("clients", {}).get("by_choice", {})
+    points = []
+    for label, summary in by_choice.items():
+        try:
+            points.append((float(label), summary["own_top1_mean"], summary["own_top1_std"]))
+        except (ValueError, KeyError):
+            continue  # named choices such as "best"
+    if len(points) < 2:
+        return None
+    xs, mean, std = zip(*sorted(points), strict=True)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(xs, mean, marker="o", markersize=3, label="mean over clients")
+    ax.fill_between(xs, [m - s for m, s in zip(mean, std, strict=True)],
+                    [m + s for m, s in zip(mean, std, strict=True)], alpha=0.25, label="+-1 std")
+    ax.set(xlabel="lambda (0: federated model, 1: local model)",
+           ylabel="top-1, clients' own test", title="personalized accuracy vs lambda")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = plots / "lambda.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return "n/a" if math.isnan(value) else f"{value:.4f}"
@@ -105,6 +132,8 @@ def write_report(run_dir: Path) -> Path:
     lines += ["## Curves", "", "![accuracy](plots/accuracy.png)", "", "![loss](plots/loss.png)", ""]
     if dist:
         lines += ["## Clients", "", "![clients](plots/clients.png)", ""]
+    if plot_choice_sweep(final, plots):
+        lines += ["## Accuracy vs lambda", "", "![lambda](plots/lambda.png)", ""]
     if (plots / "partition.png").is_file():
         lines += ["## Partition", "", "![partition](plots/partition.png)", "",
                   "Per-client class counts: `partition.txt`.", ""]

@@ -1,14 +1,14 @@
 """The run configuration shared by ``pfl-sim`` and ``pfl-server``: one TOML format.
 
-    seed = 0
-    rounds = 100
-    eval_interval = 10
+seed = 0
+rounds = 100
+eval_interval = 10
 
-    [data]        dataset, root, resize, partition, num_clients, alpha, ... (PartitionConfig)
-    [model]       name
-    [algorithm]   name, and [algorithm.params] for its hyperparameters
-    [training]    clients_per_round | fraction, epochs, batch_size, lr, lr_decay, momentum,
-                  weight_decay
+[data]        dataset, root, resize, partition, num_clients, alpha, ... (PartitionConfig)
+[model]       name
+[algorithm]   name, and [algorithm.params] for its hyperparameters
+[training]    clients_per_round | fraction, epochs, batch_size, lr, lr_decay, momentum,
+weight_decay
 """
 
 from __future__ import annotations

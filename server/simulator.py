@@ -28,8 +28,15 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pflkit.sdk.algorithms.base import Algorithm, ClientState, ModelFactory, RoundContext, State
-from pflkit.sdk.algorithms.base import check_algorithm, make_algorithm
+from pflkit.sdk.algorithms.base import (
+    Algorithm,
+    ClientState,
+    ModelFactory,
+    RoundContext,
+    State,
+    check_algorithm,
+    make_algorithm,
+)
 from pflkit.sdk.data.datasets import load_dataset
 from pflkit.sdk.data.federation import Federation, build_federation, partition_table, plot_partition
 from pflkit.sdk.evaluation import ClientReport, evaluate_client, summarize

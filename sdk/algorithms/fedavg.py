@@ -16,8 +16,8 @@ from torch import nn
 
 from pflkit.sdk.algorithms.base import (
     Algorithm,
-    ClientState,
     Choice,
+    ClientState,
     FitResult,
     HyperparameterError,
     RoundContext,

@@ -12,8 +12,8 @@ from torch import nn
 
 from pflkit.sdk.algorithms.base import (
     Algorithm,
-    ClientState,
     Choice,
+    ClientState,
     FitResult,
     RoundContext,
     State,

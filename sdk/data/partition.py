@@ -24,12 +24,12 @@ def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[
 def shards(
     labels: np.ndarray, num_clients: int, rng: np.random.Generator, shards_per_client: int = 2
 ) -> list[np.ndarray]:
-    """McMahan et al.'s pathological non-IID split: sort by label, cut into equal shards, deal
-    ``shards_per_client`` random shards to each client.
+    """McMahan et al.'s pathological non-IID split: equal label-sorted shards, dealt at random.
 
-    Shards are cut inside each class (the class's share of shards by largest remainder), so a
-    shard never straddles two classes and a client holds at most ``shards_per_client``
-    classes even when class sizes are not multiples of the shard size.
+    Each client gets ``shards_per_client`` random shards. Shards are cut inside each class
+    (the class's share of shards by largest remainder), so a shard never straddles two
+    classes and a client holds at most ``shards_per_client`` classes even when class sizes
+    are not multiples of the shard size.
     """
     _check_clients(labels, num_clients)
     num_shards = num_clients * shards_per_client
@@ -61,9 +61,11 @@ def dirichlet(
     min_size: int = 10,
     max_tries: int = 1000,
 ) -> list[np.ndarray]:
-    """Hsu et al. (2019): for each class c draw q_c ~ Dir(alpha * 1_M) and give client m the
-    fraction q_c[m] of class c. Redraw the whole partition until every client has at least
-    ``min_size`` samples (the usual practice of Lin et al. 2020)."""
+    """Hsu et al. (2019): class c's samples go to clients in proportions q_c ~ Dir(alpha).
+
+    Client m gets the fraction q_c[m] of class c. Redraw the whole partition until every
+    client has at least ``min_size`` samples (the usual practice of Lin et al. 2020).
+    """
     _check_clients(labels, num_clients)
     if alpha <= 0:
         raise PartitionError(f"Dirichlet alpha must be > 0, got {alpha}")

@@ -53,7 +53,8 @@ def test_resume_equals_uninterrupted(tmp_path, algorithm):
     resumed = Simulation.resume(tmp_path / "resumed", progress=False).run()
     assert_same(full.global_state, resumed.global_state)
     assert resumed.final["clients"]["summary"] == full.final["clients"]["summary"]
-    rows = [json.loads(x) for x in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    metrics = (tmp_path / "resumed" / "metrics.jsonl").read_text()
+    rows = [json.loads(x) for x in metrics.splitlines()]
     assert [r["round"] for r in rows] == [0, 1, 2, 3]
 
 

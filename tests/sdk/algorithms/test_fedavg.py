@@ -62,7 +62,8 @@ def test_fedprox_proximal_term_pulls_toward_the_global_model():
     glob = make_algorithm("fedavg", FACTORY, LocalTraining(5, 8)).init_global(0)
 
     def distance(algorithm, mu):
-        algo = make_algorithm(algorithm, FACTORY, LocalTraining(5, 8), {"mu": mu} if mu is not None else {})
+        params = {"mu": mu} if mu is not None else {}
+        algo = make_algorithm(algorithm, FACTORY, LocalTraining(5, 8), params)
         out = algo.fit(glob, ClientState(), tiny_data(), ctx()).update
         return sum(float(((out[k] - glob[k]) ** 2).sum()) for k in glob)
 
@@ -78,7 +79,8 @@ def test_local_only_never_sends_anything_and_keeps_its_model():
     assert result.update == {}
     assert set(result.client_state.tensors) == set(glob)
     model = algo.personalized_model(glob, result.client_state)
-    assert torch.equal(model.state_dict()["head.weight"], result.client_state.tensors["head.weight"])
+    own = result.client_state.tensors["head.weight"]
+    assert torch.equal(model.state_dict()["head.weight"], own)
 
 
 def test_fine_tuning_personalizes_from_the_global_model():
