@@ -13,12 +13,14 @@ wd 1e-5, FedRoD ConvNet, hypernetwork hidden 16. Numbers are from the LAST round
 
     make bench-fedrod                            (all four runs, 100 rounds each)
     python bench_fedrod.py hyper:0.3:100 linear:0.1:40    (variant:alpha:rounds ...)
+    python bench_fedrod.py --partial RUN_DIR ...          (score a run stopped early)
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +29,19 @@ from fedrod_common import (
     config,
     curve,
     features,
+    generic_accuracy,
     hyper_phi,
     load_parts,
     mean_class_weighted,
     plot_curves,
     save_part,
 )
+
+from pflkit.sdk.algorithms.base import State
 from pflkit.sdk.algorithms.fedrod import PHI, _prefixed
 from pflkit.sdk.state_store import RunClientStore
-from pflkit.sdk.tensorio import load_state
+from pflkit.sdk.tensorio import load_state, read_metadata
+from pflkit.server.sim_config import SimConfig
 from pflkit.server.simulator import build_run
 
 GROUP = "fedrod"
@@ -50,59 +56,63 @@ TARGET = {("hyper", 0.3): (85.0, 93.5), ("hyper", 0.1): (82.5, 91.5),
 
 
 def one_run(variant: str, alpha: float, rounds: int) -> dict[str, Any]:
-    """Train, score both personalization protocols, and record the curve."""
-    algorithm_name = f"fedrod_{variant}"
-    cfg = config(algorithm_name, alpha, rounds)
-    name = f"fedrod_{variant}-dir{alpha}-r{rounds}"
-    result = run(cfg, name)
-    final = result["final"]
+    """Train one configuration, then score it."""
+    cfg = config(f"fedrod_{variant}", alpha, rounds)
+    result = run(cfg, f"fedrod_{variant}-dir{alpha}-r{rounds}")
+    return {**score(Path(result["run_dir"]), result["final"]), "seconds": result["seconds"],
+            "config": result["config"], "final": result["final"]}
+
+
+def score(run_dir: Path, final: dict[str, Any] | None) -> dict[str, Any]:
+    """Score a run's last committed global state: generic and no-pass personalized accuracy.
+
+    ``final`` (the simulator's final.json) supplies the final-pass number; None for a run
+    stopped early (``--partial``), which is scored at its last committed round.
+    """
+    cfg = SimConfig.load(run_dir / "config.toml")
     federation, algorithm = build_run(cfg)
     c = federation.spec.num_classes
-    run_dir = Path(result["run_dir"])
-    state = load_state(run_dir / "global" / "latest.safetensors")
+    latest = run_dir / "global" / "latest.safetensors"
+    rounds = int(read_metadata(latest.read_bytes())["rounds_done"])
+    state = load_state(latest)
     z, generic = features(algorithm, state, federation.test)
-    if variant == "hyper":
+    phi_of: Callable[[int], State | None] = lambda _: None  # noqa: E731  (FedAvg: global model)
+    if cfg.algorithm == "fedrod_hyper":
         phi_of = hyper_phi(state, federation.clients, c)
-    else:
+    elif cfg.algorithm == "fedrod_linear":
         store = RunClientStore(run_dir / "clients")
 
-        def phi_of(cid: int) -> dict | None:
+        def phi_of(cid: int) -> State | None:
             kept = store.load(cid, rounds - 1)
             return (_prefixed(kept.tensors, PHI) or None) if kept is not None else None
-    no_pass = mean_class_weighted(z, generic, federation.test, federation.clients, c, phi_of)
+    variant = cfg.algorithm.removeprefix("fedrod_").removesuffix("_ft")
     return {
-        "variant": variant, "alpha": alpha, "rounds": rounds, "name": name,
-        "generic": final["global_model"]["top1"],
-        "personalized_final_pass": final["clients"]["summary"]["class_weighted_mean"],
-        "personalized_no_pass": no_pass,
+        "variant": variant, "alpha": cfg.data.partition.alpha, "rounds": rounds,
+        "name": f"{cfg.algorithm}-dir{cfg.data.partition.alpha}-r{rounds}"
+                + ("" if final else "-partial"),
+        "generic": generic_accuracy(generic, federation.test),
+        "personalized_final_pass":
+            final["clients"]["summary"]["class_weighted_mean"] if final else None,
+        "personalized_no_pass": mean_class_weighted(z, generic, federation.test,
+                                                    federation.clients, c, phi_of),
         "curve": curve(run_dir, algorithm, federation.clients, federation.test, c),
-        "seconds": result["seconds"], "config": result["config"], "final": final,
+        "run_dir": str(run_dir),
     }
 
 
 def fedavg_rows() -> list[dict[str, Any]]:
-    """FedAvg from bench_fedavg.py (same harness and protocol), with its no-pass number."""
+    """FedAvg from bench_fedavg.py (same harness and protocol), rescored like FedRoD."""
     path = RESULTS / "fedavg.json"
     if not path.is_file():
         return []
     data = json.loads(path.read_text())
-    row = {"variant": "fedavg", "alpha": 0.3, "rounds": data["rounds"],
-           "generic": data["global_top1"], "personalized_final_pass": data["local_class_weighted"],
-           "personalized_no_pass": None}
-    if Path(data.get("run_dir", "/nonexistent")).is_dir():
-        row["personalized_no_pass"] = _fedavg_global_weighted(Path(data["run_dir"]))
-    return [row]
-
-
-def _fedavg_global_weighted(run_dir: Path) -> float:
-    from pflkit.server.sim_config import SimConfig
-
-    cfg = SimConfig.load(run_dir / "config.toml")
-    federation, algorithm = build_run(cfg)
-    state = load_state(run_dir / "global" / "latest.safetensors")
-    z, generic = features(algorithm, state, federation.test)
-    return mean_class_weighted(z, generic, federation.test, federation.clients,
-                               federation.spec.num_classes, lambda _: None)
+    run_dir = Path(data.get("run_dir", "/nonexistent"))
+    if run_dir.is_dir():
+        return [score(run_dir, data["final"])]
+    return [{"variant": "fedavg", "alpha": 0.3, "rounds": data["rounds"],
+             "generic": data["global_top1"],
+             "personalized_final_pass": data["local_class_weighted"],
+             "personalized_no_pass": None}]
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -116,12 +126,12 @@ def table(rows: list[dict[str, Any]]) -> str:
         paper = PAPER.get((r["variant"], r["alpha"]))
         goal = TARGET.get((r["variant"], r["alpha"]))
         target = f">= {goal[0]} / {goal[1]}" if goal else "-"
-        no_pass = pct(r["personalized_no_pass"]) if r["personalized_no_pass"] is not None \
-            else "-"
+        no_pass, final_pass = (pct(r[k]) if r[k] is not None else "not run" for k in
+                               ("personalized_no_pass", "personalized_final_pass"))
         method = "FedAvg" if r["variant"] == "fedavg" else f"FedRoD ({r['variant']})"
         lines.append(
             f"| {method} | {r['alpha']} | {r['rounds']} | {pct(r['generic'])} | "
-            f"{pct(r['personalized_final_pass'])} | {no_pass} | "
+            f"{final_pass} | {no_pass} | "
             f"{f'{paper[0]} / {paper[1]}' if paper else '-'} | {target} |"
         )
     return "\n".join(lines) + "\n"
@@ -165,8 +175,14 @@ def write_summary(threads: int) -> None:
 
 def main() -> None:
     threads = set_threads()
-    specs = sys.argv[1:] or DEFAULT
-    for spec in specs:
+    args = sys.argv[1:] or DEFAULT
+    if args[0] == "--partial":  # score runs stopped early, at their last committed round
+        for run_dir in args[1:]:
+            part = score(Path(run_dir), None)
+            save_part(GROUP, part["name"], part)
+        write_summary(threads)
+        return
+    for spec in args:
         variant, alpha, rounds = spec.split(":")
         if variant not in ("linear", "hyper"):
             raise SystemExit(f"variant must be linear or hyper, got {variant!r}")

@@ -28,6 +28,7 @@ from fedrod_common import (
     mean_class_weighted,
     plot_curves,
 )
+
 from pflkit.sdk.tensorio import load_state
 from pflkit.server.simulator import build_run
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from common import RESULTS
+
 from pflkit.sdk.algorithms.base import Algorithm, State
 from pflkit.sdk.algorithms.fedrod import zero_shot_head
 from pflkit.sdk.data.federation import ClientData, PartitionConfig

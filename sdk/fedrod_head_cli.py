@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from pflkit.sdk.algorithms.base import ClientState, State
 from pflkit.sdk.algorithms.fedrod import (
     COUNTS,

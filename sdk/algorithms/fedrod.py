@@ -46,6 +46,9 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
 from pflkit.sdk.algorithms.base import (
     Algorithm,
     Choice,
@@ -60,8 +63,6 @@ from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import SplitModel
 from pflkit.sdk.seeding import seeded_torch
 from pflkit.sdk.training import run_epochs, sgd
-from torch import nn
-from torch.func import functional_call
 
 ZERO_COUNT_LOG_PRIOR = -1e4  # log N_c for a class the client never saw (finite, see docstring)
 PHI = "phi."  # client-state prefix of the personalized head phi_m
@@ -113,12 +114,22 @@ def balanced_softmax_loss(logits: torch.Tensor, y: torch.Tensor, class_counts: t
 
 
 # -- modules ---------------------------------------------------------------------------------------
+def _canonical_order(names: Sequence[str]) -> list[str]:
+    """Head parameter names in layer order ("4.weight" after "2.bias"), whatever dict order.
+
+    States loaded from safetensors come in no fixed order; the hypernetwork's output layout
+    and the head's class count must not depend on it.
+    """
+    return sorted(names, key=lambda n: [(0, int(p), "") if p.isdigit() else (1, 0, p)
+                                        for p in n.split(".")])
+
+
 class HyperNetwork(nn.Module):
     """H(a; nu): class proportions (C,) -> every parameter of a head, by name (eq. 11)."""
 
     def __init__(self, num_classes: int, hidden: int, head_shapes: dict[str, torch.Size]) -> None:
         super().__init__()
-        self.shapes = dict(head_shapes)
+        self.shapes = {k: head_shapes[k] for k in _canonical_order(list(head_shapes))}
         self.fc1 = nn.Linear(num_classes, hidden, bias=False)
         self.fc2 = nn.Linear(hidden, sum(math.prod(s) for s in self.shapes.values()), bias=False)
 
@@ -204,8 +215,8 @@ def zero_shot_head(global_state: State, class_distribution: torch.Tensor | Seque
 
 
 def _num_classes(head: State) -> int:
-    last = [v for k, v in head.items() if k.endswith("weight")][-1]
-    return int(last.shape[0])
+    last = [k for k in _canonical_order(list(head)) if k.endswith("weight")][-1]
+    return int(head[last].shape[0])
 
 
 # -- the algorithm ---------------------------------------------------------------------------------

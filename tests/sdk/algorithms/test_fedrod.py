@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from typer.testing import CliRunner
+
 from pflkit.sdk.algorithms import (
     Choice,
     ClientState,
@@ -27,7 +29,6 @@ from pflkit.sdk.fedrod_head_cli import app
 from pflkit.sdk.models import build_model
 from pflkit.sdk.state_store import client_state_from_bytes
 from pflkit.sdk.tensorio import save_state
-from typer.testing import CliRunner
 
 FACTORY = ModelFactory("twonn", (1, 8, 8), 10)
 
@@ -191,6 +192,27 @@ def test_new_client_zero_shot_model_from_its_class_distribution():
     assert not torch.allclose(other["weight"], phi["weight"])
     with pytest.raises(ValueError, match="no class counts"):
         alg.personalized_model(glob, ClientState())
+
+
+@pytest.mark.parametrize(("model", "shape"), [("twonn", (1, 8, 8)), ("lenet5", (1, 32, 32))])
+def test_zero_shot_head_does_not_depend_on_the_order_of_state_keys(model, shape, tmp_path):
+    alg = algo("fedrod_hyper", ModelFactory(model, shape, 10))
+    glob = alg.init_global(0)
+    counts = [5, 0, 12, 3, 0, 0, 7, 1, 0, 2]
+    reordered = dict(reversed(list(glob.items())))
+    save_state(tmp_path / "g.safetensors", glob)
+    from pflkit.sdk.tensorio import load_state
+
+    for other in (reordered, load_state(tmp_path / "g.safetensors")):
+        a, b = zero_shot_head(glob, counts), zero_shot_head(other, counts)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(ClassDistributionError, match="10 entries"):
+        zero_shot_head(algo("fedrod_linear", ModelFactory(model, shape, 10)).init_global(0),
+                       [1, 2])
+    data = LabeledTensors(torch.randn(8, *shape), torch.arange(8))
+    trained = alg.personalized_model(glob, alg.init_client(0, 0, data))
+    loaded = alg.personalized_model(reordered, alg.init_client(0, 0, data))
+    assert torch.equal(trained(data.x), loaded(data.x))
 
 
 def test_linear_zero_shot_model_is_the_generic_model():
