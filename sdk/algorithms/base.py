@@ -314,4 +314,5 @@ def check_algorithm(name: str, params: Mapping[str, Any] | None = None) -> Any:
 def make_algorithm(name: str, model: ModelFactory, local: LocalTraining,
                    params: Mapping[str, Any] | None = None) -> Algorithm:
     """Instantiate a registered algorithm with validated hyperparameters."""
-    return ALGORITHMS[name](model, local, check_algorithm(name, params))
+    checked = check_algorithm(name, params)
+    return ALGORITHMS[name](model, local, checked)
