@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from pflkit.export.contract import ExportError
 from pflkit.export.formats import FORMATS
 from pflkit.export.golden import raw_test_images
@@ -53,16 +54,17 @@ def classify_table(export_dir: Path, card: dict[str, Any], count: int) -> str:
         if fmt is not None:
             columns[artifact["file"]] = fmt.load(export_dir / artifact["file"])(feeds)[0]
     classes = card["classes"]
-    width = max(len(c) for c in classes) + 8
-    lines = ["  # | true" + " " * (width - 4) + "| " +
-             " | ".join(f"{name:<{width}}" for name in columns)]
+    width = max(len(c) for c in classes) + 5
+    widths = [max(width, len(name)) for name in columns]
+    lines = [f"  # | {'true':<{width}} | " +
+             " | ".join(f"{name:<{w}}" for name, w in zip(columns, widths, strict=True))]
     for i, label in enumerate(labels):
         cells = []
-        for logits in columns.values():
+        for logits, w in zip(columns.values(), widths, strict=True):
             probs = logits[i].double().softmax(0)
             top = int(probs.argmax())
-            cells.append(f"{classes[top]} {probs[top]:.2f}".ljust(width))
-        lines.append(f"{i:>3} | {classes[int(label)]:<{width}}| " + " | ".join(cells))
+            cells.append(f"{classes[top]} {probs[top]:.2f}".ljust(w))
+        lines.append(f"{i:>3} | {classes[int(label)]:<{width}} | " + " | ".join(cells))
     agree = all(torch.equal(c.argmax(1), columns["PyTorch (eager)"].argmax(1))
                 for c in columns.values())
     lines.append(f"all runtimes agree on top-1: {'yes' if agree else 'NO'}")

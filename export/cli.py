@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from pflkit.export.contract import ExportError
 
 app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=False)

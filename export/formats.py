@@ -16,11 +16,13 @@ from __future__ import annotations
 import logging
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
 from pflkit.export.contract import Exportable
 from pflkit.sdk.tensorio import atomic_write_bytes
 
@@ -28,6 +30,9 @@ PTE_MAX_BATCH = 64
 CARD_KEY = "pflkit.model_card"  # ONNX metadata_props key
 CARD_METHOD = "model_card"  # ExecuTorch constant method
 CALIBRATION_BATCH = 32
+
+if TYPE_CHECKING:
+    import onnx
 
 Runner = Callable[[tuple[torch.Tensor, ...]], list[torch.Tensor]]
 
@@ -66,7 +71,8 @@ class Format(ABC):
         return call
 
 
-def _calibration_batches(ex: Exportable, images: torch.Tensor):  # noqa: ANN202 - generator
+def _calibration_batches(ex: Exportable, images: torch.Tensor
+                         ) -> Iterator[tuple[torch.Tensor, ...]]:
     for start in range(0, len(images), CALIBRATION_BATCH):
         yield ex.feeds(images[start:start + CALIBRATION_BATCH])
 
@@ -94,7 +100,8 @@ class OnnxFormat(Format):
         atomic_write_bytes(path, model.SerializeToString())
 
     @staticmethod
-    def _quantize(model, ex: Exportable, calibration: torch.Tensor):  # noqa: ANN001, ANN205
+    def _quantize(model: onnx.ModelProto, ex: Exportable, calibration: torch.Tensor
+                  ) -> onnx.ModelProto:
         import onnx
         from onnxruntime.quantization import (
             CalibrationDataReader,
@@ -183,9 +190,12 @@ class PteFormat(Format):
         return convert_pt2e(prepared)
 
     def load(self, path: Path, threads: int = 1) -> Runner:
-        """Load ``forward`` in the ExecuTorch Python runtime."""
+        """Load ``forward`` in the ExecuTorch Python runtime (XNNPACK on ``threads`` threads)."""
+        from executorch.extension.pybindings import portable_lib
         from executorch.runtime import Runtime
 
+        if hasattr(portable_lib, "_unsafe_reset_threadpool"):  # else: the runtime's default
+            portable_lib._unsafe_reset_threadpool(threads)
         method = Runtime.get().load_program(Path(path)).load_method("forward")
 
         def run(inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from pflkit.export.contract import Exportable, ExportError
 from pflkit.export.source import Source
 from pflkit.sdk.data.datasets import Preprocessing, load_dataset

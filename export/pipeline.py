@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from pflkit.export.contract import Exportable, ExportError
 from pflkit.export.formats import FORMATS, Format, Runner
 from pflkit.export.golden import golden_document
@@ -139,6 +140,9 @@ def export_model(source: Source, selection: Selection, out_dir: Path,
     if len(source.test) == 0:
         raise ExportError("no test rows to verify the export on")
     ex, mixture = build_exportable(source, selection)
+    if int8 and ex.lam is not None:
+        raise ExportError("int8 needs constant weights, but a runtime-lambda model computes its "
+                          "weights from lam; bake a lambda (--lambda 0.3) to quantize")
     card = base_card(source, ex, mixture)
     if selection.class_distribution is not None:  # known only by its classes: a new client
         card["source"]["new_client"] = True

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
 from pflkit.export.contract import Exportable, ExportError, TensorSpec
 from pflkit.export.source import Source
 from pflkit.sdk.algorithms.base import Choice

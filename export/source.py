@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import torch
 
 from pflkit.export.contract import ExportError
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, State
@@ -24,6 +26,9 @@ from pflkit.sdk.data.datasets import DatasetSpec
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.state_store import DeviceStateStore, RunClientStore, client_state_from_bytes
 from pflkit.sdk.tensorio import load_state, read_metadata
+
+if TYPE_CHECKING:
+    from pflkit.server.sim_config import SimConfig
 
 CALIBRATION_ROWS = 512  # train rows used for int8 calibration
 
@@ -44,10 +49,10 @@ class Source:
     @property
     def calibration(self) -> LabeledTensors:
         """At most ``CALIBRATION_ROWS`` train rows."""
-        return self.train.subset(range(min(len(self.train), CALIBRATION_ROWS)))  # type: ignore[arg-type]
+        return self.train.subset(torch.arange(min(len(self.train), CALIBRATION_ROWS)))
 
 
-def _load_config(path: Path):  # noqa: ANN202 - SimConfig lives in the server package
+def _load_config(path: Path) -> SimConfig:
     from pflkit.server.sim_config import ConfigError, SimConfig
 
     if not path.is_file():

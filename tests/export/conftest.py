@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
 from pflkit.server.simulator import Simulation

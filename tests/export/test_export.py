@@ -7,13 +7,14 @@ import json
 
 import pytest
 import torch
+from typer.testing import CliRunner
+
 from pflkit.export import ExportError, Selection, export_model, load_run_source
 from pflkit.export.cli import app
 from pflkit.export.formats import FORMATS
 from pflkit.export.golden import raw_test_images
 from pflkit.sdk.algorithms import ALGORITHMS, Choice, ClientState
 from pflkit.sdk.state_store import DeviceStateStore
-from typer.testing import CliRunner
 
 CLIENT = 1  # a training client of the conftest runs
 REQUIRED = {"schema_version", "created", "algorithm", "model", "inputs", "outputs",
