@@ -81,6 +81,8 @@ def test_superfed_runtime_lambda_equals_baked_lambda(make_run, tmp_path):
                                  "range": [0.0, 1.0]}
     assert card["mixture"] == {"kind": "superfed", "lambda": "runtime", "mode": "mm"}
     assert card["parity"][0]["lams_checked"][0] == 0.0
+    with pytest.raises(ExportError, match="int8 needs constant weights"):
+        export_model(source, Selection(lam="runtime"), tmp_path / "q", int8=True)
     baked_card = export_model(source, Selection(lam=0.3), tmp_path / "baked", ["onnx"]).card
     assert baked_card["mixture"]["lambda"] == 0.3 and len(baked_card["inputs"]) == 1
     baked_onnx = FORMATS["onnx"].load(tmp_path / "baked" / "model.onnx")
