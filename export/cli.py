@@ -55,7 +55,9 @@ def main(
                           ] = False,
     max_int8_drop: Annotated[float, typer.Option(help="refuse int8 above this drop (points)")
                              ] = 1.0,
-    golden: Annotated[int, typer.Option(help="write golden.json with this many samples")] = 0,
+    golden: Annotated[bool, typer.Option(help="also write golden.json (real test images)")
+                      ] = False,
+    golden_samples: Annotated[int, typer.Option(help="images in golden.json")] = 5,
     out: Annotated[Path | None, typer.Option(
         help="output folder (default: RUN/exports/<client|generic>)")] = None,
     force: Annotated[bool, typer.Option(help="replace an existing output folder")] = False,
@@ -84,7 +86,8 @@ def main(
                               "--config TOML")
         result = export_model(source, selection, out or default_out,
                               fmt or ("onnx", "executorch"), int8=int8, force_int8=force_int8,
-                              max_int8_drop=max_int8_drop / 100, golden=golden, force=force)
+                              max_int8_drop=max_int8_drop / 100,
+                              golden=golden_samples if golden else 0, force=force)
     except (ExportError, FileNotFoundError, ValueError, KeyError) as err:
         raise _fail(err) from err
     for entry in result.card["parity"]:
