@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from pflkit.export.contract import Exportable
+from pflkit.export.contract import Exportable, ExportError
 from pflkit.sdk.tensorio import atomic_write_bytes
 
 PTE_MAX_BATCH = 64
@@ -93,6 +93,8 @@ class OnnxFormat(Format):
             input_names=ex.input_names, output_names=ex.output_names,
             dynamic_shapes=ex.dynamic_shapes(None),
         )
+        if program is None:  # only when exporting to a file name, which this does not do
+            raise ExportError("torch.onnx.export returned no program")
         model = program.model_proto
         if calibration is not None:
             model = self._quantize(model, ex, calibration)
