@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 import torch
+from torch import nn
+
 from pflkit.sdk.algorithms.base import (
     Algorithm,
     Choice,
@@ -31,7 +33,6 @@ from pflkit.sdk.algorithms.base import (
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.training import cross_entropy_of, run_epochs, sgd
-from torch import nn
 
 
 class PartialSharing(Algorithm):
