@@ -22,11 +22,12 @@ LABELS = {"superfed_mm": "SuPerFed-MM", "superfed_lm": "SuPerFed-LM", "fedavg": 
 
 
 def config(method: str, model: str, partition: PartitionConfig, rounds: int,
-           seed: int = 0) -> SimConfig:
+           params: dict[str, Any] | None = None, seed: int = 0) -> SimConfig:
     """The SuPerFed paper's client settings (A.1): 5 clients/round, E=10, B=10, SGD m=0.9."""
     return SimConfig(
         seed=seed, rounds=rounds, eval_interval=max(1, rounds // 10), checkpoint_interval=rounds,
         data=DataConfig("fmnist", partition=partition), model=model, algorithm=method,
+        params=params or {},
         training=TrainingConfig(clients_per_round=5, epochs=10, batch_size=10, lr=0.01,
                                 lr_decay=0.99, momentum=0.9, weight_decay=1e-4),
     )

@@ -43,6 +43,9 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
 from pflkit.sdk.algorithms.base import (
     Algorithm,
     Choice,
@@ -58,8 +61,6 @@ from pflkit.sdk.metrics import Scores, predict, scores_from_logits
 from pflkit.sdk.models import float_state
 from pflkit.sdk.seeding import derive_seed, torch_generator
 from pflkit.sdk.training import run_epochs, sgd
-from torch import nn
-from torch.func import functional_call
 
 LAMBDA_GRID: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(11))
 LOCAL = "local."  # client-state key prefix of w_l and the client's own running statistics
@@ -73,6 +74,7 @@ class SuPerFedParams:
     nu: float = 2.0  # weight of cos^2(w_f, w_l), the connectivity term
     start_fraction: float = 0.4  # L = floor(start_fraction * R): mixing starts at round L
     holdout_fraction: float = 0.1  # train rows kept out of fit to choose each client's lambda
+    sweep: bool = True  # after the last round, also score every grid lambda (11 evaluations)
 
     def __post_init__(self) -> None:
         for name in ("mu", "nu"):
@@ -318,8 +320,8 @@ class SuPerFed(Algorithm):
 
     def evaluation_choices(self, client_state: ClientState) -> dict[str, Choice | None]:
         """Score the chosen lambda first (the headline), then every lambda of the grid."""
-        return {"best": Choice(lam="best")} | {f"{lam:.1f}": Choice(lam=lam)
-                                               for lam in LAMBDA_GRID}
+        grid = LAMBDA_GRID if self.params.sweep else ()
+        return {"best": Choice(lam="best")} | {f"{lam:.1f}": Choice(lam=lam) for lam in grid}
 
     def personalized_model(self, global_state: State, client_state: ClientState,
                            choice: Choice | None = None) -> nn.Module:

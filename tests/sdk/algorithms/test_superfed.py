@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+
 from pflkit.sdk.algorithms import (
     Choice,
     HyperparameterError,
@@ -207,6 +208,7 @@ def test_personalize_picks_a_grid_lambda_on_held_out_train_rows():
                            a.personalized_model(glob, chosen, Choice(lam=chosen.meta["lambda"]))(x))
     choices = list(a.evaluation_choices(chosen))
     assert choices[0] == "best" and choices[1:] == [f"{lam:.1f}" for lam in LAMBDA_GRID]
+    assert list(algo(sweep=False).evaluation_choices(chosen)) == ["best"]
 
 
 def test_holdout_split_is_fixed_per_client_and_disjoint():
