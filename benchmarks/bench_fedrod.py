@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import RESULTS, RUNS, pct, run, save, set_threads
+from common import RESULTS, RUNS, pct, save, set_threads
 from fedrod_common import (
     config,
     curve,
@@ -34,7 +35,9 @@ from fedrod_common import (
     load_parts,
     mean_class_weighted,
     plot_curves,
+    run_until,
     save_part,
+    stop_time,
 )
 
 from pflkit.sdk.algorithms.base import State
@@ -58,7 +61,7 @@ TARGET = {("hyper", 0.3): (85.0, 93.5), ("hyper", 0.1): (82.5, 91.5),
 def one_run(variant: str, alpha: float, rounds: int) -> dict[str, Any]:
     """Train one configuration, then score it."""
     cfg = config(f"fedrod_{variant}", alpha, rounds)
-    result = run(cfg, f"fedrod_{variant}-dir{alpha}-r{rounds}")
+    result = run_until(cfg, f"fedrod_{variant}-dir{alpha}-r{rounds}", stop_time())
     return {**score(Path(result["run_dir"]), result["final"]), "seconds": result["seconds"],
             "config": result["config"], "final": result["final"]}
 
@@ -182,7 +185,11 @@ def main() -> None:
             save_part(GROUP, part["name"], part)
         write_summary(threads)
         return
+    stop_at = stop_time()
     for spec in args:
+        if stop_at is not None and time.time() >= stop_at:
+            print(f"FEDROD_STOP_AT reached: {spec} not run")
+            continue
         variant, alpha, rounds = spec.split(":")
         if variant not in ("linear", "hyper"):
             raise SystemExit(f"variant must be linear or hyper, got {variant!r}")

@@ -9,20 +9,25 @@ forward pass per checkpoint instead of one per client.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import torch
-from common import RESULTS
+from common import RESULTS, RUNS
 
 from pflkit.sdk.algorithms.base import Algorithm, State
 from pflkit.sdk.algorithms.fedrod import zero_shot_head
 from pflkit.sdk.data.federation import ClientData, PartitionConfig
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.metrics import class_weighted_accuracy
-from pflkit.sdk.tensorio import load_state
+from pflkit.sdk.tensorio import load_state, save_json
 from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.server.simulator import Simulation
 
 HYPER_KEY = "hyper.fc1.weight"
 FINAL_PASS_EPOCHS = 5  # one local pass of E=5 epochs after the last round (FedAvg's protocol)
@@ -140,3 +145,36 @@ def load_parts(group: str) -> list[dict[str, Any]]:
     folder = RESULTS / group
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] \
         if folder.is_dir() else []
+
+
+def stop_time() -> float | None:
+    """FEDROD_STOP_AT=HH:MM (UTC, today): stop training then, evaluate what was reached.
+
+    The lr schedule does not depend on the planned rounds, so a run stopped at round k is
+    the k-round run; the final pass then uses the lr of the planned last round.
+    """
+    text = os.environ.get("FEDROD_STOP_AT")
+    if not text:
+        return None
+    hour, minute = (int(v) for v in text.split(":"))
+    now = datetime.now(UTC)
+    return now.replace(hour=hour, minute=minute, second=0, microsecond=0).timestamp()
+
+
+def run_until(cfg: SimConfig, name: str, stop_at: float | None) -> dict[str, Any]:
+    """common.run, but training stops at wall-clock ``stop_at`` before the final evaluation."""
+    run_dir = RUNS / name
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    started = time.perf_counter()
+    sim = Simulation(cfg, run_dir, progress=False)
+    while not sim.coordinator.finished and (stop_at is None or time.time() < stop_at
+                                            or sim.coordinator.round == 0):
+        row = sim.run_round()
+        print(f"{name} round {row['round'] + 1}/{cfg.rounds} loss {row['train_loss']:.4f} "
+              f"global {row.get('global_top1', float('nan')):.4f} {row['seconds']:.1f}s",
+              flush=True)
+    final = sim.final_evaluation()
+    save_json(run_dir / "final.json", final)
+    return {"name": name, "run_dir": str(run_dir), "seconds": time.perf_counter() - started,
+            "final": final, "config": cfg.to_toml()}
