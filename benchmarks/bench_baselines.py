@@ -34,6 +34,7 @@ from common import RESULTS, pct, run, save, set_threads
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.evaluation import evaluate_client, summarize
 from pflkit.sdk.tensorio import load_state
+from pflkit.server.coordinator import UpdateRejected
 from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
 from pflkit.server.simulator import build_run
 
@@ -164,6 +165,7 @@ def main() -> None:
     previous = json.loads(json_path.read_text()) if json_path.is_file() else {}
     rows: dict[str, Any] = dict(previous.get("rows", {}))
     runs: dict[str, str] = dict(previous.get("runs", {}))
+    failed: dict[str, str] = dict(previous.get("failed", {}))
     planned = {m: int(os.environ.get(f"ROUNDS_{m.upper()}", rounds)) for m in wanted}
     unit = 6.0  # seconds per FedAvg-round; re-estimated from each finished method
     for i, method in enumerate(wanted):
@@ -171,23 +173,30 @@ def main() -> None:
         method_rounds = plan_rounds(method, planned, wanted[i:],
                                     seconds_left(os.environ.get("DEADLINE")), unit)
         print(f"{method}: {method_rounds} rounds", flush=True)
-        result = run(config(method, method_rounds), f"baselines-{method}-r{method_rounds}")
-        summary = result["final"]["clients"]["summary"]
-        rows[method] = row_from_summary(summary, result["final"]["rounds"],
-                                        time.perf_counter() - started)
-        runs[method] = result["run_dir"]
-        unit = (time.perf_counter() - started) / (COST[method] * method_rounds)
-        if method == "fedavg_ft":
-            rows["fedavg"] = fedavg_row(Path(result["run_dir"]), result["final"]["rounds"])
+        try:
+            result = run(config(method, method_rounds), f"baselines-{method}-r{method_rounds}")
+        except UpdateRejected as err:  # e.g. NaN weights: the paper's tables say "diverged"
+            failed[method] = f"diverged within {method_rounds} rounds ({err})"
+            rows.pop(method, None)
+        else:
+            failed.pop(method, None)
+            summary = result["final"]["clients"]["summary"]
+            rows[method] = row_from_summary(summary, result["final"]["rounds"],
+                                            time.perf_counter() - started)
+            runs[method] = result["run_dir"]
+            unit = (time.perf_counter() - started) / (COST[method] * method_rounds)
+            if method == "fedavg_ft":
+                rows["fedavg"] = fedavg_row(Path(result["run_dir"]), result["final"]["rounds"])
         order = ("fedavg", *RUN_ORDER)
         rows = {m: rows[m] for m in order if m in rows} | {m: r for m, r in rows.items()
                                                             if m not in order}
-        text = table(rows)
+        text = table(rows) + "".join(f"\n{LABELS[m]}: {why}\n" for m, why in failed.items())
         curve(rows, runs, RESULTS / "baselines_curve.png")
         command = "cd benchmarks && ../.venv/bin/python bench_baselines.py  (make bench-baselines)"
         save("baselines", {"rounds": rounds, "threads": threads, "command": command,
                            "setting": config("fedavg", rounds).to_toml(), "rows": rows,
-                           "runs": runs, "paper_nine": list(PAPER_NINE), "table": text})
+                           "runs": runs, "failed": failed, "paper_nine": list(PAPER_NINE),
+                           "table": text})
         (RESULTS / "baselines.md").write_text(
             "# Baselines: FMNIST pathological non-IID (2 shards/client), 50 clients, TwoNN\n\n"
             f"Command: `{command}` (ROUNDS={rounds}, {threads} torch thread).\n"
