@@ -3,8 +3,9 @@
 The Java core (android-demo/core) is tested against the model cards and golden vectors the
 Python side writes. For each case this script runs a tiny ``pfl-sim`` federation on
 Fashion-MNIST (3 rounds, 2 of 20 clients per round: the fixtures test the core's arithmetic
-and card handling, not accuracy), exports one model with ``pfl-export --golden 4`` and copies
-``model_card.json`` and ``golden.json`` (not the model files) into
+and card handling, not accuracy), exports one model with
+``pfl-export --golden --golden-samples 4`` and copies ``model_card.json`` and ``golden.json``
+(not the model files) into
 ``android-demo/core/src/test/resources/fixtures/<case>/``. The card still lists the .pte and
 .onnx it was written with, and golden.json's sha256, which the Java tests check.
 
@@ -34,9 +35,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
+
 from pflkit.sdk.data.datasets import Preprocessing
 from pflkit.sdk.seeding import numpy_rng
-from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "android-demo/core/src/test/resources/fixtures"
@@ -61,7 +63,7 @@ CASES = (
     Case("fedavg", "fedavg", ("--algorithm", "fedavg", "--model", "twonn"), ("--client", "0")),
     Case("superfed_mm_runtime", "superfed", ("--algorithm", "superfed_mm", "--model", "twonn"),
          ("--client", "0", "--lambda", "runtime")),
-    Case("superfed_lm_fixed", "superfed_lm", ("--algorithm", "superfed_lm", "--model", "twonn"),
+    Case("superfed_mm_fixed", "superfed", ("--algorithm", "superfed_mm", "--model", "twonn"),
          ("--client", "1", "--lambda", "0.3")),
     Case("fedrod_personalized", "fedrod",
          ("--algorithm", "fedrod_hyper", "--model", "fedrod_convnet"), ("--client", "0")),
@@ -95,7 +97,7 @@ def export_cases(work: Path, names: set[str] | None) -> None:
             run([str(BIN / "pfl-sim"), *SIM_ARGS, *case.sim, "--out", str(run_dir)])
         out = work / "exports" / case.name
         run([str(BIN / "pfl-export"), "--run", str(run_dir), *case.export,
-             "--golden", str(GOLDEN_SAMPLES), "--out", str(out)])
+             "--golden", "--golden-samples", str(GOLDEN_SAMPLES), "--out", str(out)])
         target = FIXTURES / case.name
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from pflkit.sdk.data.datasets import Preprocessing, dataset_spec
 
 FIXTURES = Path(__file__).resolve().parents[2] / "android-demo/core/src/test/resources/fixtures"

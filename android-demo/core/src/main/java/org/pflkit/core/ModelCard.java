@@ -277,7 +277,7 @@ public final class ModelCard {
     public final String mode;
     /** FedRoD: {@code generic} or {@code personalized}; otherwise null. */
     public final String head;
-    /** FedRoD new clients: the class distribution the head was generated from, or null. */
+    /** FedRoD new clients: the class proportions the head was generated from, or null. */
     public final double[] classDistribution;
     /** PFL-MoE: {@code fb}, {@code mf} or {@code mfe}; otherwise null. */
     public final String variant;
@@ -312,21 +312,25 @@ public final class ModelCard {
           path + ".variant", "fb", "mf", "mfe") : null;
     }
 
+    /** Counts or proportions (the schema allows either), returned as proportions. */
     private static double[] readDistribution(Object node, String path, int numClasses) {
       double[] p = Fields.numbers(node, path);
       if (p.length != numClasses) {
-        throw Fields.fail(path, "expected one proportion per class (" + numClasses + "), found "
+        throw Fields.fail(path, "expected one value per class (" + numClasses + "), found "
             + p.length);
       }
       double sum = 0;
       for (double v : p) {
         if (!(v >= 0)) {
-          throw Fields.fail(path, "proportions must be >= 0, found " + v);
+          throw Fields.fail(path, "values must be >= 0, found " + v);
         }
         sum += v;
       }
-      if (Math.abs(sum - 1) > 1e-3) {
-        throw Fields.fail(path, "proportions must sum to 1, found " + sum);
+      if (!(sum > 0)) {
+        throw Fields.fail(path, "needs at least one class with a positive count");
+      }
+      for (int i = 0; i < p.length; i++) {
+        p[i] /= sum;
       }
       return p;
     }

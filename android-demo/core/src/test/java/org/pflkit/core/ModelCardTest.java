@@ -17,17 +17,13 @@ import java.util.Map;
 import org.junit.Test;
 
 public class ModelCardTest {
-  /** The text of the first fixture card whose mixture kind is {@code kind} (null: plain). */
-  private static String cardText(String kind) {
-    for (File dir : Fixtures.cardDirs()) {
-      String text = Fixtures.read(new File(dir, "model_card.json"));
-      ModelCard card = ModelCard.parse(text);
-      if (kind == null ? card.mixture == null
-          : card.mixture != null && card.mixture.kind.equals(kind)) {
-        return text;
-      }
+  /** The card text of one fixture folder (names: android-demo/tools/make_fixtures.py). */
+  private static String cardText(String fixture) {
+    File file = new File(new File(Fixtures.root(), fixture), "model_card.json");
+    if (!file.isFile()) {
+      throw new AssertionError("missing fixture " + file);
     }
-    throw new AssertionError("no fixture card with mixture kind " + kind);
+    return Fixtures.read(file);
   }
 
   @Test
@@ -56,45 +52,68 @@ public class ModelCardTest {
 
   @Test
   public void superfedRuntimeLambdaCardHasTheLamInput() {
-    ModelCard card = ModelCard.parse(cardText("superfed"));
+    ModelCard card = ModelCard.parse(cardText("superfed_mm_runtime"));
     assertTrue(card.hasRuntimeLambda());
     assertTrue(card.mixture.runtimeLambda);
     assertTrue(Float.isNaN(card.mixture.fixedLambda));
     assertArrayEquals(new float[] {0f, 1f}, card.lambdaRange(), 0f);
-    assertNotNull(card.mixture.mode);
+    assertEquals("mm", card.mixture.mode);
   }
 
   @Test
-  public void fedrodCardExposesBothHeads() {
-    ModelCard card = ModelCard.parse(cardText("fedrod"));
-    assertEquals("personalized", card.mixture.head);
-    assertNotNull(card.output(ModelCard.GENERIC_OUTPUT));
+  public void superfedFixedLambdaCardHasOneInput() {
+    ModelCard card = ModelCard.parse(cardText("superfed_mm_fixed"));
     assertFalse(card.hasRuntimeLambda());
+    assertEquals(0.3f, card.mixture.fixedLambda, 0f);
+    assertEquals(1, card.outputs.size());
+  }
+
+  @Test
+  public void fedrodPersonalizedCardsExposeBothHeads() {
+    for (String fixture : new String[] {"fedrod_personalized", "fedrod_new_client"}) {
+      ModelCard card = ModelCard.parse(cardText(fixture));
+      assertEquals("personalized", card.mixture.head);
+      assertNotNull(card.output(ModelCard.GENERIC_OUTPUT));
+      assertFalse(card.hasRuntimeLambda());
+    }
+    ModelCard generic = ModelCard.parse(cardText("fedrod_generic"));
+    assertEquals("generic", generic.mixture.head);
+    assertNull(generic.output(ModelCard.GENERIC_OUTPUT));
+  }
+
+  @Test
+  public void newClientClassCountsBecomeProportions() {
+    double[] p = ModelCard.parse(cardText("fedrod_new_client")).mixture.classDistribution;
+    assertArrayEquals(new double[] {5 / 30.0, 0, 12 / 30.0, 0, 0, 3 / 30.0, 0, 0, 9 / 30.0,
+        1 / 30.0}, p, 1e-12);
+    assertNull(ModelCard.parse(cardText("fedrod_personalized")).mixture.classDistribution);
   }
 
   @Test
   public void plainAndPflmoeCardsHaveOneOutputAndNoLambda() {
-    for (String kind : new String[] {null, "pflmoe"}) {
-      ModelCard card = ModelCard.parse(cardText(kind));
+    for (String fixture : new String[] {"fedavg", "pflmoe_mfe"}) {
+      ModelCard card = ModelCard.parse(cardText(fixture));
       assertEquals(1, card.outputs.size());
       assertFalse(card.hasRuntimeLambda());
-      assertNull(card.output(ModelCard.GENERIC_OUTPUT));
     }
-    assertNotNull(ModelCard.parse(cardText("pflmoe")).mixture.variant);
+    assertNull(ModelCard.parse(cardText("fedavg")).mixture);
+    ModelCard moe = ModelCard.parse(cardText("pflmoe_mfe"));
+    assertEquals("mfe", moe.mixture.variant);
+    assertEquals(32, moe.preprocessing.height); // LeNet-5: 28x28 images are resized
   }
 
   @Test
   public void ignoresUnknownExtraKeys() {
-    String text = Fixtures.mutate(cardText(null), "future_field", list(1.0, "x"));
+    String text = Fixtures.mutate(cardText("fedavg"), "future_field", list(1.0, "x"));
     text = Fixtures.mutate(text, "preprocessing.note", "extra");
     assertEquals(10, ModelCard.parse(text).classes.size());
   }
 
   @Test
   public void rejectsMalformedCardsNamingTheField() {
-    String plain = cardText(null);
-    String superfed = cardText("superfed");
-    String fedrod = cardText("fedrod");
+    String plain = cardText("fedavg");
+    String superfed = cardText("superfed_mm_runtime");
+    String fedrod = cardText("fedrod_personalized");
     String sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     Object[][] cases = {
         {plain, "schema_version", Fixtures.REMOVE, "schema_version: required field is missing"},
@@ -132,7 +151,9 @@ public class ModelCardTest {
         {superfed, "inputs.1.range", list(0.8, 0.2), "expected [min, max] with min <= max"},
         {superfed, "inputs.1.shape", list(2.0), "inputs[1].shape: expected [1]"},
         {fedrod, "mixture.head", "both", "mixture.head: expected one of"},
-        {fedrod, "mixture.class_distribution", list(0.5, 0.5), "one proportion per class (10)"},
+        {fedrod, "mixture.class_distribution", list(0.5, 0.5), "one value per class (10)"},
+        {fedrod, "mixture.class_distribution", list(1.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+            0.0), "values must be >= 0"},
         {fedrod, "outputs.1.name", "logits", "duplicate output name"},
         {plain, "artifacts", list(artifact("../x.pte", "pte", sha)), "plain file name"},
         {plain, "artifacts", list(artifact("m.pte", 3.0, sha)), "artifacts[0].format: expected a"},
