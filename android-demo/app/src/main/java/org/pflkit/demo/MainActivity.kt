@@ -142,8 +142,10 @@ class MainActivity : AppCompatActivity() {
     private fun describe(card: ModelCard): String {
         val mix = card.mixture
         val detail = when (mix?.kind) {
-            "superfed" -> if (mix.runtimeLambda) "λ at runtime (${mix.mode})"
-            else "λ = ${mix.fixedLambda} (${mix.mode})"
+            "superfed" -> {
+                val lam = if (mix.runtimeLambda) "λ at runtime" else "λ = ${mix.fixedLambda}"
+                "$lam (${mix.mode})"
+            }
             "fedrod" -> "${mix.head} head"
             "pflmoe" -> "variant ${mix.variant}"
             else -> "plain model"
