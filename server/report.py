@@ -29,29 +29,34 @@ def _curve(ax: Any, rows: list[dict[str, Any]], key: str, label: str) -> None:
         ax.plot(xs, ys, marker="o" if len(points) < 30 else None, markersize=3, label=label)
 
 
+def _save(fig: Any, ax: Any, path: Path, grid: bool = True) -> Path:
+    """Finish a figure the same way everywhere: grid, legend, tight layout, PNG."""
+    if grid:
+        ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_curves(rows: list[dict[str, Any]], plots: Path, title: str) -> list[Path]:
     """Accuracy and loss per round."""
+    panels = (
+        ("accuracy", "top-1 accuracy", (
+            ("global_top1", "global model, global test set"),
+            ("personal_top1", "personalized, clients' own test (mean)"))),
+        ("loss", "loss (nats)", (
+            ("train_loss", "clients' training loss"),
+            ("global_nll", "global model NLL, global test set"))),
+    )
     made = []
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    _curve(ax, rows, "global_top1", "global model, global test set")
-    _curve(ax, rows, "personal_top1", "personalized, clients' own test (mean)")
-    ax.set(xlabel="round", ylabel="top-1 accuracy", title=f"{title}: accuracy")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(plots / "accuracy.png", dpi=110)
-    plt.close(fig)
-    made.append(plots / "accuracy.png")
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    _curve(ax, rows, "train_loss", "clients' training loss")
-    _curve(ax, rows, "global_nll", "global model NLL, global test set")
-    ax.set(xlabel="round", ylabel="loss (nats)", title=f"{title}: loss")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(plots / "loss.png", dpi=110)
-    plt.close(fig)
-    made.append(plots / "loss.png")
+    for name, ylabel, curves in panels:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for key, label in curves:
+            _curve(ax, rows, key, label)
+        ax.set(xlabel="round", ylabel=ylabel, title=f"{title}: {name}")
+        made.append(_save(fig, ax, plots / f"{name}.png"))
     return made
 
 
@@ -67,12 +72,7 @@ def plot_client_distribution(final: dict[str, Any], plots: Path) -> Path | None:
             ax.hist(values, bins=20, range=(0, 1), alpha=0.6, label=label)
     ax.set(xlabel="personalized top-1 accuracy", ylabel="clients",
            title="per-client accuracy after the last round")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = plots / "clients.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, plots / "clients.png", grid=False)
 
 
 def plot_choice_sweep(final: dict[str, Any], plots: Path) -> Path | None:
@@ -93,13 +93,7 @@ def plot_choice_sweep(final: dict[str, Any], plots: Path) -> Path | None:
                     [m + s for m, s in zip(mean, std, strict=True)], alpha=0.25, label="+-1 std")
     ax.set(xlabel="lambda (0: federated model, 1: local model)",
            ylabel="top-1, clients' own test", title="personalized accuracy vs lambda")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = plots / "lambda.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, plots / "lambda.png")
 
 
 def _fmt(value: Any) -> str:
