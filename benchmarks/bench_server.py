@@ -1,0 +1,263 @@
+"""bench-server: 200 concurrent simulated clients on loopback upload ~1 MB updates to pfl-server.
+
+A real ``pfl-server`` process (one uvicorn worker, SQLite WAL, one torch thread) serves a FedAvg
+run of TwoNN on 32x32 inputs: 247,210 float32 parameters = 0.99 MB per update. The clients are
+asyncio tasks in this process (httpx): each polls its task, downloads the round's global state
+(1 MB), waits a simulated training time drawn from U(0, SPREAD) seconds, and uploads a
+distinct update. Measured:
+
+* load: ROUNDS rounds with all 200 clients sampled; errors (any non-200 or transport error),
+  upload latency p50/p99 (request sent -> acknowledgement, which comes after fsync + commit),
+  round-close time (last acknowledgement -> next round open, seen by polling the run status);
+* memory: the server's resident set (sampled every 10 ms from /proc) while rounds with 50, 100
+  and 200 updates are uploaded and aggregated, with at most 50 uploads in flight at once so the
+  request buffers are the same in every round: the peak must not grow with the update count.
+
+    make bench-server          (ROUNDS=3 SPREAD=2 by default)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+from common import RESULTS, save, set_threads
+
+from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
+
+ADMIN = "bench-admin-token-0123456789"
+ROOT = Path(os.environ.get("PFLKIT_BENCH_RUNS", "/tmp/pflkit-bench-runs")) / "server"
+CLIENTS = int(os.environ.get("CLIENTS", "200"))  # smaller only for quick checks
+MEMORY_SIZES = (50, 100, 200)
+MEMORY_IN_FLIGHT = 50
+
+
+def config(per_round: int, rounds: int) -> str:
+    return (f"seed = 0\nrounds = {rounds}\n[data]\ndataset = \"synthetic\"\nresize = 32\n"
+            f"num_clients = {CLIENTS}\n[model]\nname = \"twonn\"\n[algorithm]\nname = \"fedavg\"\n"
+            f"[training]\nclients_per_round = {per_round}\nepochs = 1\n")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RssSampler(threading.Thread):
+    """Samples a process's VmRSS (bytes) every 10 ms into (time, rss) pairs."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.samples: list[tuple[float, int]] = []
+        self.running = True
+
+    def run(self) -> None:
+        path = Path(f"/proc/{self.pid}/status")
+        while self.running:
+            for line in path.read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    self.samples.append((time.perf_counter(), int(line.split()[1]) * 1024))
+            time.sleep(0.01)
+
+    def peak(self, start: float, stop: float) -> int:
+        return max(r for t, r in self.samples if start <= t <= stop)
+
+
+class Bench:
+    def __init__(self, spread: float) -> None:
+        self.spread = spread
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.admin = {"Authorization": f"Bearer {ADMIN}"}
+        self.rng = np.random.default_rng(0)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, rounds: int) -> None:
+        if ROOT.exists():
+            shutil.rmtree(ROOT)
+        ROOT.mkdir(parents=True)
+        (ROOT / "run.toml").write_text(config(CLIENTS, rounds))
+        (ROOT / "admin").write_text(ADMIN)
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "pfl-server"), "serve", "--data-dir",
+             str(ROOT / "data"), "--run-config", str(ROOT / "run.toml"), "--admin-token-file",
+             str(ROOT / "admin"), "--port", str(self.port), "--min-enrolled", str(CLIENTS),
+             "--log-level", "warning"],
+            stdout=(ROOT / "server.log").open("w"), stderr=subprocess.STDOUT, env=env)
+        for _ in range(600):
+            try:
+                if httpx.get(f"{self.url}/v1/health").status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.2)
+        raise RuntimeError("server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+
+    def enroll(self) -> list[str]:
+        secrets = []
+        with httpx.Client(base_url=self.url, timeout=60) as http:
+            for cid in range(CLIENTS):
+                token = http.post("/v1/enrollment-tokens", json={"client_id": cid},
+                                  headers=self.admin).json()["token"]
+                secrets.append(http.post("/v1/clients/enroll",
+                                         json={"token": token}).json()["secret"])
+        return secrets
+
+    def status(self) -> dict:
+        return httpx.get(f"{self.url}/v1/runs/current", headers=self.admin, timeout=60).json()
+
+    def new_run(self, per_round: int, rounds: int) -> None:
+        with httpx.Client(base_url=self.url, headers=self.admin, timeout=60) as http:
+            current = http.get("/v1/runs/current").json()
+            if current["status"] in ("active", "paused"):
+                http.post(f"/v1/runs/{current['id']}/stop").raise_for_status()
+            http.post("/v1/runs", json={"config_toml": config(per_round, rounds)}
+                      ).raise_for_status()
+
+    async def client_round(self, http: httpx.AsyncClient, cid: int, secret: str, round_index: int,
+                           gate: asyncio.Semaphore, out: dict) -> None:
+        headers = {"Authorization": f"Bearer {secret}"}
+        while True:
+            task = (await http.get("/v1/task", headers=headers)).json()
+            if task["status"] == "train" and task["round"] == round_index:
+                break
+            await asyncio.sleep(task["retry_after"])
+        blob = (await http.get(f"/v1/globals/{task['global_hash']}", headers=headers)).content
+        state = state_from_bytes(blob)
+        body = state_to_bytes({k: v + 1e-4 * (cid + 1) + round_index for k, v in state.items()})
+        await asyncio.sleep(float(self.rng.uniform(0, self.spread)))
+        async with gate:
+            started = time.perf_counter()
+            try:
+                reply = await http.put(
+                    f"/v1/runs/{task['run_id']}/rounds/{round_index}/update",
+                    params={"num_samples": 10}, content=body,
+                    headers={**headers, "Content-Type": "application/octet-stream"})
+                ok = reply.status_code == 200
+                if not ok:
+                    out["error_messages"].append(f"{reply.status_code} {reply.text[:120]}")
+            except httpx.HTTPError as err:
+                ok = False
+                out["error_messages"].append(repr(err))
+            done = time.perf_counter()
+        out["latencies"].append(done - started)
+        out["errors"] += 0 if ok else 1
+        out["first_upload"] = min(out.get("first_upload", started), started)
+        out["last_ack"] = max(out.get("last_ack", done), done)
+
+    async def round(self, secrets: list[str], round_index: int, in_flight: int) -> dict:
+        out: dict = {"latencies": [], "errors": 0, "error_messages": []}
+        status = self.status()
+        sampled = status["current_round"]["sampled"]
+        limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+        async with httpx.AsyncClient(base_url=self.url, timeout=120, limits=limits) as http:
+            gate = asyncio.Semaphore(in_flight)
+            await asyncio.gather(*(self.client_round(http, cid, secrets[cid], round_index,
+                                                     gate, out) for cid in sampled))
+        while self.status()["rounds_done"] <= round_index:
+            time.sleep(0.01)
+        out["closed"] = time.perf_counter()
+        out["close_seconds"] = out["closed"] - out["last_ack"]
+        out["updates"] = len(sampled)
+        return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.array(values), q))
+
+
+def main() -> None:
+    threads = set_threads()
+    rounds = int(os.environ.get("ROUNDS", "3"))
+    spread = float(os.environ.get("SPREAD", "2"))
+    bench = Bench(spread)
+    bench.start(rounds)
+    sampler = RssSampler(bench.proc.pid)  # type: ignore[union-attr]
+    sampler.start()
+    time.sleep(0.5)
+    baseline = sampler.samples[-1][1]  # imports (torch alone is ~0.7 GB), before any round
+    try:
+        secrets = bench.enroll()
+        load = []
+        for r in range(rounds):
+            while bench.status()["current_round"] is None:
+                time.sleep(0.05)
+            result = asyncio.run(bench.round(secrets, r, CLIENTS))
+            load.append(result)
+            print(f"round {r}: {result['updates']} updates, errors {result['errors']}, "
+                  f"p50 {statistics.median(result['latencies']):.3f}s "
+                  f"p99 {percentile(result['latencies'], 99):.3f}s, "
+                  f"close {result['close_seconds']:.3f}s", flush=True)
+        memory = []
+        for size in [m for m in MEMORY_SIZES if m <= CLIENTS]:
+            bench.new_run(size, 1)
+            while (bench.status()["current_round"] or {}).get("index") != 0:
+                time.sleep(0.05)
+            result = asyncio.run(bench.round(secrets, 0, MEMORY_IN_FLIGHT))
+            upload_peak = sampler.peak(result["first_upload"], result["last_ack"])
+            close_peak = sampler.peak(result["last_ack"], result["closed"])
+            memory.append({"updates": size, "errors": result["errors"],
+                           "peak_over_idle_mb": (max(upload_peak, close_peak) - baseline) / 2**20,
+                           "peak_rss_mb": max(upload_peak, close_peak) / 2**20,
+                           "close_peak_rss_mb": close_peak / 2**20,
+                           "close_seconds": result["close_seconds"]})
+            print(f"memory: {size} updates -> peak RSS {memory[-1]['peak_rss_mb']:.1f} MB "
+                  f"(during close {memory[-1]['close_peak_rss_mb']:.1f} MB)", flush=True)
+    finally:
+        sampler.running = False
+        bench.stop()
+    latencies = [x for r in load for x in r["latencies"]]
+    errors = sum(r["errors"] for r in load) + sum(m["errors"] for m in memory)
+    p50, p99 = statistics.median(latencies), percentile(latencies, 99)
+    closes = [r["close_seconds"] for r in load]
+    update_mb = 247_210 * 4 / 2**20
+    command = f"cd benchmarks && ROUNDS={rounds} SPREAD={spread} python bench_server.py"
+    table = (
+        "| clients | update | rounds | uploads | errors | upload p50 | upload p99 | "
+        "round close (mean / max) | target |\n|---|---|---|---|---|---|---|---|---|\n"
+        f"| {CLIENTS} concurrent | {update_mb:.2f} MB | {rounds} | {len(latencies)} | {errors} | "
+        f"{1000 * p50:.0f} ms | {1000 * p99:.0f} ms | {statistics.mean(closes):.2f} s / "
+        f"{max(closes):.2f} s | 0 errors, p99 < 1 s |\n\n"
+        f"| updates in the round | peak server RSS | above idle ({baseline / 2**20:.0f} MB) | "
+        "peak RSS while aggregating |\n|---|---|---|---|\n"
+        + "".join(f"| {m['updates']} | {m['peak_rss_mb']:.1f} MB | "
+                  f"{m['peak_over_idle_mb']:.1f} MB | {m['close_peak_rss_mb']:.1f} MB |\n"
+                  for m in memory)
+    )
+    note = (f"\nCommand: `{command}` (one uvicorn worker, SQLite WAL with synchronous=FULL, "
+            f"OMP_NUM_THREADS=1, loopback). Simulated training time per client U(0, {spread}) "
+            "s before its upload; memory rounds keep at most "
+            f"{MEMORY_IN_FLIGHT} uploads in flight. Machine shared with other jobs.\n")
+    print(table + note)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "server.md").write_text("# bench-server\n\n" + table + note)
+    save("server", {"threads": threads, "rounds": rounds, "spread_seconds": spread,
+                    "clients": CLIENTS, "update_bytes": 247_210 * 4, "errors": errors,
+                    "upload_p50_s": p50, "upload_p99_s": p99, "round_close_s": closes,
+                    "memory": memory, "idle_rss_mb": baseline / 2**20, "command": command,
+                    "error_messages": [m for r in load for m in r["error_messages"]][:20],
+                    "table": table})
+    print(json.dumps({"errors": errors, "p50": p50, "p99": p99}))
+
+
+if __name__ == "__main__":
+    main()
