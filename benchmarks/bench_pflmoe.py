@@ -19,10 +19,14 @@ forward on client 0). Local-only: 3 x LOCAL_EPOCHS epochs (default 5) at lr 0.1,
 seeded 2000-image subset of the global test set (100 separate extractors are the cost).
 
     make bench-pflmoe       (env: ROUNDS, PER_EPOCHS, LOCAL_EPOCHS, ALPHAS="0.5,0.9,2")
+
+REUSE=<results name> resumes that run's finished FedAvg run directories and copies its curves
+and local-only rows, so only stage 2 runs (e.g. other stage-2 epochs); OUT names the results.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -31,6 +35,7 @@ from typing import Any
 
 import torch
 from common import RESULTS, RUNS, pct, save, set_threads
+
 from pflkit.sdk.algorithms import ClientState, make_algorithm
 from pflkit.sdk.algorithms.pflmoe import PERSONAL
 from pflkit.sdk.data.federation import PartitionConfig
@@ -208,39 +213,60 @@ def plot(curves: dict[str, list[dict[str, float]]]) -> None:
     plt.close(fig)
 
 
+def stage_one_or_reuse(alpha: float, rounds: int, previous: dict[str, Any] | None
+                       ) -> tuple[Simulation, list[dict[str, float]]]:
+    """Train FedAvg, or (REUSE) resume the finished run of ``previous`` and take its curve."""
+    key, run_dir = f"{alpha:g}", RUNS / f"pflmoe-dir{alpha:g}"
+    if previous is None:
+        sim = Simulation(config(alpha, rounds), fresh(run_dir), progress=False)
+        counts = {cid: c.class_counts(sim.federation.spec.num_classes)
+                  for cid, c in sim.federation.clients.items()}
+        return sim, stage_one(sim, counts)
+    sim = Simulation(config(alpha, rounds), run_dir, resume=True, progress=False)
+    if not sim.coordinator.finished or previous["rounds"] != rounds:
+        raise SystemExit(f"REUSE: {run_dir} does not hold a finished {rounds}-round run")
+    return sim, previous["curves"][key]
+
+
 def main() -> None:
     threads = set_threads()
     rounds = int(os.environ.get("ROUNDS", "100"))
     per_epochs = int(os.environ.get("PER_EPOCHS", "100"))
     local_epochs = int(os.environ.get("LOCAL_EPOCHS", "5"))
     alphas = [float(a) for a in os.environ.get("ALPHAS", "0.5,0.9,2").split(",")]
+    reuse = os.environ.get("REUSE")  # a results name: keep its FedAvg runs and local-only rows
+    name = os.environ.get("OUT", "pflmoe")
+    previous = json.loads((RESULTS / f"{reuse}.json").read_text()) if reuse else None
     results: dict[str, Any] = {}
     curves: dict[str, list[dict[str, float]]] = {}
     seconds: dict[str, float] = {}
     command = (f"cd benchmarks && ROUNDS={rounds} PER_EPOCHS={per_epochs} "
-               f"LOCAL_EPOCHS={local_epochs} ../.venv/bin/python bench_pflmoe.py")
+               f"LOCAL_EPOCHS={local_epochs} {f'REUSE={reuse} ' if reuse else ''}"
+               f"{f'OUT={name} ' if name != 'pflmoe' else ''}../.venv/bin/python bench_pflmoe.py")
     for alpha in alphas:
         key = f"{alpha:g}"
         started = time.perf_counter()
-        print(f"alpha {key}: FedAvg, {rounds} rounds", flush=True)
-        sim = Simulation(config(alpha, rounds), fresh(RUNS / f"pflmoe-dir{key}"), progress=False)
-        counts = {cid: c.class_counts(sim.federation.spec.num_classes)
-                  for cid, c in sim.federation.clients.items()}
-        curves[key] = stage_one(sim, counts)
+        print(f"alpha {key}: FedAvg, {rounds} rounds{' (reused)' if reuse else ''}", flush=True)
+        sim, curves[key] = stage_one_or_reuse(alpha, rounds, previous)
         seconds[f"{key}/fedavg"] = time.perf_counter() - started
         print(f"alpha {key}: stage 2, {per_epochs} epochs", flush=True)
         results[key] = stage_two(sim, per_epochs)
         seconds[f"{key}/stage2"] = time.perf_counter() - started - seconds[f"{key}/fedavg"]
-        print(f"alpha {key}: local-only", flush=True)
-        results[key]["local"] = local_only(alpha, local_epochs)
+        if previous is None:
+            print(f"alpha {key}: local-only", flush=True)
+            results[key]["local"] = local_only(alpha, local_epochs)
+        else:
+            results[key]["local"] = previous["results"][key]["local"]
         seconds[f"{key}/total"] = time.perf_counter() - started
         md = table(results, rounds, per_epochs, local_epochs)
+        if reuse:
+            md += (f"FedAvg runs and local-only rows reused from `{reuse}` "
+                   f"(`{previous['command']}`); only stage 2 ran here.\n")
         print(md, flush=True)
-        (RESULTS / "pflmoe.md").write_text(
-            f"# bench-pflmoe\n\nCommand: `{command}`\n\n{md}")
-        save("pflmoe", {"rounds": rounds, "per_epochs": per_epochs, "local_epochs": local_epochs,
-                        "threads": threads, "command": command, "results": results,
-                        "curves": curves, "seconds": seconds, "paper": PAPER, "table": md})
+        (RESULTS / f"{name}.md").write_text(f"# bench-pflmoe\n\nCommand: `{command}`\n\n{md}")
+        save(name, {"rounds": rounds, "per_epochs": per_epochs, "local_epochs": local_epochs,
+                    "threads": threads, "command": command, "reused": reuse, "results": results,
+                    "curves": curves, "seconds": seconds, "paper": PAPER, "table": md})
         plot(curves)
 
 

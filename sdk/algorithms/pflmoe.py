@@ -39,6 +39,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from pflkit.sdk.algorithms.base import (
     Choice,
     ClientState,
@@ -52,7 +54,6 @@ from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import SplitModel
 from pflkit.sdk.seeding import derive_seed, torch_generator
 from pflkit.sdk.training import run_epochs, sgd
-from torch import nn
 
 VARIANTS = ("fb", "mf", "mfe")
 GATE_OPTIMIZERS = ("sgd", "adam")

@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from pflkit.sdk.algorithms import (
     ClientState,
     HyperparameterError,
