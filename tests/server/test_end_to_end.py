@@ -13,9 +13,17 @@ import shutil
 
 import pytest
 import torch
+from server_harness import (
+    Server,
+    client_data_dirs,
+    run_toml,
+    server_global,
+    simulated_global,
+    spawn_client,
+)
+
 from pflkit.sdk.algorithms.base import ALGORITHMS
 from pflkit.sdk.client import FederatedClient, RetryPolicy, load_client_data
-from server_harness import Server, client_data_dirs, run_toml, server_global, simulated_global
 
 PARAMS = {
     "fedavg": "",
@@ -81,3 +89,18 @@ def test_run_over_http_equals_the_simulation(algorithm, fleet, tmp_path):
     for key in expected:
         assert torch.equal(got[key], expected[key]), key
     shutil.rmtree(tmp_path / "sim")
+
+
+def test_two_workers_serve_one_run_with_pfl_client_processes(make_server, tmp_path):
+    """uvicorn --workers 2: the database decides who closes a round; same result as pfl-sim."""
+    config = run_toml("fedavg", rounds=2)
+    server = make_server(config, "--min-enrolled", "3", "--workers", "2")
+    dirs = client_data_dirs(tmp_path / "clients", config)
+    procs = [spawn_client(server, folder, server.token(cid)) for cid, folder in dirs.items()]
+    status = server.wait_for(lambda s: s["status"] == "finished", timeout=240)
+    assert [p.wait(60) for p in procs] == [0, 0, 0]
+    assert [r["metrics"]["participants"] for r in status["history"]] == [2, 2]
+    expected = simulated_global(config, tmp_path / "sim")
+    got = server_global(server, status["global_hash"])
+    for key in expected:
+        assert torch.equal(got[key], expected[key]), key
