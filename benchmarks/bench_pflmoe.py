@@ -6,9 +6,9 @@ clients per round; personalization SGD m=0.9, wd 5e-4, classifier lr 0.001, gate
 local-only, FedAvg, PFL-FB, PFL-MF, PFL-MFE; "local test" = client-class-weighted accuracy on
 the global test set, "global test" = plain accuracy on it; means over the 100 clients.
 
-Budget (CPU for all runs together ~45 single-core minutes) forces fewer rounds and epochs
-than the paper's 1000 FedAvg rounds: ROUNDS (default 100) per alpha; PER_EPOCHS stage-2 epochs
-(default 200, the paper's; stage 2 is cheap because only the heads train). One FedAvg run per alpha; FB, MF and MFE all start
+Budget (CPU for all runs together ~45 single-core minutes) forces fewer FedAvg rounds than the
+paper's 1000: ROUNDS (default 100) per alpha. PER_EPOCHS: stage-2 epochs (default 200, the
+paper's; cheap, only the heads train). One FedAvg run per alpha; FB, MF and MFE all start
 from its LAST global model and the same client states (split seeds). PFL-FB's classifier is
 taken from the PFL-MF state: the classifier passes never read the gate, so the three variants'
 classifiers are bit-identical (tests/sdk/algorithms/test_pflmoe.py checks it). The frozen
