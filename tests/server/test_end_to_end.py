@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import shutil
 
+import httpx
 import pytest
 import torch
 from server_harness import (
@@ -24,6 +25,7 @@ from server_harness import (
 
 from pflkit.sdk.algorithms.base import ALGORITHMS
 from pflkit.sdk.client import FederatedClient, RetryPolicy, load_client_data
+from pflkit.sdk.tensorio import state_from_bytes
 
 PARAMS = {
     "fedavg": "",
@@ -89,6 +91,29 @@ def test_run_over_http_equals_the_simulation(algorithm, fleet, tmp_path):
     for key in expected:
         assert torch.equal(got[key], expected[key]), key
     shutil.rmtree(tmp_path / "sim")
+    if algorithm == "fedrod_hyper":
+        check_zero_shot_head(server, status, got)
+
+
+def check_zero_shot_head(server: Server, status: dict, global_state) -> None:
+    """POST /v1/heads/fedrod equals zero_shot_head on the run's final global state."""
+    from pflkit.sdk.algorithms.fedrod import zero_shot_head
+
+    client_id, secret = server.enroll()
+    url, headers = f"{server.url}/v1/heads/fedrod", {"Authorization": f"Bearer {secret}"}
+    counts = [5.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0]
+    reply = httpx.post(url, json={"class_distribution": counts, "run_id": status["id"]},
+                       headers=headers)
+    assert reply.status_code == 200, reply.text
+    head = state_from_bytes(reply.content)
+    expected = zero_shot_head(global_state, counts)
+    assert sorted(head) == sorted(expected)
+    assert all(torch.equal(head[k], expected[k]) for k in expected)
+    bad = httpx.post(url, json={"class_distribution": [1.0, 2.0], "run_id": status["id"]},
+                     headers=headers)
+    assert bad.status_code == 422 and bad.json()["detail"]
+    with server.admin() as http:  # keep later runs' rosters to the three training clients
+        http.post(f"/v1/clients/{client_id}/revoke").raise_for_status()
 
 
 def test_two_workers_serve_one_run_with_pfl_client_processes(make_server, tmp_path):
