@@ -37,6 +37,8 @@ from typing import Any
 
 import httpx
 import torch
+from torch import nn
+
 from pflkit.sdk.algorithms.base import (
     Algorithm,
     Choice,
@@ -57,7 +59,6 @@ from pflkit.sdk.tensorio import (
     state_from_bytes,
     state_to_bytes,
 )
-from torch import nn
 
 log = logging.getLogger(__name__)
 

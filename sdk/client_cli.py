@@ -16,6 +16,7 @@ from typing import Annotated
 
 import torch
 import typer
+
 from pflkit.sdk.client import (
     FederatedClient,
     RetryPolicy,

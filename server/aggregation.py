@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from pflkit.sdk.algorithms.base import Aggregator, State
 
 CHUNK = 1 << 16  # coordinates read per tensor and pass in RobustAggregator.result

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+
 from pflkit.server.api import clients, globals, heads, health, runs, tasks, tokens, updates
 from pflkit.server.blobs import BlobStore
 from pflkit.server.db import init_db, make_engine

@@ -17,10 +17,11 @@ from typing import Annotated
 
 import typer
 import uvicorn
+from pydantic import ValidationError
+
 from pflkit.server.app import build_service
 from pflkit.server.service import ServiceError
 from pflkit.server.settings import ENV_PREFIX, ServerSettings
-from pydantic import ValidationError
 
 app = typer.Typer(add_completion=False, help=__doc__)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pflkit.server.orm import Base
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
+
+from pflkit.server.orm import Base
 
 
 def make_engine(url: str) -> Engine:

@@ -31,6 +31,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
 from pflkit.sdk.algorithms.base import Algorithm, ModelFactory, State, make_algorithm
 from pflkit.sdk.data.datasets import dataset_spec
 from pflkit.sdk.tensorio import CorruptStateError, read_metadata, state_from_bytes, state_to_bytes
@@ -41,9 +45,6 @@ from pflkit.server.faults import crash_point
 from pflkit.server.orm import Client, EnrollmentToken, Round, Run, Update
 from pflkit.server.settings import ServerSettings
 from pflkit.server.sim_config import ConfigError, SimConfig
-from sqlalchemy import func, select, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
 
 log = logging.getLogger(__name__)
 
@@ -405,13 +406,17 @@ class FederationService:
                           "momentum": cfg.training.momentum,
                           "weight_decay": cfg.training.weight_decay}}
 
-    def global_blob(self, digest: str) -> bytes:
-        """Return a global state's bytes; only hashes a run or round names are served."""
+    def check_global(self, digest: str) -> None:
+        """Raise NotFound unless some run or round names this global state and it is stored."""
         with self._session() as s:
             known = s.scalar(select(Run.id).where(Run.global_hash == digest).limit(1)) or \
                 s.scalar(select(Round.id).where(Round.global_hash == digest).limit(1))
         if known is None or not self.blobs.exists(digest):
             raise NotFound(f"no global state {digest}")
+
+    def global_blob(self, digest: str) -> bytes:
+        """Return a global state's bytes (never another client's update: see check_global)."""
+        self.check_global(digest)
         return self.blobs.get(digest)
 
     def zero_shot_head(self, run_id: int | None, distribution: list[float]) -> bytes:

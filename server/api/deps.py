@@ -8,9 +8,10 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
 from pflkit.server.service import FederationService
 from pflkit.server.settings import ServerSettings
-from sqlalchemy.orm import Session
 
 _bearer = HTTPBearer(auto_error=False, description="client secret or admin token")
 

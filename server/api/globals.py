@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Response
 from fastapi.concurrency import run_in_threadpool
+
 from pflkit.server.api.deps import CurrentClient, ServiceDep
 
 router = APIRouter(prefix="/globals", tags=["globals"])
@@ -26,7 +27,7 @@ async def download_global(
     etag = f'"{digest}"'
     headers = {"ETag": etag, "Cache-Control": "private, max-age=31536000, immutable"}
     if if_none_match is not None and etag in [t.strip() for t in if_none_match.split(",")]:
-        await run_in_threadpool(service.global_blob, digest)  # 404 for unknown hashes
+        await run_in_threadpool(service.check_global, digest)
         return Response(status_code=304, headers=headers)
     data = await run_in_threadpool(service.global_blob, digest)
     return Response(data, media_type=SAFETENSORS, headers=headers)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
+
 from pflkit.server.api.deps import CurrentClient, ServiceDep
 from pflkit.server.api.globals import BINARY_RESPONSES, SAFETENSORS
 from pflkit.server.api.schemas import HeadIn

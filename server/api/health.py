@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
+from sqlalchemy import text
+
 from pflkit.server.api.deps import SessionDep
 from pflkit.server.api.schemas import HealthPublic
-from sqlalchemy import text
 
 router = APIRouter(tags=["health"])
 

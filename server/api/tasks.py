@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
+
 from pflkit.server.api.deps import CurrentClient, ServiceDep
 from pflkit.server.api.schemas import TaskPublic
 

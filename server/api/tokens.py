@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
+
 from pflkit.server.api.deps import AdminDep, ServiceDep
 from pflkit.server.api.schemas import MAX_ID, TokenCreateIn, TokenPublic
 

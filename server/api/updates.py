@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
+
 from pflkit.server.api.deps import CurrentClient, ServiceDep
 from pflkit.server.api.schemas import MAX_ID, ReceiptPublic
 from pflkit.server.service import TooLarge

@@ -143,7 +143,8 @@ def client_data_dirs(root: Path, config_text: str) -> dict[int, Path]:
 
 def spawn_client(server: Server, data_dir: Path, token: str | None) -> subprocess.Popen:
     args = [str(BIN / "pfl-client"), "--server", server.url, "--data", str(data_dir),
-            "--threads", "1", "--give-up-after", "240", "--max-backoff", "1", "--log-level", "warning"]
+            "--threads", "1", "--give-up-after", "240", "--max-backoff", "1",
+            "--log-level", "warning"]
     if token:
         args += ["--token", token]
     log = (data_dir / "client.log").open("a")

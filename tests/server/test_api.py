@@ -15,8 +15,9 @@ import pytest
 import schemathesis
 import torch
 from hypothesis import HealthCheck, given, settings
-from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
 from server_harness import ADMIN, Server, run_toml
+
+from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
 
 LIMIT = 1_500_000  # bytes; a twonn update on 28x28 inputs is about 0.8 MB
 
