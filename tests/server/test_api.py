@@ -17,6 +17,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from server_harness import ADMIN, Server, run_toml
 
+from pflkit.sdk.client import FederatedClient
+from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
 
 LIMIT = 1_500_000  # bytes; a twonn update on 28x28 inputs is about 0.8 MB
@@ -228,6 +230,29 @@ def test_pause_refuses_uploads_resume_continues_and_runs_do_not_overlap(api):
         assert bad.status_code in (409, 422)
     assert upload(server, rnd, rnd["sampled"][0],
                   state_to_bytes(valid_update(rnd))).status_code == 200
+
+
+def test_device_killed_after_training_resends_the_same_bytes(api, tmp_path):
+    """The pending file makes a restarted app upload what it trained, not train again."""
+    server, secrets = api
+    rnd = open_round(server, secrets)
+    cid = next(c for c, s in secrets.items() if s == rnd["sampled"][0])
+    state_dir = tmp_path / "device"
+    state_dir.mkdir()
+    (state_dir / "credentials.json").write_text(json.dumps(
+        {"server": server.url, "client_id": cid, "secret": secrets[cid]}))
+    data = LabeledTensors(torch.rand(30, 1, 28, 28), torch.arange(30) % 10)
+    first = FederatedClient(server.url, state_dir, data)
+    task = httpx.get(f"{server.url}/v1/task", headers=auth(secrets[cid])).json()
+    pending = first._train(task)  # the app dies here, before uploading
+    upload_bytes = state_from_bytes(pending)["upload"].numpy().tobytes()
+    step = FederatedClient(server.url, state_dir, data).step()  # the app restarts
+    assert (step.status, step.round) == ("trained", rnd["round"])
+    assert not (state_dir / "pending.safetensors").exists()
+    digest = hashlib.sha256(upload_bytes).hexdigest()
+    assert (server.data_dir / "blobs" / digest[:2] / digest).is_file()
+    status = server.wait_for(lambda s: s["rounds_done"] > rnd["round"])
+    assert status["history"][rnd["round"]]["metrics"]["participants"] == 1
 
 
 ADMIN_PATHS = ("/v1/runs", "/v1/enrollment-tokens", "/v1/clients/{client_id}/revoke")
