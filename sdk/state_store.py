@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from pflkit.sdk.algorithms.base import ClientState
@@ -93,10 +94,15 @@ class RunClientStore:
         """Write the version of ``client_id`` produced in ``round_index``."""
         atomic_write_bytes(self.path(client_id, round_index), client_state_to_bytes(state))
 
-    def prune(self, committed_round: int) -> None:
-        """Drop versions superseded by a committed one and versions of uncommitted rounds."""
-        clients = {int(m[1]) for p in self.root.glob("*.safetensors")
-                   if (m := _VERSION.match(p.name))}
+    def prune(self, committed_round: int, clients: Iterable[int] | None = None) -> None:
+        """Drop versions superseded by a committed one and versions of uncommitted rounds.
+
+        ``clients`` limits the work to the clients saved in the round just committed; None
+        scans the whole folder (on resume).
+        """
+        if clients is None:
+            clients = {int(m[1]) for p in self.root.glob("*.safetensors")
+                       if (m := _VERSION.match(p.name))}
         for cid in clients:
             rounds = self._versions(cid)
             kept = [r for r in rounds if r <= committed_round]

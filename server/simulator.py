@@ -138,13 +138,13 @@ class Simulation:
         with (self.run_dir / "metrics.jsonl").open("a") as handle:
             handle.write(json.dumps(row) + "\n")
 
-    def _commit(self, round_index: int, global_state: State) -> None:
+    def _commit(self, round_index: int, global_state: State, saved: list[int]) -> None:
         meta = {"rounds_done": str(round_index + 1), "algorithm": self.config.algorithm}
         done = round_index + 1
         if done % self.config.checkpoint_interval == 0 or done == self.config.rounds:
             save_state(self.run_dir / "global" / f"round_{done}.safetensors", global_state, meta)
         save_state(self.run_dir / LATEST, global_state, meta)
-        self.store.prune(round_index)
+        self.store.prune(round_index, saved)
 
     # -- clients ----------------------------------------------------------------------------------
     def client_state(self, client_id: int) -> ClientState:
@@ -169,13 +169,17 @@ class Simulation:
         plan = coord.open_round()
         started = time.perf_counter()
         losses, weights = 0.0, 0
+        saved = []
         for cid in plan.sampled:
-            result = self.algorithm.fit(coord.global_state, self.client_state(cid),
+            before = self.client_state(cid)
+            result = self.algorithm.fit(coord.global_state, before,
                                         self.federation.clients[cid].train,
                                         self.context(cid, plan.index))
             coord.submit(cid, result.num_samples, result.update)
-            self._states[cid] = result.client_state
-            self.store.save(cid, plan.index, result.client_state)
+            self._states[cid] = after = result.client_state
+            if before.tensors or before.meta or after.tensors or after.meta:
+                self.store.save(cid, plan.index, after)  # stateless methods write nothing
+                saved.append(cid)
             loss = result.metrics.get("train_loss", float("nan"))
             losses += loss * result.num_samples
             weights += result.num_samples
@@ -189,7 +193,7 @@ class Simulation:
         if done % self.config.eval_interval == 0 or done == self.config.rounds:
             row.update(self.evaluate_round())
         self._append_metrics(row)
-        self._commit(plan.index, global_state)
+        self._commit(plan.index, global_state, saved)
         return row
 
     def evaluate_round(self) -> dict[str, Any]:
