@@ -85,4 +85,7 @@ def serve(
     uvicorn.run("pflkit.server.app:create_app", factory=True, host=settings.host,
                 port=settings.port, workers=settings.workers, log_level=log_level,
                 ssl_certfile=settings.tls_certfile, ssl_keyfile=settings.tls_keyfile,
-                timeout_graceful_shutdown=5)
+                timeout_graceful_shutdown=5,
+                # a worker importing PyTorch on a busy machine can miss uvicorn's default 5 s
+                # ping and be killed as hung, over and over
+                timeout_worker_healthcheck=120)

@@ -22,7 +22,10 @@ def make_engine(url: str) -> Engine:
         @event.listens_for(engine, "connect")
         def _pragmas(conn: Any, _record: Any) -> None:
             cursor = conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
+            # WAL persists in the file: switch only once, since switching takes an exclusive
+            # lock that fails at once (no busy wait) while another worker is connected
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=FULL")  # an acknowledged commit survives power loss
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()

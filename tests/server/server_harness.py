@@ -69,7 +69,7 @@ class Server:
              *self.flags], stdout=log, stderr=subprocess.STDOUT, env=env)
         self.wait_healthy()
 
-    def wait_healthy(self, timeout: float = 90) -> None:
+    def wait_healthy(self, timeout: float = 240) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc is not None
