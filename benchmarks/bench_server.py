@@ -229,7 +229,7 @@ def main() -> None:
     errors = sum(r["errors"] for r in load) + sum(m["errors"] for m in memory)
     p50, p99 = statistics.median(latencies), percentile(latencies, 99)
     closes = [r["close_seconds"] for r in load]
-    update_mb = 247_210 * 4 / 2**20
+    update_mb = 247_210 * 4 / 1e6
     command = f"cd benchmarks && ROUNDS={rounds} SPREAD={spread} python bench_server.py"
     table = (
         "| clients | update | rounds | uploads | errors | upload p50 | upload p99 | "
