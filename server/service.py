@@ -503,16 +503,24 @@ class FederationService:
     # -- rounds -----------------------------------------------------------------------------------
     def tick(self) -> None:
         """Open the first round when enough clients enrolled; close rounds at quorum/deadline."""
+        try:
+            round_id = self._claim_due_round()
+        except IntegrityError:  # another worker opened the same round first
+            return
+        if round_id is not None:
+            self.close_round(round_id)
+
+    def _claim_due_round(self) -> int | None:
         now = time.time()
         with self._session() as s:
             run = self._current_run(s)
             if run is None or run.status != "active":
-                return
+                return None
             rnd = self._round(s, run, run.rounds_done)
             if rnd is None:
                 if run.rounds_done < run.rounds_total:
                     self._open_round(s, run)
-                return
+                return None
             stuck = rnd.status == "closing" and (rnd.claimed_at or 0) < now - CLOSING_LEASE
             if rnd.status == "open":
                 revoked = set(s.scalars(select(Client.id).where(Client.revoked_at.isnot(None))))
@@ -522,15 +530,12 @@ class FederationService:
             else:
                 due = stuck
             if not due:
-                return
+                return None
             same = [Round.id == rnd.id, Round.status == rnd.status]
             if stuck:  # retake only the claim we saw, not a fresh one
                 same.append(Round.claimed_at == rnd.claimed_at)
             claim = s.execute(update(Round).where(*same).values(status="closing", claimed_at=now))
-            if not claim.rowcount:  # type: ignore[attr-defined]
-                return
-            round_id = rnd.id
-        self.close_round(round_id)
+            return rnd.id if claim.rowcount else None  # type: ignore[attr-defined]
 
     def _open_round(self, s: Session, run: Run) -> Round | None:
         setup = self.setup(run)
