@@ -12,6 +12,7 @@ superfed.md for the rounds used and the curves).
     make bench-superfed                          (all settings)
     SETTINGS=twonn-50 make bench-superfed        (a subset; rows merge into superfed.json)
     ROUNDS_TWONN=50 ROUNDS_TWOCNN=10             (defaults)
+    RENDER_ONLY=1 make bench-superfed            (rewrite the tables from stored rows)
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def plots(rows: dict[str, Any], base: dict[str, Any]) -> None:
     for key, r in rows.items():
         pts = curve_points(r["run_dir"])
         if pts:
-            ax.plot(*zip(*pts, strict=True), label=f"{key} (lambda 0.5 during training)")
+            ax.plot(*zip(*pts, strict=True), label=f"{key} (lambda 0 before L, 0.5 after)")
     for method, run_dir in base.get("runs", {}).items():
         pts = curve_points(run_dir)
         if pts:
@@ -171,6 +172,10 @@ def plots(rows: dict[str, Any], base: dict[str, Any]) -> None:
 
 def main() -> None:
     threads = set_threads()
+    path = RESULTS / "superfed.json"
+    if os.environ.get("RENDER_ONLY"):  # re-render from stored rows (e.g. after new baselines)
+        write(dict(json.loads(path.read_text())["rows"]), threads)
+        return
     chosen = os.environ.get("SETTINGS", ",".join(settings())).split(",")
     for name in chosen:
         model, clients, rounds = settings()[name]
@@ -179,7 +184,7 @@ def main() -> None:
             params = {"sweep": False} if model == "twocnn" else {}
             row = run_row(config(method, model, partition, rounds, params),
                           f"superfed-{name}-{method}-r{rounds}")
-            path = RESULTS / "superfed.json"  # re-read: another SETTINGS subset may have written
+            # Re-read: another SETTINGS subset may have written rows meanwhile.
             rows = dict(json.loads(path.read_text())["rows"]) if path.is_file() else {}
             write(rows | {f"{name}/{method}": row}, threads)
 
