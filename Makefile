@@ -27,6 +27,8 @@ setup: $(STAMP) $(FMNIST) $(JUNIT4)
 demo: setup
 	rm -rf $(RUNS)/demo
 	$(BIN)/pfl-sim --config docs/configs/demo.toml --out $(RUNS)/demo
+	$(BIN)/pfl-export --run $(RUNS)/demo --client 17 --lambda 0.3
+	$(BIN)/pfl-export classify $(RUNS)/demo/exports/client17 --count 8
 
 test: setup android-core-test
 	$(BIN)/python -m pytest -q -n $(JOBS) tests

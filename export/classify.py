@@ -13,7 +13,7 @@ import torch
 
 from pflkit.export.contract import ExportError
 from pflkit.export.formats import FORMATS
-from pflkit.export.golden import raw_test_images
+from pflkit.export.golden import raw_images
 from pflkit.export.selection import Selection, build_exportable
 from pflkit.export.source import Source, load_device_source, load_run_source
 
@@ -45,7 +45,7 @@ def classify_table(export_dir: Path, card: dict[str, Any], count: int) -> str:
     """Tabulate the true label and each runtime's top-1 class and probability per image."""
     source = source_from_card(card)
     ex, _ = build_exportable(source, selection_from_card(card))
-    raw, labels = raw_test_images(source.dataset, count)
+    raw, labels = raw_images(source, count)
     feeds = ex.feeds(source.spec.preprocessing.apply(torch.from_numpy(raw)))
     columns = {"PyTorch (eager)": ex.eager(*feeds)[0]}
     by_format = {f.name: f for f in FORMATS.values()}

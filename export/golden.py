@@ -1,12 +1,14 @@
 """Golden vectors (``golden.json``, schema ``pflkit.golden/1``) from real dataset images.
 
-The dataset loaders keep only preprocessed tensors, so the raw pixels are recovered from the
-dataset's test split loaded at its NATIVE size (no resize): ``x * std + mean`` times the
-pixel scale is then the stored integer pixel up to float rounding. That inversion is checked
-(every value within 1e-3 of an integer in 0..255) and refused otherwise (e.g. the synthetic
-set, whose pixels are not integers), so the raw bytes are exactly the dataset's images. The
-model input is then computed from those bytes with the card's preprocessing (which resizes
-when the model wants another size), exactly as another runtime would.
+The dataset loaders keep only preprocessed tensors, so raw pixels are recovered from images
+at their NATIVE size: ``x * std + mean`` times the pixel scale is then the stored integer
+pixel up to float rounding. The inversion is checked (every value within 1e-3 of an integer in
+0..255) and refused otherwise, so the raw bytes are exactly the dataset's images. The export's
+own test rows (the client's) are used when they invert (no resize); otherwise the dataset's
+test split is reloaded at native size (e.g. LeNet-5's 32x32 from 28x28 images). The synthetic
+set has no integer pixels and is refused. The model input is computed from those bytes with
+the card's preprocessing (resizing when the model wants another size), exactly as another
+runtime would.
 """
 
 from __future__ import annotations
@@ -24,24 +26,38 @@ GOLDEN_SCHEMA = "pflkit.golden/1"
 TOP_K = 3
 
 
-def raw_test_images(dataset: dict[str, Any], count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Return the first ``count`` test images as uint8 (N, C, H, W) and their labels."""
-    native = load_dataset(dataset["name"], dataset.get("root"), None, seed=dataset.get("seed", 0))
-    pre: Preprocessing = native.spec.preprocessing
-    x = native.test.x[:count].double()
+def _raw_pixels(x: torch.Tensor, pre: Preprocessing) -> np.ndarray | None:
+    """Undo ``pre`` on native-size inputs: uint8 pixels, or None if they are not integers."""
     mean = torch.tensor(pre.mean, dtype=torch.float64).view(1, -1, 1, 1)
     std = torch.tensor(pre.std, dtype=torch.float64).view(1, -1, 1, 1)
-    pixels = (x * std + mean) * pre.pixel_scale
+    pixels = (x.double() * std + mean) * pre.pixel_scale
     rounded = pixels.round()
     if float((pixels - rounded).abs().max()) > 1e-3 or rounded.min() < 0 or rounded.max() > 255:
+        return None
+    return rounded.to(torch.uint8).numpy()
+
+
+def raw_test_images(dataset: dict[str, Any], count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return the first ``count`` images of the dataset's test split, uint8 (N, C, H, W)."""
+    native = load_dataset(dataset["name"], dataset.get("root"), None, seed=dataset.get("seed", 0))
+    raw = _raw_pixels(native.test.x[:count], native.spec.preprocessing)
+    if raw is None:
         raise ExportError(f"dataset '{dataset['name']}' has no integer 0..255 raw pixels to "
                           f"write golden vectors from")
-    return rounded.to(torch.uint8).numpy(), native.test.y[:count].numpy()
+    return raw, native.test.y[:count].numpy()
+
+
+def raw_images(source: Source, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``count`` raw test images: the export's own rows if they invert exactly."""
+    raw = _raw_pixels(source.test.x[:count], source.spec.preprocessing)
+    if raw is not None:
+        return raw, source.test.y[:count].numpy()
+    return raw_test_images(source.dataset, count)
 
 
 def golden_document(source: Source, ex: Exportable, count: int, card_file: str) -> dict[str, Any]:
     """``count`` samples: raw HWC bytes, the NCHW input, logits, softmax and top-k."""
-    raw, labels = raw_test_images(source.dataset, count)
+    raw, labels = raw_images(source, count)
     inputs = source.spec.preprocessing.apply(torch.from_numpy(raw))
     logits = ex.eager(*ex.feeds(inputs))[0]
     probs = logits.double().softmax(dim=1)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from pflkit.export import ExportError, Selection, export_model, load_run_source
 from pflkit.export.cli import app
 from pflkit.export.formats import FORMATS
-from pflkit.export.golden import raw_test_images
+from pflkit.export.golden import raw_images, raw_test_images
 from pflkit.sdk.algorithms import ALGORITHMS, Choice, ClientState
 from pflkit.sdk.state_store import DeviceStateStore
 
@@ -162,7 +162,8 @@ def test_golden_vectors_hold_real_pixels_and_eager_outputs(make_run, tmp_path):
     export_model(source, Selection(), tmp_path / "out", ["onnx"], golden=3)
     golden = json.loads((tmp_path / "out" / "golden.json").read_text())
     assert golden["schema_version"] == "pflkit.golden/1" and golden["card"] == "model_card.json"
-    raw, labels = raw_test_images(source.dataset, 3)
+    raw, labels = raw_images(source, 3)
+    assert labels.tolist() == source.test.y[:3].tolist()  # the client's own test rows
     model = source.algorithm.personalized_model(source.global_state, source.client_state)
     for sample, pixels, label in zip(golden["samples"], raw, labels, strict=True):
         assert sample["label"] == int(label) and sample["raw_shape"] == [8, 8, 1]
