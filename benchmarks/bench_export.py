@@ -155,7 +155,7 @@ def main() -> None:
                                       f"export-{algorithm}-r{rounds}")
         source = load_run_source(run_dir, CLIENT)
         for label, selection in selections.items():
-            out = RUNS / "exports" / f"{algorithm}-{label.split()[0]}-{label.split()[1]}"
+            out = RUNS / "exports" / f"{algorithm}-{'-'.join(label.split()[:2])}"
             results.append({"method": method, **measure(label, selection, source, out)})
             print(table(results[-1:]), flush=True)
     text = table(results)
