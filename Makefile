@@ -68,3 +68,7 @@ bench-export: setup
 	cd benchmarks && ../$(BIN)/python bench_export.py
 bench-server: setup
 	cd benchmarks && ../$(BIN)/python bench_server.py
+
+.PHONY: bench-report
+bench-report: setup
+	$(BIN)/python benchmarks/collect.py
