@@ -131,7 +131,7 @@ def table(results: list[dict]) -> str:
                 f"{ort8:.3f} | {et:.3f} | {et8:.3f} | {ort / t['eager']:.2f}, "
                 f"{et / t['eager']:.2f} | {ort / ort8:.2f}x, {et / et8:.2f}x |")
     sizes = ["\n| method | export | ONNX fp32 KB | ONNX int8 KB | ET fp32 KB | ET int8 KB | "
-             "client test top-1 eager | int8 top-1 ONNX / ET (drop, points) |\n"
+             "client test top-1 eager | int8 top-1 ONNX / ET (change, points) |\n"
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
         p = {e["file"]: e for e in r["parity"]}
