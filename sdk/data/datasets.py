@@ -199,16 +199,11 @@ def _from_uint8(
     )
 
 
-def _gray_spec(name: str, classes: tuple[str, ...], mean: float, std: float,
-               native: int, size: tuple[int, int] | None) -> DatasetSpec:
-    return DatasetSpec(name, classes, Preprocessing(1, size or (native, native), (mean,), (std,)))
-
-
 def _load_fmnist(root: Path | None, size: tuple[int, int] | None, seed: int) -> Dataset:
     dirs = _search_dirs(root, "PFLKIT_FMNIST_DIR", FMNIST_DEBIAN_DIR)
     raw = _idx_quadruple("fmnist", dirs, "FashionMNIST/raw", _MNIST_STEMS,
                          "PFLKIT_FMNIST_DIR, or apt-get install dataset-fashion-mnist")
-    spec = _gray_spec("fmnist", FMNIST_CLASSES, 0.2860, 0.3530, 28, size)
+    spec = dataset_spec("fmnist", size)
     return _from_uint8(spec, raw["train_x"][:, None], raw["train_y"], raw["test_x"][:, None],
                        raw["test_y"])
 
@@ -216,7 +211,7 @@ def _load_fmnist(root: Path | None, size: tuple[int, int] | None, seed: int) -> 
 def _load_mnist(root: Path | None, size: tuple[int, int] | None, seed: int) -> Dataset:
     dirs = _search_dirs(root, "PFLKIT_MNIST_DIR", None)
     raw = _idx_quadruple("mnist", dirs, "MNIST/raw", _MNIST_STEMS, "PFLKIT_MNIST_DIR")
-    spec = _gray_spec("mnist", DIGIT_CLASSES, 0.1307, 0.3081, 28, size)
+    spec = dataset_spec("mnist", size)
     return _from_uint8(spec, raw["train_x"][:, None], raw["train_y"], raw["test_x"][:, None],
                        raw["test_y"])
 
@@ -226,7 +221,7 @@ def _load_emnist(root: Path | None, size: tuple[int, int] | None, seed: int) -> 
     dirs = _search_dirs(root, "PFLKIT_EMNIST_DIR", None)
     stems = {k: f"emnist-digits-{v.replace('t10k', 'test')}" for k, v in _MNIST_STEMS.items()}
     raw = _idx_quadruple("emnist", dirs, "EMNIST/raw", stems, "PFLKIT_EMNIST_DIR")
-    spec = _gray_spec("emnist", DIGIT_CLASSES, 0.1733, 0.3317, 28, size)
+    spec = dataset_spec("emnist", size)
 
     def fix(images: np.ndarray) -> np.ndarray:
         return images.transpose(0, 2, 1)[:, None]
@@ -247,8 +242,7 @@ def _read_cifar_binary(paths: list[Path], label_bytes: int, label_index: int
 
 
 def _cifar(name: str, root: Path | None, size: tuple[int, int] | None, env: str, subdir: str,
-           train_files: list[str], test_files: list[str], label_bytes: int,
-           classes: tuple[str, ...], mean: tuple[float, ...], std: tuple[float, ...]) -> Dataset:
+           train_files: list[str], test_files: list[str], label_bytes: int) -> Dataset:
     """CIFAR from the *binary* version (plain bytes); the python version is pickles: refused."""
     for base in _search_dirs(root, env, None):
         folder = base / subdir
@@ -257,8 +251,7 @@ def _cifar(name: str, root: Path | None, size: tuple[int, int] | None, env: str,
                                         label_bytes - 1)
             sx, sy = _read_cifar_binary([folder / f for f in test_files], label_bytes,
                                         label_bytes - 1)
-            spec = DatasetSpec(name, classes, Preprocessing(3, size or (32, 32), mean, std))
-            return _from_uint8(spec, tx, ty, sx, sy)
+            return _from_uint8(dataset_spec(name, size), tx, ty, sx, sy)
     raise DatasetNotFoundError(
         f"dataset '{name}': put the CIFAR *binary version* files "
         f"({', '.join(train_files + test_files)}) in ROOT/{subdir}/ and pass --data-root ROOT "
@@ -268,15 +261,12 @@ def _cifar(name: str, root: Path | None, size: tuple[int, int] | None, env: str,
 
 def _load_cifar10(root: Path | None, size: tuple[int, int] | None, seed: int) -> Dataset:
     return _cifar("cifar10", root, size, "PFLKIT_CIFAR10_DIR", "cifar-10-batches-bin",
-                  [f"data_batch_{i}.bin" for i in range(1, 6)], ["test_batch.bin"], 1,
-                  CIFAR10_CLASSES, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
+                  [f"data_batch_{i}.bin" for i in range(1, 6)], ["test_batch.bin"], 1)
 
 
 def _load_cifar100(root: Path | None, size: tuple[int, int] | None, seed: int) -> Dataset:
-    classes = tuple(f"class_{i}" for i in range(100))
     return _cifar("cifar100", root, size, "PFLKIT_CIFAR100_DIR", "cifar-100-binary",
-                  ["train.bin"], ["test.bin"], 2, classes,
-                  (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))
+                  ["train.bin"], ["test.bin"], 2)
 
 
 def _load_digits(root: Path | None, size: tuple[int, int] | None, seed: int) -> Dataset:
@@ -337,7 +327,7 @@ def load_dataset(
 # Specs of the file-backed datasets, for callers that need shapes but not data (the aggregation
 # server builds models and validates updates from these); tests check them against the loaders.
 _FILE_SPECS: dict[str, tuple[tuple[str, ...], int, int, tuple[float, ...], tuple[float, ...]]] = {
-    # name: (classes, channels, native side, mean, std)
+    # name: (classes, channels, native side, mean, std); the file loaders take their spec here
     "fmnist": (FMNIST_CLASSES, 1, 28, (0.2860,), (0.3530,)),
     "mnist": (DIGIT_CLASSES, 1, 28, (0.1307,), (0.3081,)),
     "emnist": (DIGIT_CLASSES, 1, 28, (0.1733,), (0.3317,)),
