@@ -45,7 +45,6 @@ RUN_ORDER = ("fedavg_ft", "fedprox", "local", "fedper", "lg_fedavg", "fedrep", "
 # relative cost of one round (FedAvg = 1), measured on TwoNN / FMNIST: for DEADLINE planning
 COST = {"fedavg_ft": 1.0, "fedprox": 1.8, "local": 1.0, "fedper": 1.1, "lg_fedavg": 0.9,
         "fedrep": 0.8, "scaffold": 1.3, "ditto": 2.0, "apfl": 2.8, "pfedme": 5.9}
-PARAMS = {"scaffold": {"num_clients": 50}}  # everything else: each paper's defaults
 LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedavg_ft": "FedAvg+FT",
           "local": "Local only", "scaffold": "SCAFFOLD", "pfedme": "pFedMe", "ditto": "Ditto",
           "apfl": "APFL", "fedper": "FedPer", "fedrep": "FedRep", "lg_fedavg": "LG-FedAvg"}
@@ -57,7 +56,7 @@ def config(method: str, rounds: int, seed: int = 0) -> SimConfig:
         seed=seed, rounds=rounds, eval_interval=10, checkpoint_interval=rounds,
         data=DataConfig("fmnist", partition=PartitionConfig("shards", 50, shards_per_client=2,
                                                             test_fraction=0.2)),
-        model="twonn", algorithm=method, params=PARAMS.get(method, {}),
+        model="twonn", algorithm=method,
         training=TrainingConfig(clients_per_round=5, epochs=10, batch_size=10, lr=0.01,
                                 lr_decay=0.99, momentum=0.9, weight_decay=1e-4),
     )

@@ -12,7 +12,8 @@ wd 1e-5, FedRoD ConvNet, hypernetwork hidden 16. Numbers are from the LAST round
   round) or H(a_m; nu-bar) (hyper); for FedAvg the global model itself.
 
     make bench-fedrod                            (all four runs, 100 rounds each)
-    python bench_fedrod.py hyper:0.3:100 linear:0.1:40    (variant:alpha:rounds ...)
+    python bench_fedrod.py hyper:0.3:100 linear:0.1:40    (variant:alpha:rounds ...;
+                                                           variant linear|hyper|fedavg)
     python bench_fedrod.py --partial RUN_DIR ...          (score a run stopped early)
 """
 
@@ -48,7 +49,9 @@ from pflkit.server.sim_config import SimConfig
 from pflkit.server.simulator import build_run
 
 GROUP = "fedrod"
-DEFAULT = ["hyper:0.3:100", "hyper:0.1:100", "linear:0.3:100", "linear:0.1:100"]
+# FedAvg at Dir(0.3) comes from bench_fedavg.py (same config); at Dir(0.1) it runs here.
+DEFAULT = ["hyper:0.3:100", "hyper:0.1:100", "linear:0.3:100", "linear:0.1:100",
+           "fedavg:0.1:100"]
 PAPER = {("hyper", 0.3): (86.3, 94.8), ("hyper", 0.1): (83.9, 92.9),
          ("linear", 0.3): (86.3, 94.5), ("linear", 0.1): (83.9, 92.7),
          ("fedavg", 0.3): (84.5, 89.7), ("fedavg", 0.1): (82.2, 91.4)}
@@ -60,8 +63,9 @@ TARGET = {("hyper", 0.3): (85.0, 93.5), ("hyper", 0.1): (82.5, 91.5),
 
 def one_run(variant: str, alpha: float, rounds: int) -> dict[str, Any]:
     """Train one configuration, then score it."""
-    cfg = config(f"fedrod_{variant}", alpha, rounds)
-    result = run_until(cfg, f"fedrod_{variant}-dir{alpha}-r{rounds}", stop_time())
+    algorithm = "fedavg_ft" if variant == "fedavg" else f"fedrod_{variant}"
+    cfg = config(algorithm, alpha, rounds)
+    result = run_until(cfg, f"{algorithm}-dir{alpha}-r{rounds}", stop_time())
     return {**score(Path(result["run_dir"]), result["final"]), "seconds": result["seconds"],
             "config": result["config"], "final": result["final"]}
 
@@ -191,8 +195,8 @@ def main() -> None:
             print(f"FEDROD_STOP_AT reached: {spec} not run")
             continue
         variant, alpha, rounds = spec.split(":")
-        if variant not in ("linear", "hyper"):
-            raise SystemExit(f"variant must be linear or hyper, got {variant!r}")
+        if variant not in ("linear", "hyper", "fedavg"):
+            raise SystemExit(f"variant must be linear, hyper or fedavg, got {variant!r}")
         part = one_run(variant, float(alpha), int(rounds))
         save_part(GROUP, part["name"], part)
         write_summary(threads)

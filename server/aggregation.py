@@ -131,12 +131,13 @@ class RobustAggregator(Aggregator):
         return out
 
 
-def aggregator_factory(default: Callable[[State], Aggregator], rule: str, clip_norm: float | None,
-                       scratch: Path, trim_fraction: float) -> Callable[[State], Aggregator]:
+def aggregator_factory(default: Callable[[State, int], Aggregator], rule: str,
+                       clip_norm: float | None, scratch: Path, trim_fraction: float
+                       ) -> Callable[[State, int], Aggregator]:
     """Build the factory the server hands the Coordinator for its configured rule."""
 
-    def build(global_state: State) -> Aggregator:
-        inner = default(global_state) if rule == "mean" else \
+    def build(global_state: State, population: int) -> Aggregator:
+        inner = default(global_state, population) if rule == "mean" else \
             RobustAggregator(global_state, rule, scratch, trim_fraction)
         if clip_norm is None:
             return inner

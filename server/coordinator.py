@@ -64,7 +64,7 @@ class Coordinator:
 
     def __init__(self, algorithm: Algorithm, schedule: Schedule, client_ids: Sequence[int],
                  global_state: State, seed: int, round_index: int = 0,
-                 aggregator_factory: Callable[[State], Aggregator] | None = None) -> None:
+                 aggregator_factory: Callable[[State, int], Aggregator] | None = None) -> None:
         if not client_ids:
             raise ValueError("a federation needs at least one client")
         self.algorithm = algorithm
@@ -95,7 +95,8 @@ class Coordinator:
             raise RuntimeError("the run has finished all its rounds")
         if self._open is None:
             self._open = OpenRound(self.round, self.sample(self.round),
-                                   self._new_aggregator(self.global_state))
+                                   self._new_aggregator(self.global_state,
+                                                       len(self.client_ids)))
         return self._open
 
     def validate(self, client_id: int, num_samples: int, update: State) -> None:

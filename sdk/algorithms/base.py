@@ -191,8 +191,11 @@ class Algorithm(ABC):
             ctx: RoundContext) -> FitResult:
         """Train on the client's data for one round."""
 
-    def new_aggregator(self, global_state: State) -> Aggregator:
-        """How the server combines this round's updates (default: weighted mean)."""
+    def new_aggregator(self, global_state: State, population: int) -> Aggregator:
+        """How the server combines this round's updates (default: weighted mean).
+
+        ``population`` is the number of clients the round samples from (SCAFFOLD's N).
+        """
         return WeightedMean(global_state)
 
     def update_schema(self, global_state: State) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:

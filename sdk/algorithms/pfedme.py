@@ -106,7 +106,7 @@ class PFedMe(Algorithm):
         return FitResult(update, ClientState(personal, client_state.meta), len(data),
                          {"train_loss": total / steps if steps else float("nan")})
 
-    def new_aggregator(self, global_state: State) -> Aggregator:
+    def new_aggregator(self, global_state: State, population: int) -> Aggregator:
         """Use the weighted mean, blended with the old global model when beta != 1."""
         if self.params.beta == 1.0:
             return WeightedMean(global_state)

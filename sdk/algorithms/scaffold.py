@@ -13,8 +13,8 @@ pass over its data) rather than option II ((x - y_i) / (K eta) - c): with SGD mo
 which this harness prescribes for every method, option II overstates the gradient by about
 1 / (1 - momentum) and destabilizes training. The paper's server takes the plain mean; this
 project does too (for equal-sized clients it equals the n-weighted mean FedAvg uses).
-N is the ``num_clients`` hyperparameter (the algorithm never sees the federation); None
-means full participation (|S| / N = 1).
+N is the population the Coordinator samples from (``new_aggregator``'s ``population``: the
+federation in simulation, the round's roster on the server).
 """
 
 from __future__ import annotations
@@ -46,15 +46,12 @@ DELTA = "control_delta."
 
 @dataclass(frozen=True)
 class ScaffoldParams:
-    """SCAFFOLD's server step size and the federation size for the control step."""
+    """SCAFFOLD's server step size."""
 
     server_lr: float = 1.0  # eta_g (the paper's experiments use 1)
-    num_clients: int | None = None  # N; None: every client takes part in every round
 
     def __post_init__(self) -> None:
         require("scaffold", "server_lr", self.server_lr > 0, "> 0", self.server_lr)
-        n = self.num_clients
-        require("scaffold", "num_clients", n is None or n >= 1, ">= 1", n)
 
 
 def split_state(state: State) -> tuple[State, State]:
@@ -67,10 +64,10 @@ def split_state(state: State) -> tuple[State, State]:
 class ScaffoldAggregator(Aggregator):
     """Unweighted running sums of y_i and Delta c_i; O(model) memory."""
 
-    def __init__(self, global_state: State, server_lr: float, num_clients: int | None) -> None:
+    def __init__(self, global_state: State, server_lr: float, population: int) -> None:
         self._global = global_state
         self._server_lr = server_lr
-        self._num_clients = num_clients
+        self._population = population
         self._sum: dict[str, torch.Tensor] = {}
         self._count = 0
 
@@ -87,7 +84,7 @@ class ScaffoldAggregator(Aggregator):
         out = dict(self._global)
         if not self._count:
             return out
-        share = 1.0 if self._num_clients is None else self._count / self._num_clients
+        share = self._count / self._population
         for key, acc in self._sum.items():
             mean = acc / self._count
             if key.startswith(DELTA):
@@ -145,9 +142,9 @@ class Scaffold(Algorithm):
         model.zero_grad(set_to_none=True)
         return grads
 
-    def new_aggregator(self, global_state: State) -> Aggregator:
+    def new_aggregator(self, global_state: State, population: int) -> Aggregator:
         """Unweighted model mean with server step size, plus the control-variate step."""
-        return ScaffoldAggregator(global_state, self.params.server_lr, self.params.num_clients)
+        return ScaffoldAggregator(global_state, self.params.server_lr, population)
 
     def update_schema(self, global_state: State) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """Model tensors and control deltas; the global control variate itself is server-only."""

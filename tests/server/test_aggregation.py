@@ -65,8 +65,8 @@ def test_robust_aggregator_streams_chunks_and_cleans_up(tmp_path, rule):
 def test_clipped_mean_equals_numpy_average_of_clipped_updates(tmp_path):
     g, *updates = states(4, seed=2)
     weights = [1.0, 3.0, 2.0]
-    build = aggregator_factory(WeightedMean, "mean", 0.5, tmp_path, 0.1)
-    agg = build(g)
+    build = aggregator_factory(lambda s, _: WeightedMean(s), "mean", 0.5, tmp_path, 0.1)
+    agg = build(g, 3)
     assert isinstance(agg, ClippedAggregator)
     for w, u in zip(weights, updates, strict=True):
         agg.add(w, u)

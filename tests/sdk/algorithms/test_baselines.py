@@ -60,7 +60,6 @@ def model_out(module, x):
     ("apfl", {"alpha": 1.5}, ("apfl", "alpha")),
     ("apfl", {"alpha_lr": -0.1}, ("apfl", "alpha_lr")),
     ("scaffold", {"server_lr": 0.0}, ("scaffold", "server_lr")),
-    ("scaffold", {"num_clients": 0}, ("scaffold", "num_clients")),
     ("fedrep", {"body_epochs": -1}, ("fedrep", "body_epochs")),
     ("fedrep", {"body_epochs": 3}, ("fedrep", "body_epochs")),  # more than E = 2
     ("fedper", {"head_size": 3}, ("fedper", "head_size")),
@@ -194,7 +193,7 @@ def test_scaffold_aggregator_matches_the_paper_update():
             CONTROL + "w": torch.tensor(rng.normal(size=(3,)), dtype=torch.float32)}
     ys = [rng.normal(size=(3,)) for _ in range(2)]
     dcs = [rng.normal(size=(3,)) for _ in range(2)]
-    agg = ScaffoldAggregator(glob, server_lr=0.5, num_clients=10)
+    agg = ScaffoldAggregator(glob, server_lr=0.5, population=10)
     for y, dc, n in zip(ys, dcs, (5.0, 500.0), strict=True):  # sample counts do not weigh in
         agg.add(n, {"w": torch.tensor(y, dtype=torch.float32),
                     DELTA + "w": torch.tensor(dc, dtype=torch.float32)})
@@ -203,6 +202,22 @@ def test_scaffold_aggregator_matches_the_paper_update():
     np.testing.assert_allclose(out["w"].numpy(), x + 0.5 * (np.mean(ys, axis=0) - x), rtol=1e-5)
     np.testing.assert_allclose(out[CONTROL + "w"].numpy(), c + (2 / 10) * np.mean(dcs, axis=0),
                                rtol=1e-5)
+
+
+def test_scaffold_control_step_takes_n_from_the_coordinators_population():
+    a = algo("scaffold")
+    glob = a.init_global(seed=0)
+    coord = Coordinator(a, Schedule(rounds=1, clients_per_round=2), list(range(8)), glob, seed=0)
+    deltas = []
+    for cid in coord.open_round().sampled:
+        result = a.fit(glob, ClientState(), tiny_data(seed=cid), ctx(client=cid))
+        coord.submit(cid, result.num_samples, result.update)
+        deltas.append({k.removeprefix(DELTA): v for k, v in result.update.items()
+                       if k.startswith(DELTA)})
+    out = coord.close_round()
+    for name, delta in deltas[0].items():  # c was 0: c+ = (|S| / N) mean Delta c_i, N = 8
+        expected = (2 / 8) * (delta.double() + deltas[1][name].double()) / 2
+        torch.testing.assert_close(out[CONTROL + name].double(), expected, rtol=1e-5, atol=1e-7)
 
 
 # -- APFL -------------------------------------------------------------------------------------

@@ -131,7 +131,7 @@ def test_aggregation_averages_body_generic_head_and_hypernetwork_only(name, extr
                        ctx(client=c)) for c in range(3)]
     assert all(set(r.update) == set(glob) for r in results)
     assert all(set(alg.update_schema(glob)) == set(glob) for _ in results)
-    agg = alg.new_aggregator(glob)
+    agg = alg.new_aggregator(glob, 10)
     for r in results:
         agg.add(r.num_samples, r.update)
     out = agg.result()
