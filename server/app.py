@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
+import sys
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -26,6 +28,25 @@ from pflkit.server.settings import ServerSettings
 
 log = logging.getLogger(__name__)
 API_VERSION = "v1"
+
+
+def return_large_buffers_to_the_os() -> bool:
+    """Make glibc serve and free every buffer of 128 KiB or more with mmap/munmap.
+
+    Upload bodies and global states are ~1 MB each. By default glibc raises its mmap
+    threshold after the first such buffer is freed, so later ones come from per-thread heaps
+    that stay resident (the worker's RSS kept the high-water mark of the busiest round, ~100 MB
+    above idle with 200 concurrent uploads; measured in bench-server). A fixed threshold
+    returns each body's pages when the request ends. Returns False off glibc (no change).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    m_mmap_threshold = -3  # mallopt's M_MMAP_THRESHOLD; setting it disables the dynamic rule
+    return bool(libc.mallopt(m_mmap_threshold, 128 * 1024))
 
 
 def build_service(settings: ServerSettings) -> FederationService:
@@ -51,6 +72,7 @@ async def _ticker(service: FederationService, wake: asyncio.Event) -> None:
 def create_app(settings: ServerSettings | None = None) -> FastAPI:
     """Build the ASGI app (settings default to environment + config file)."""
     settings = settings or ServerSettings.load()
+    return_large_buffers_to_the_os()
     service = build_service(settings)
 
     @contextlib.asynccontextmanager

@@ -29,7 +29,7 @@ import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
@@ -47,6 +47,7 @@ from pflkit.server.settings import ServerSettings
 from pflkit.server.sim_config import ConfigError, SimConfig
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 METRICS_KEY = "metrics"  # safetensors metadata key of an upload's JSON metrics
 LIVE = ("active", "paused")  # run statuses that block creating another run
@@ -145,6 +146,7 @@ class FederationService:
         self.blobs = blobs
         self._setups: dict[int, RunSetup] = {}
         self._globals: dict[str, State] = {}
+        self._global_bytes: dict[str, bytes] = {}
         self._validators: dict[int, Coordinator] = {}
         self._lock = threading.Lock()
         self.on_accept: Callable[[], None] = lambda: None  # the app wakes its round ticker here
@@ -165,17 +167,21 @@ class FederationService:
             self._setups[run.id] = setup
         return setup
 
+    def _newest_two(self, cache: dict[str, T], digest: str, load: Callable[[str], T]) -> T:
+        """``cache[digest]``, loading it first; the cache keeps the two newest entries."""
+        with self._lock:
+            if digest in cache:
+                return cache[digest]
+        value = load(digest)
+        with self._lock:
+            if len(cache) >= 2:
+                cache.pop(next(iter(cache)))
+            cache[digest] = value
+        return value
+
     def global_state(self, digest: str) -> State:
         """Return a global state by hash (the newest two are cached in memory)."""
-        with self._lock:
-            if digest in self._globals:
-                return self._globals[digest]
-        state = self.blobs.state(digest)
-        with self._lock:
-            if len(self._globals) >= 2:
-                self._globals.pop(next(iter(self._globals)))
-            self._globals[digest] = state
-        return state
+        return self._newest_two(self._globals, digest, self.blobs.state)
 
     def _coordinator(self, run: Run, rnd: Round, robust: bool) -> Coordinator:
         setup = self.setup(run)
@@ -415,9 +421,13 @@ class FederationService:
             raise NotFound(f"no global state {digest}")
 
     def global_blob(self, digest: str) -> bytes:
-        """Return a global state's bytes (never another client's update: see check_global)."""
+        """Return a global state's bytes (never another client's update: see check_global).
+
+        The newest two are kept in memory: every sampled client downloads the same state at
+        the start of a round, and one shared ``bytes`` object serves all those responses.
+        """
         self.check_global(digest)
-        return self.blobs.get(digest)
+        return self._newest_two(self._global_bytes, digest, self.blobs.get)
 
     def zero_shot_head(self, run_id: int | None, distribution: list[float]) -> bytes:
         """FedRoD: the personalized head for a class distribution from the run's newest global."""

@@ -10,7 +10,7 @@ import torch
 from server_harness import run_toml
 
 from pflkit.sdk.tensorio import state_to_bytes
-from pflkit.server.app import build_service
+from pflkit.server.app import build_service, return_large_buffers_to_the_os
 from pflkit.server.orm import Round
 from pflkit.server.service import Forbidden, Gone, Invalid, Unauthorized
 from pflkit.server.settings import ServerSettings
@@ -114,3 +114,10 @@ def test_credentials_and_sampling_are_enforced(tmp_path):
     service.revoke_client(outsider)
     with pytest.raises(Forbidden, match="revoked"):
         service.authenticate(clients[outsider])
+
+
+def test_large_buffers_go_back_to_the_os_on_glibc():
+    import platform
+
+    expected = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert return_large_buffers_to_the_os() is expected
