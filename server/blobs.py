@@ -39,9 +39,12 @@ class BlobStore:
             raise ValueError(f"not a blob hash: {digest!r}")
         return self.root / digest[:2] / digest
 
-    def put(self, data: bytes) -> str:
-        """Store ``data`` durably; return its hash (a no-op if already present)."""
-        digest = sha256(data)
+    def put(self, data: bytes, digest: str | None = None) -> str:
+        """Store ``data`` durably; return its hash (a no-op if already present).
+
+        ``digest``: the caller's ``sha256(data)``, when it already has it (saves a pass).
+        """
+        digest = digest or sha256(data)
         path = self.path(digest)
         if not path.is_file() or path.stat().st_size != len(data):
             atomic_write_bytes(path, data)

@@ -475,7 +475,7 @@ class FederationService:
             self._validator(run, rnd).validate(client_id, num_samples, update_state)
         except UpdateRejected as err:
             raise Invalid(str(err)) from err
-        self.blobs.put(body)
+        self.blobs.put(body, digest)
         crash_point("upload_after_blob")
         try:
             with self._session() as s:
