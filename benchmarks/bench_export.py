@@ -98,8 +98,7 @@ def median_ms(call: Callable[[], object], batch: int) -> float:
 
 def measure(label: str, selection: Selection, source, out: Path) -> dict:
     """Export one selection (fp32 + int8, both formats) and time every artifact."""
-    int8 = selection.lam != "runtime"  # int8 needs constant weights (see pipeline)
-    result = export_model(source, selection, out, int8=int8, force_int8=True, force=True)
+    result = export_model(source, selection, out, int8=True, force_int8=True, force=True)
     ex, _ = build_exportable(source, selection)
     rows = source.test.x
     row: dict = {"selection": label, "parity": result.card["parity"],

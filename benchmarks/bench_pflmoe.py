@@ -21,7 +21,8 @@ seeded 2000-image subset of the global test set (100 separate extractors are the
     make bench-pflmoe       (env: ROUNDS, PER_EPOCHS, LOCAL_EPOCHS, ALPHAS="0.5,0.9,2")
 
 REUSE=<results name> resumes that run's finished FedAvg run directories and copies its curves
-and local-only rows, so only stage 2 runs (e.g. other stage-2 epochs); OUT names the results.
+and local-only rows, so only stage 2 runs (e.g. other stage-2 epochs); with EXTEND=1 the FedAvg
+runs first train on to ROUNDS (e.g. 100 -> 200). OUT names the results.
 """
 
 from __future__ import annotations
@@ -219,19 +220,27 @@ def plot(curves: dict[str, list[dict[str, float]]], name: str) -> None:
     plt.close(fig)
 
 
-def stage_one_or_reuse(alpha: float, rounds: int, previous: dict[str, Any] | None
-                       ) -> tuple[Simulation, list[dict[str, float]]]:
-    """Train FedAvg, or (REUSE) resume the finished run of ``previous`` and take its curve."""
+def stage_one_or_reuse(alpha: float, rounds: int, previous: dict[str, Any] | None,
+                       extend: bool) -> tuple[Simulation, list[dict[str, float]]]:
+    """Train FedAvg, or (REUSE) resume the finished run of ``previous`` and take its curve.
+
+    ``extend``: train the reused run on from its last round to ``rounds``. The FedAvg stage
+    uses a constant lr and samples clients from (seed, round), so this is exactly the
+    ``rounds``-round run.
+    """
     key, run_dir = f"{alpha:g}", RUNS / f"pflmoe-dir{alpha:g}"
+    sim = Simulation(config(alpha, rounds), run_dir if previous else fresh(run_dir),
+                     resume=previous is not None, progress=False)
+    counts = {cid: c.class_counts(sim.federation.spec.num_classes)
+              for cid, c in sim.federation.clients.items()}
     if previous is None:
-        sim = Simulation(config(alpha, rounds), fresh(run_dir), progress=False)
-        counts = {cid: c.class_counts(sim.federation.spec.num_classes)
-                  for cid, c in sim.federation.clients.items()}
         return sim, stage_one(sim, counts)
-    sim = Simulation(config(alpha, rounds), run_dir, resume=True, progress=False)
-    if not sim.coordinator.finished or previous["rounds"] != rounds:
-        raise SystemExit(f"REUSE: {run_dir} does not hold a finished {rounds}-round run")
-    return sim, previous["curves"][key]
+    if sim.coordinator.round != previous["rounds"] or (previous["rounds"] != rounds
+                                                        and not extend):
+        raise SystemExit(f"REUSE: {run_dir} does not hold a finished {previous['rounds']}-round "
+                         f"run (or set EXTEND=1 to train it on to {rounds} rounds)")
+    (run_dir / "config.toml").write_text(config(alpha, rounds).to_toml())
+    return sim, previous["curves"][key] + stage_one(sim, counts)
 
 
 def main() -> None:
@@ -241,6 +250,7 @@ def main() -> None:
     local_epochs = int(os.environ.get("LOCAL_EPOCHS", "5"))
     alphas = [float(a) for a in os.environ.get("ALPHAS", "0.5,0.9,2").split(",")]
     reuse = os.environ.get("REUSE")  # a results name: keep its FedAvg runs and local-only rows
+    extend = os.environ.get("EXTEND") == "1"  # with REUSE: train those runs on to ROUNDS
     name = os.environ.get("OUT", "pflmoe")
     previous = json.loads((RESULTS / f"{reuse}.json").read_text()) if reuse else None
     results: dict[str, Any] = {}
@@ -248,12 +258,13 @@ def main() -> None:
     seconds: dict[str, float] = {}
     command = (f"cd benchmarks && ROUNDS={rounds} PER_EPOCHS={per_epochs} "
                f"LOCAL_EPOCHS={local_epochs} {f'REUSE={reuse} ' if reuse else ''}"
+               f"{'EXTEND=1 ' if extend else ''}"
                f"{f'OUT={name} ' if name != 'pflmoe' else ''}../.venv/bin/python bench_pflmoe.py")
     for alpha in alphas:
         key = f"{alpha:g}"
         started = time.perf_counter()
         print(f"alpha {key}: FedAvg, {rounds} rounds{' (reused)' if reuse else ''}", flush=True)
-        sim, curves[key] = stage_one_or_reuse(alpha, rounds, previous)
+        sim, curves[key] = stage_one_or_reuse(alpha, rounds, previous, extend)
         seconds[f"{key}/fedavg"] = time.perf_counter() - started
         print(f"alpha {key}: stage 2, {per_epochs} epochs", flush=True)
         results[key] = stage_two(sim, per_epochs)
@@ -267,7 +278,9 @@ def main() -> None:
         md = table(results, rounds, per_epochs, local_epochs, name)
         if reuse:
             md += (f"FedAvg runs and local-only rows reused from `{reuse}` "
-                   f"(`{previous['command']}`); only stage 2 ran here.\n")
+                   f"(`{previous['command']}`); "
+                   + (f"the FedAvg runs were trained on from round {previous['rounds']} to "
+                      f"{rounds}, then stage 2 ran.\n" if extend else "only stage 2 ran here.\n"))
         print(md, flush=True)
         (RESULTS / f"{name}.md").write_text(f"# bench-pflmoe\n\nCommand: `{command}`\n\n{md}")
         save(name, {"rounds": rounds, "per_epochs": per_epochs, "local_epochs": local_epochs,

@@ -140,9 +140,10 @@ def export_model(source: Source, selection: Selection, out_dir: Path,
     if len(source.test) == 0:
         raise ExportError("no test rows to verify the export on")
     ex, mixture = build_exportable(source, selection)
-    if int8 and ex.lam is not None:
-        raise ExportError("int8 needs constant weights, but a runtime-lambda model computes its "
-                          "weights from lam; bake a lambda (--lambda 0.3) to quantize")
+    if int8 and ex.lam is not None and not getattr(ex.module, "two_endpoint", False):
+        raise ExportError("int8 needs constant weights, but this runtime-lambda model computes "
+                          "its weights from lam (it has layers that cannot run at both "
+                          "endpoints); bake a lambda (--lambda 0.3) to quantize")
     card = base_card(source, ex, mixture)
     if selection.class_distribution is not None:  # known only by its classes: a new client
         card["source"]["new_client"] = True

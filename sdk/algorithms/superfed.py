@@ -56,6 +56,7 @@ from pflkit.sdk.algorithms.base import (
     State,
     register,
 )
+from pflkit.sdk.algorithms.mixing import RuntimeMixture, float_buffers, mix, mix_states
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.metrics import Scores, predict, scores_from_logits
 from pflkit.sdk.models import float_state
@@ -88,11 +89,6 @@ class SuPerFedParams:
 
 
 # -- the maths, as pure functions ---------------------------------------------------------------
-def mix(wf: torch.Tensor, wl: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
-    """W(lambda) = (1 - lambda) w_f + lambda w_l, one fused kernel (exact at lambda = 0 and 1)."""
-    return torch.lerp(wf, wl, lam)
-
-
 def squared_distance(params: Mapping[str, torch.Tensor], reference: Mapping[str, torch.Tensor]
                      ) -> torch.Tensor:
     """||w - w_ref||^2 summed over every tensor (FedProx's expression, term by term)."""
@@ -189,39 +185,6 @@ class Regularizer(torch.autograd.Function):
         grad_f = wl.mul(across).add_(wf, alpha=-k * cos / ff).add_(gap, alpha=2 * mu * g)
         grad_l = wf.mul(across).add_(wl, alpha=-k * cos / ll)
         return grad_f, grad_l, None, None, None
-
-
-def float_buffers(model: nn.Module) -> list[str]:
-    """Names of the floating-point buffers (running statistics) that mix like weights."""
-    return [n for n, b in model.named_buffers() if b.is_floating_point()]
-
-
-def mix_states(federated: nn.Module, local: nn.Module, names: list[str], lam: torch.Tensor
-               ) -> State:
-    """W(lambda) over ``names`` (parameters and float buffers) of two same-shaped modules."""
-    wf = dict(federated.named_parameters()) | dict(federated.named_buffers())
-    wl = dict(local.named_parameters()) | dict(local.named_buffers())
-    return {n: mix(wf[n], wl[n], lam) for n in names}
-
-
-class RuntimeMixture(nn.Module):
-    """``forward(x, lam)``: the client's subspace with lambda as an input, float32 of shape (1,).
-
-    Holds both endpoints as plain submodules (``federated.*``, ``local.*``) and calls the
-    federated one with the mixed tensors, so the exported graph shows the dependency on lam.
-    """
-
-    def __init__(self, federated: nn.Module, local: nn.Module, mixed: list[str]) -> None:
-        super().__init__()
-        self.federated = federated
-        self.local = local
-        self.mixed = mixed
-        self.eval()
-
-    def forward(self, x: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
-        """Logits (B, C) of W(lam) for inputs (B, C, H, W); lam is a (1,) tensor in [0, 1]."""
-        return functional_call(self.federated, mix_states(self.federated, self.local,
-                                                          self.mixed, lam), (x,))
 
 
 class SuPerFed(Algorithm):

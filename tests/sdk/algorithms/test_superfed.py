@@ -1,8 +1,10 @@
+import copy
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from pflkit.sdk.algorithms import (
     Choice,
@@ -12,15 +14,14 @@ from pflkit.sdk.algorithms import (
     RoundContext,
     make_algorithm,
 )
+from pflkit.sdk.algorithms.mixing import RuntimeMixture, mix, mix_states
 from pflkit.sdk.algorithms.superfed import (
     LAMBDA_GRID,
     LOCAL,
     FlatLayout,
     Regularizer,
-    RuntimeMixture,
     lambda_sampler,
     lambda_sweep,
-    mix,
     superfed_loss,
 )
 from pflkit.sdk.data.federation import PartitionConfig
@@ -180,13 +181,32 @@ def test_runtime_module_equals_the_baked_module_at_every_lambda(model):
     x = tiny_data(4, seed=9, shape=(1, 32, 32)).x
     runtime = a.personalized_model(glob, state, Choice(lam="runtime"))
     assert isinstance(runtime, RuntimeMixture) and not runtime.training
+    assert runtime.two_endpoint  # every registry layer runs with constant weights
     with torch.no_grad():
         for lam in (0.0, 0.3, 0.75, 1.0):
             baked = a.personalized_model(glob, state, Choice(lam=lam))
             assert isinstance(baked, type(a.global_model(glob)))
-            assert torch.equal(runtime(x, torch.tensor([lam])), baked(x))
+            # outputs blended per layer equal blended weights up to float rounding
+            torch.testing.assert_close(runtime(x, torch.tensor([lam])), baked(x),
+                                       rtol=1e-5, atol=1e-5)
         assert torch.equal(a.personalized_model(glob, state, Choice(lam=0.0))(x),
                            a.global_model(glob)(x))
+
+
+def test_runtime_module_falls_back_to_in_graph_weights_for_other_layers():
+    torch.manual_seed(0)
+    federated = nn.Sequential(nn.Linear(6, 5), nn.LayerNorm(5), nn.Linear(5, 3))
+    local = nn.Sequential(nn.Linear(6, 5), nn.LayerNorm(5), nn.Linear(5, 3))
+    with torch.no_grad():
+        local[1].weight.mul_(2.0)
+    names = [n for n, _ in federated.named_parameters()]
+    runtime = RuntimeMixture(federated, local, names)
+    assert not runtime.two_endpoint  # LayerNorm is not linear in its parameters
+    x, lam = torch.randn(4, 6), torch.tensor([0.4])
+    baked = copy.deepcopy(federated)
+    baked.load_state_dict(mix_states(federated, local, names, lam), strict=False)
+    with torch.no_grad():
+        torch.testing.assert_close(runtime(x, lam), baked(x))
 
 
 def test_mix_is_exact_at_the_endpoints():
