@@ -40,6 +40,7 @@ from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
 ADMIN = "bench-admin-token-0123456789"
 ROOT = Path(os.environ.get("PFLKIT_BENCH_RUNS", "/tmp/pflkit-bench-runs")) / "server"
 CLIENTS = int(os.environ.get("CLIENTS", "200"))  # smaller only for quick checks
+WORKERS = int(os.environ.get("WORKERS", "1"))  # uvicorn worker processes (pfl-server --workers)
 # a second 50-update round last: retention shows as a 50-update peak as high as the 200 one
 MEMORY_SIZES = tuple(int(v) for v in os.environ.get("MEMORY_SIZES", "50,100,200,50").split(","))
 MEMORY_IN_FLIGHT = 50
@@ -58,7 +59,8 @@ def free_port() -> int:
 
 
 class RssSampler(threading.Thread):
-    """Samples a process's VmRSS (bytes) every 10 ms into (time, rss) pairs."""
+    """Samples the VmRSS (bytes) of a process plus its children (the uvicorn workers) every
+    10 ms into (time, rss) pairs."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
@@ -66,12 +68,21 @@ class RssSampler(threading.Thread):
         self.samples: list[tuple[float, int]] = []
         self.running = True
 
+    def rss(self) -> int:
+        children = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
+        total = 0
+        for pid in [self.pid, *map(int, children)]:
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except FileNotFoundError:  # a worker exiting
+                continue
+            total += sum(int(line.split()[1]) * 1024 for line in status.splitlines()
+                         if line.startswith("VmRSS:"))
+        return total
+
     def run(self) -> None:
-        path = Path(f"/proc/{self.pid}/status")
         while self.running:
-            for line in path.read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    self.samples.append((time.perf_counter(), int(line.split()[1]) * 1024))
+            self.samples.append((time.perf_counter(), self.rss()))
             time.sleep(0.01)
 
     def peak(self, start: float, stop: float) -> int:
@@ -99,7 +110,7 @@ class Bench:
             [str(Path(sys.executable).parent / "pfl-server"), "serve", "--data-dir",
              str(ROOT / "data"), "--run-config", str(ROOT / "run.toml"), "--admin-token-file",
              str(ROOT / "admin"), "--port", str(self.port), "--min-enrolled", str(CLIENTS),
-             "--log-level", "warning"],
+             "--log-level", "warning", "--workers", str(WORKERS)],
             stdout=(ROOT / "server.log").open("w"), stderr=subprocess.STDOUT, env=env)
         for _ in range(600):
             try:
@@ -162,6 +173,9 @@ class Bench:
                     params={"num_samples": 10}, content=body,
                     headers={**headers, "Content-Type": "application/octet-stream"})
                 ok = reply.status_code == 200
+                out["server_ms"].append(sum(float(part.split("dur=")[1]) for part in
+                                            reply.headers.get("server-timing", "").split(",")
+                                            if "dur=" in part))
                 if not ok:
                     out["error_messages"].append(f"{reply.status_code} {reply.text[:120]}")
             except httpx.HTTPError as err:
@@ -174,7 +188,7 @@ class Bench:
         out["last_ack"] = max(out.get("last_ack", done), done)
 
     async def round(self, secrets: list[str], round_index: int, in_flight: int) -> dict:
-        out: dict = {"latencies": [], "errors": 0, "error_messages": []}
+        out: dict = {"latencies": [], "server_ms": [], "errors": 0, "error_messages": []}
         status = self.status()
         sampled = status["current_round"]["sampled"]
         limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
@@ -227,6 +241,10 @@ def main() -> None:
             print(f"round {r}: {result['updates']} updates, errors {result['errors']}, "
                   f"p50 {statistics.median(result['latencies']):.3f}s "
                   f"p99 {percentile(result['latencies'], 99):.3f}s, "
+                  f"> 1 s: {sum(t > 1 for t in result['latencies'])}, "
+                  f"server-side p50 {percentile(result['server_ms'], 50):.0f} ms "
+                  f"p99 {percentile(result['server_ms'], 99):.0f} ms, "
+                  f"max {max(result['latencies']):.3f}s, "
                   f"close {result['close_seconds']:.3f}s", flush=True)
         memory = []
         for size in [m for m in MEMORY_SIZES if m <= CLIENTS]:
@@ -254,7 +272,8 @@ def main() -> None:
     p50, p99 = statistics.median(latencies), percentile(latencies, 99)
     closes = [r["close_seconds"] for r in load]
     update_mb = 247_210 * 4 / 1e6
-    command = f"cd benchmarks && ROUNDS={rounds} SPREAD={spread} python bench_server.py"
+    command = (f"cd benchmarks && ROUNDS={rounds} SPREAD={spread} WORKERS={WORKERS} "
+               "python bench_server.py")
     table = (
         "| clients | update | rounds | uploads | errors | upload p50 | upload p99 | "
         "round close (mean / max) | target |\n|---|---|---|---|---|---|---|---|---|\n"
@@ -268,7 +287,7 @@ def main() -> None:
                   f"{m['peak_over_idle_mb']:.1f} MB | {m['close_peak_rss_mb']:.1f} MB |\n"
                   for m in memory)
     )
-    note = (f"\nCommand: `{command}` (one uvicorn worker, SQLite WAL with synchronous=FULL, "
+    note = (f"\nCommand: `{command}` ({WORKERS} uvicorn worker(s), SQLite WAL, synchronous=FULL, "
             f"OMP_NUM_THREADS=1, loopback). Simulated training time per client U(0, {spread}) "
             "s before its upload; memory rounds keep at most "
             f"{MEMORY_IN_FLIGHT} uploads in flight. Machine shared with other jobs.\n")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from pflkit.server.api.deps import CurrentClient, ServiceDep
@@ -35,7 +36,7 @@ async def upload_update(
     run_id: Annotated[int, Path(ge=0, le=MAX_ID)],
     round_index: Annotated[int, Path(ge=0, le=MAX_ID)],
     num_samples: Annotated[int, Query(ge=0, le=2**40, description="aggregation weight")],
-    request: Request, client_id: CurrentClient, service: ServiceDep,
+    request: Request, response: Response, client_id: CurrentClient, service: ServiceDep,
 ) -> ReceiptPublic:
     """Upload an update (safetensors; optional metadata ``metrics``: JSON name -> number).
 
@@ -43,9 +44,16 @@ async def upload_update(
     different update already sent / run paused, 410 round closed (late), 413 too large,
     422 names/shapes/dtypes differ from the round's schema or values are not finite.
     Sending the same bytes again returns the same receipt with ``duplicate: true``.
+    The ``Server-Timing`` header says how long the server spent receiving (``body``) and
+    validating and storing (``accept``) the update, in milliseconds.
     """
+    started = time.perf_counter()
     body = await read_body(request, service.settings.max_upload_bytes)
+    received = time.perf_counter()
     receipt = await run_in_threadpool(service.accept_upload, client_id, run_id, round_index,
                                       num_samples, body)
+    accepted = time.perf_counter()
+    response.headers["Server-Timing"] = (f"body;dur={1000 * (received - started):.1f}, "
+                                         f"accept;dur={1000 * (accepted - received):.1f}")
     return ReceiptPublic(run_id=receipt.run_id, round=receipt.round, sha256=receipt.sha256,
                          duplicate=receipt.duplicate)
