@@ -14,11 +14,13 @@ import contextlib
 import ctypes
 import logging
 import sys
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pflkit.server.api import clients, globals, heads, health, runs, tasks, tokens, updates
 from pflkit.server.blobs import BlobStore
@@ -47,6 +49,40 @@ def return_large_buffers_to_the_os() -> bool:
         return False
     m_mmap_threshold = -3  # mallopt's M_MMAP_THRESHOLD; setting it disables the dynamic rule
     return bool(libc.mallopt(m_mmap_threshold, 128 * 1024))
+
+
+class ServerTiming:
+    """Add ``Server-Timing: app;dur=<ms>`` to every HTTP response.
+
+    The time runs from the request reaching the app (headers parsed) to the response starting,
+    authentication and thread-pool queueing included. Clients and load tests compare it with
+    what they measured to see where time goes.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request through; stamp the response's start."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+
+        async def timed_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                value = f"app;dur={1000 * (time.perf_counter() - started):.1f}".encode()
+                headers = list(message.get("headers", []))
+                for i, (name, old) in enumerate(headers):
+                    if name.lower() == b"server-timing":
+                        headers[i] = (name, old + b", " + value)
+                        break
+                else:
+                    headers.append((b"server-timing", value))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, timed_send)
 
 
 def build_service(settings: ServerSettings) -> FederationService:
@@ -90,6 +126,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                   description="Personalized federated learning: enroll, poll, download the "
                               "global state, upload updates. Tensors travel as safetensors.")
     app.state.service = service
+    app.add_middleware(ServerTiming)
 
     @app.exception_handler(ServiceError)
     async def _refused(request: Request, err: ServiceError) -> JSONResponse:
