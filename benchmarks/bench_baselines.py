@@ -33,10 +33,9 @@ from common import RESULTS, pct, run, save, set_threads
 
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.evaluation import evaluate_client, summarize
+from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig, build_run
 from pflkit.sdk.tensorio import load_state
 from pflkit.server.coordinator import UpdateRejected
-from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
-from pflkit.server.simulator import build_run
 
 PAPER_NINE = ("fedavg", "fedprox", "scaffold", "lg_fedavg", "fedper", "apfl", "pfedme", "ditto",
               "fedrep")

@@ -26,9 +26,9 @@ from common import RUNS, pct, save, set_threads
 from pflkit.export import Selection, build_exportable, export_model, load_run_source
 from pflkit.export.formats import FORMATS
 from pflkit.sdk.data.federation import PartitionConfig
+from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
 from pflkit.sdk.state_store import client_state_to_bytes
 from pflkit.sdk.tensorio import atomic_write_bytes
-from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
 from pflkit.server.simulator import Simulation
 
 CLIENT = 17

@@ -19,7 +19,7 @@ from pathlib import Path
 from common import RESULTS, pct, run, save, set_threads
 
 from pflkit.sdk.data.federation import PartitionConfig
-from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
 
 
 def config(alpha: float, rounds: int, seed: int = 0) -> SimConfig:

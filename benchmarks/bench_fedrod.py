@@ -43,10 +43,9 @@ from fedrod_common import (
 
 from pflkit.sdk.algorithms.base import State
 from pflkit.sdk.algorithms.fedrod import PHI, _prefixed
+from pflkit.sdk.run_config import SimConfig, build_run
 from pflkit.sdk.state_store import RunClientStore
 from pflkit.sdk.tensorio import load_state, read_metadata
-from pflkit.server.sim_config import SimConfig
-from pflkit.server.simulator import build_run
 
 GROUP = "fedrod"
 # FedAvg at Dir(0.3) comes from bench_fedavg.py (same config); at Dir(0.1) it runs here.

@@ -31,8 +31,8 @@ from fedrod_common import (
     stop_time,
 )
 
+from pflkit.sdk.run_config import build_run
 from pflkit.sdk.tensorio import load_state
-from pflkit.server.simulator import build_run
 
 NAME = "fedrod_new_clients"
 PAPER = {"fedrod_hyper": (88.9, 91.4), "fedavg_ft": (80.3, 87.2)}

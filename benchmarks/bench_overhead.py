@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from common import RESULTS, save, set_threads
 
 from pflkit.sdk.data.federation import PartitionConfig
-from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
 from pflkit.server.simulator import Simulation
 
 ROUNDS = 10

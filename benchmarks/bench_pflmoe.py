@@ -42,8 +42,8 @@ from pflkit.sdk.algorithms.pflmoe import PERSONAL
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.evaluation import evaluate_client
 from pflkit.sdk.metrics import class_weighted_accuracy, predict, top_k_accuracy
+from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
 from pflkit.sdk.seeding import torch_generator
-from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
 from pflkit.server.simulator import Simulation
 
 PAPER = {  # alpha -> method -> (local test, global test), Tables I-II (FMNIST + LeNet-5)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from pflkit.server.sim_config import SimConfig
+from pflkit.sdk.run_config import SimConfig
 from pflkit.server.simulator import Simulation
 
 RESULTS = Path(__file__).resolve().parent / "results"

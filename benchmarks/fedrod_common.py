@@ -25,8 +25,8 @@ from pflkit.sdk.algorithms.fedrod import zero_shot_head
 from pflkit.sdk.data.federation import ClientData, PartitionConfig
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.metrics import class_weighted_accuracy
+from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
 from pflkit.sdk.tensorio import load_state, save_json
-from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
 from pflkit.server.simulator import Simulation
 
 HYPER_KEY = "hyper.fc1.weight"

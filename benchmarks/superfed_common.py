@@ -12,10 +12,9 @@ from common import run
 from pflkit.sdk.algorithms.superfed import LAMBDA_GRID, lambda_sweep
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.metrics import mean_std
+from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig, build_run
 from pflkit.sdk.state_store import client_state_from_bytes
 from pflkit.sdk.tensorio import load_state
-from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
-from pflkit.server.simulator import build_run
 
 LABELS = {"superfed_mm": "SuPerFed-MM", "superfed_lm": "SuPerFed-LM", "fedavg": "FedAvg",
           "apfl": "APFL", "fedavg_ft": "FedAvg+FT"}

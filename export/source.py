@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -24,11 +24,9 @@ from pflkit.export.contract import ExportError
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, State
 from pflkit.sdk.data.datasets import DatasetSpec
 from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.run_config import ConfigError, SimConfig, build_run
 from pflkit.sdk.state_store import DeviceStateStore, RunClientStore, client_state_from_bytes
 from pflkit.sdk.tensorio import load_state, read_metadata
-
-if TYPE_CHECKING:
-    from pflkit.server.sim_config import SimConfig
 
 CALIBRATION_ROWS = 512  # train rows used for int8 calibration
 
@@ -53,8 +51,6 @@ class Source:
 
 
 def _load_config(path: Path) -> SimConfig:
-    from pflkit.server.sim_config import ConfigError, SimConfig
-
     if not path.is_file():
         raise ExportError(f"no run configuration at {path}")
     try:
@@ -81,8 +77,6 @@ def _global_checkpoint(run: Path, round_done: int | None) -> tuple[Path, int, in
 
 def load_run_source(run_dir: Path, client: int | None, round_done: int | None = None) -> Source:
     """Load a run's global state of ``round_done`` (default: the last) and one client."""
-    from pflkit.server.simulator import build_run
-
     run = Path(run_dir)
     config = _load_config(run / "config.toml")
     path, round_done, last = _global_checkpoint(run, round_done)

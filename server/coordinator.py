@@ -8,13 +8,13 @@ the caller's job (``global_state`` and ``round`` are all it needs to be rebuilt)
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from pflkit.sdk.algorithms.base import Aggregator, Algorithm, State
+from pflkit.sdk.run_config import Schedule
 from pflkit.sdk.seeding import numpy_rng
 
 log = logging.getLogger(__name__)
@@ -22,31 +22,6 @@ log = logging.getLogger(__name__)
 
 class UpdateRejected(ValueError):
     """A client's update does not fit the round (unsampled, duplicate, bad tensors)."""
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """Round-level settings: how many rounds, who takes part, the learning-rate decay."""
-
-    rounds: int = 100
-    clients_per_round: int | None = None  # a count; or use fraction
-    fraction: float = 0.2  # share of clients sampled when clients_per_round is None
-    lr: float = 0.01  # round-0 client learning rate
-    lr_decay: float = 0.99  # lr of round r = lr * lr_decay ** r
-
-    def sample_size(self, num_clients: int) -> int:
-        """Clients per round for a federation of ``num_clients``."""
-        if self.clients_per_round is not None:
-            k = self.clients_per_round
-        else:
-            k = max(1, math.floor(self.fraction * num_clients + 0.5))
-        if not 1 <= k <= num_clients:
-            raise ValueError(f"cannot sample {k} of {num_clients} clients per round")
-        return k
-
-    def lr_at(self, round_index: int) -> float:
-        """The decayed learning rate of a round."""
-        return self.lr * self.lr_decay**round_index
 
 
 @dataclass

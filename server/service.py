@@ -37,14 +37,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pflkit.sdk.algorithms.base import Algorithm, ModelFactory, State, make_algorithm
 from pflkit.sdk.data.datasets import dataset_spec
+from pflkit.sdk.run_config import ConfigError, Schedule, SimConfig
 from pflkit.sdk.tensorio import CorruptStateError, read_metadata, state_from_bytes, state_to_bytes
 from pflkit.server.aggregation import aggregator_factory
 from pflkit.server.blobs import BlobStore, sha256
-from pflkit.server.coordinator import Coordinator, Schedule, UpdateRejected
+from pflkit.server.coordinator import Coordinator, UpdateRejected
 from pflkit.server.faults import crash_point
 from pflkit.server.orm import Client, EnrollmentToken, Round, Run, Update
 from pflkit.server.settings import ServerSettings
-from pflkit.server.sim_config import ConfigError, SimConfig
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -29,18 +29,14 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pflkit.sdk.algorithms.base import (
-    Algorithm,
     ClientState,
-    ModelFactory,
     RoundContext,
     State,
-    check_algorithm,
-    make_algorithm,
 )
-from pflkit.sdk.data.datasets import load_dataset
-from pflkit.sdk.data.federation import Federation, build_federation, partition_table, plot_partition
+from pflkit.sdk.data.federation import partition_table, plot_partition
 from pflkit.sdk.evaluation import ClientReport, evaluate_client, summarize
 from pflkit.sdk.metrics import predict, scores_from_logits
+from pflkit.sdk.run_config import SimConfig, build_run
 from pflkit.sdk.state_store import RunClientStore, client_state_to_bytes
 from pflkit.sdk.tensorio import (
     atomic_write_bytes,
@@ -50,7 +46,6 @@ from pflkit.sdk.tensorio import (
     save_state,
 )
 from pflkit.server.coordinator import Coordinator
-from pflkit.server.sim_config import SimConfig
 
 log = logging.getLogger(__name__)
 
@@ -64,17 +59,6 @@ class RunResult:
     run_dir: Path
     global_state: State
     final: dict[str, Any]
-
-
-def build_run(config: SimConfig) -> tuple[Federation, Algorithm]:
-    """The federation and the algorithm a config describes (deterministic in the seed)."""
-    check_algorithm(config.algorithm, config.params)  # fail fast, before loading data
-    size = (config.data.resize, config.data.resize) if config.data.resize else None
-    dataset = load_dataset(config.data.dataset, config.data.root, size, seed=config.seed)
-    federation = build_federation(dataset, config.data.partition, config.seed)
-    model = ModelFactory(config.model, dataset.spec.input_shape, dataset.spec.num_classes)
-    algorithm = make_algorithm(config.algorithm, model, config.training.local(), config.params)
-    return federation, algorithm
 
 
 class Simulation:

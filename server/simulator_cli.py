@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pflkit.server.sim_config import ConfigError, SimConfig
+from pflkit.sdk.run_config import ConfigError, SimConfig
 
 app = typer.Typer(add_completion=False, help=__doc__)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pflkit.sdk.data.federation import PartitionConfig
-from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
 from pflkit.server.simulator import Simulation
 
 # Keep post-federation stages short; every other algorithm runs with its defaults.

@@ -129,8 +129,7 @@ def client_data_dirs(root: Path, config_text: str) -> dict[int, Path]:
     import tomllib
 
     from pflkit.sdk.client import save_client_data
-    from pflkit.server.sim_config import SimConfig
-    from pflkit.server.simulator import build_run
+    from pflkit.sdk.run_config import SimConfig, build_run
 
     federation, _ = build_run(SimConfig.from_mapping(tomllib.loads(config_text)))
     dirs = {}
@@ -155,7 +154,7 @@ def simulated_global(config_text: str, run_dir: Path):
     """The global state pfl-sim reaches with the same config (the reference result)."""
     import tomllib
 
-    from pflkit.server.sim_config import SimConfig
+    from pflkit.sdk.run_config import SimConfig
     from pflkit.server.simulator import Simulation
 
     sim = Simulation(SimConfig.from_mapping(tomllib.loads(config_text)), run_dir,

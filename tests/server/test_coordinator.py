@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from pflkit.sdk.algorithms import LocalTraining, ModelFactory, make_algorithm
-from pflkit.server.coordinator import Coordinator, Schedule, UpdateRejected
+from pflkit.sdk.run_config import Schedule
+from pflkit.server.coordinator import Coordinator, UpdateRejected
 
 FACTORY = ModelFactory("twonn", (1, 8, 8), 10)
 

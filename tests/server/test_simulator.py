@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from pflkit.sdk.data.federation import PartitionConfig
+from pflkit.sdk.run_config import ConfigError, DataConfig, SimConfig, TrainingConfig
 from pflkit.sdk.tensorio import load_state
-from pflkit.server.sim_config import ConfigError, DataConfig, SimConfig, TrainingConfig
 from pflkit.server.simulator import Simulation
 
 

@@ -17,7 +17,8 @@ from pflkit.sdk.algorithms.ditto import personal_of
 from pflkit.sdk.algorithms.pfedme import BlendedMean
 from pflkit.sdk.algorithms.scaffold import CONTROL, DELTA, ScaffoldAggregator
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.server.coordinator import Coordinator, Schedule, UpdateRejected
+from pflkit.sdk.run_config import Schedule
+from pflkit.server.coordinator import Coordinator, UpdateRejected
 
 FACTORY = ModelFactory("twonn", (1, 8, 8), 10)
 LOCAL = LocalTraining(epochs=2, batch_size=16, momentum=0.9, weight_decay=1e-4)

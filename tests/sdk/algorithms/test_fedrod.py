@@ -304,7 +304,7 @@ def test_cli_errors_are_clear(hyper_run, args, message):
 # -- simulation ------------------------------------------------------------------------------------
 def test_simulation_scores_generic_personalized_and_new_clients(tmp_path):
     from pflkit.sdk.data.federation import PartitionConfig
-    from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
+    from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
     from pflkit.server.simulator import Simulation
 
     config = SimConfig(

@@ -222,7 +222,7 @@ def test_works_for_other_registry_models_and_adam_gate():
 
 def test_simulation_runs_stage_two_for_every_client(tmp_path):
     from pflkit.sdk.data.federation import PartitionConfig
-    from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
+    from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
     from pflkit.server.simulator import Simulation
 
     config = SimConfig(

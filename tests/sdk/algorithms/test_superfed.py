@@ -27,7 +27,7 @@ from pflkit.sdk.algorithms.superfed import (
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import MODELS, build_model
-from pflkit.server.sim_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
 from pflkit.server.simulator import Simulation
 
 SMALL = ModelFactory("twonn", (1, 8, 8), 10)

@@ -1,4 +1,4 @@
-"""The run configuration shared by ``pfl-sim`` and ``pfl-server``: one TOML format.
+"""The run configuration shared by ``pfl-sim``, ``pfl-server`` and ``pfl-export``: one TOML format.
 
 seed = 0
 rounds = 100
@@ -9,19 +9,57 @@ eval_interval = 10
 [algorithm]   name, and [algorithm.params] for its hyperparameters
 [training]    clients_per_round | fraction, epochs, batch_size, lr, lr_decay, momentum,
 weight_decay
+
+Also the round :class:`Schedule` the Coordinator follows and :func:`build_run` (the federation
+and algorithm a config describes). They live in the SDK because the simulator, the server and
+``pfl-export`` all read them, and dependencies point one way: server -> sdk, export -> sdk.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pflkit.sdk.algorithms.base import HyperparameterError, LocalTraining
-from pflkit.sdk.data.federation import PartitionConfig
-from pflkit.server.coordinator import Schedule
+from pflkit.sdk.algorithms.base import (
+    Algorithm,
+    HyperparameterError,
+    LocalTraining,
+    ModelFactory,
+    check_algorithm,
+    make_algorithm,
+)
+from pflkit.sdk.data.datasets import load_dataset
+from pflkit.sdk.data.federation import Federation, PartitionConfig, build_federation
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Round-level settings: how many rounds, who takes part, the learning-rate decay."""
+
+    rounds: int = 100
+    clients_per_round: int | None = None  # a count; or use fraction
+    fraction: float = 0.2  # share of clients sampled when clients_per_round is None
+    lr: float = 0.01  # round-0 client learning rate
+    lr_decay: float = 0.99  # lr of round r = lr * lr_decay ** r
+
+    def sample_size(self, num_clients: int) -> int:
+        """Clients per round for a federation of ``num_clients``."""
+        if self.clients_per_round is not None:
+            k = self.clients_per_round
+        else:
+            k = max(1, math.floor(self.fraction * num_clients + 0.5))
+        if not 1 <= k <= num_clients:
+            raise ValueError(f"cannot sample {k} of {num_clients} clients per round")
+        return k
+
+    def lr_at(self, round_index: int) -> float:
+        """The decayed learning rate of a round."""
+        return self.lr * self.lr_decay**round_index
+
 
 
 class ConfigError(ValueError):
@@ -155,3 +193,14 @@ def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
         return cls(**raw)
     except (TypeError, ValueError, HyperparameterError) as err:
         raise ConfigError(f"[{where}]: {err}") from err
+
+
+def build_run(config: SimConfig) -> tuple[Federation, Algorithm]:
+    """The federation and the algorithm a config describes (deterministic in the seed)."""
+    check_algorithm(config.algorithm, config.params)  # fail fast, before loading data
+    size = (config.data.resize, config.data.resize) if config.data.resize else None
+    dataset = load_dataset(config.data.dataset, config.data.root, size, seed=config.seed)
+    federation = build_federation(dataset, config.data.partition, config.seed)
+    model = ModelFactory(config.model, dataset.spec.input_shape, dataset.spec.num_classes)
+    algorithm = make_algorithm(config.algorithm, model, config.training.local(), config.params)
+    return federation, algorithm
