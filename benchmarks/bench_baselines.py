@@ -14,7 +14,8 @@ FedAvg is not trained separately: ``fedavg_ft`` trains exactly as ``fedavg`` (sa
 own test split, before fine-tuning. That saves one full run of the CPU budget.
 
     make bench-baselines                 (ROUNDS=100, all methods, PFLKIT_THREADS=1)
-    METHODS=fedper,fedrep make bench-baselines   (a subset; rows merge into baselines.json)
+    METHODS=fedper,fedrep make bench-baselines   (a subset; rows merge into baselines.json,
+                                                  also while another subset runs)
     ROUNDS_PFEDME=50 make bench-baselines   (fewer rounds for one method, when the clock demands)
     DEADLINE=01:30 make bench-baselines     (UTC; shrink every remaining method's rounds by one
                                              factor so that all of them finish by then)
@@ -160,10 +161,6 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown METHODS {unknown}; choose from {', '.join(RUN_ORDER)}")
     json_path = RESULTS / "baselines.json"
-    previous = json.loads(json_path.read_text()) if json_path.is_file() else {}
-    rows: dict[str, Any] = dict(previous.get("rows", {}))
-    runs: dict[str, str] = dict(previous.get("runs", {}))
-    failed: dict[str, str] = dict(previous.get("failed", {}))
     planned = {m: int(os.environ.get(f"ROUNDS_{m.upper()}", rounds)) for m in wanted}
     unit = 6.0  # seconds per FedAvg-round; re-estimated from each finished method
     for i, method in enumerate(wanted):
@@ -171,20 +168,31 @@ def main() -> None:
         method_rounds = plan_rounds(method, planned, wanted[i:],
                                     seconds_left(os.environ.get("DEADLINE")), unit)
         print(f"{method}: {method_rounds} rounds", flush=True)
+        new_rows: dict[str, Any] = {}
         try:
             result = run(config(method, method_rounds), f"baselines-{method}-r{method_rounds}")
         except UpdateRejected as err:  # e.g. NaN weights: the paper's tables say "diverged"
-            failed[method] = f"diverged within {method_rounds} rounds ({err})"
-            rows.pop(method, None)
+            why: str | None = f"diverged within {method_rounds} rounds ({err})"
         else:
-            failed.pop(method, None)
+            why = None
             summary = result["final"]["clients"]["summary"]
-            rows[method] = row_from_summary(summary, result["final"]["rounds"],
-                                            time.perf_counter() - started)
-            runs[method] = result["run_dir"]
+            new_rows[method] = row_from_summary(summary, result["final"]["rounds"],
+                                                time.perf_counter() - started)
             unit = (time.perf_counter() - started) / (COST[method] * method_rounds)
             if method == "fedavg_ft":
-                rows["fedavg"] = fedavg_row(Path(result["run_dir"]), result["final"]["rounds"])
+                new_rows["fedavg"] = fedavg_row(Path(result["run_dir"]),
+                                                result["final"]["rounds"])
+        # merge into the stored rows as they are NOW: other subsets may run at the same time
+        stored = json.loads(json_path.read_text()) if json_path.is_file() else {}
+        rows: dict[str, Any] = dict(stored.get("rows", {})) | new_rows
+        runs: dict[str, str] = dict(stored.get("runs", {}))
+        failed: dict[str, str] = dict(stored.get("failed", {}))
+        if why is None:
+            failed.pop(method, None)
+            runs[method] = result["run_dir"]
+        else:
+            failed[method] = why
+            rows.pop(method, None)
         order = ("fedavg", *RUN_ORDER)
         rows = {m: rows[m] for m in order if m in rows} | {m: r for m, r in rows.items()
                                                             if m not in order}

@@ -11,7 +11,9 @@ wd 1e-5, FedRoD ConvNet, hypernetwork hidden 16. Numbers are from the LAST round
 * personalized, no pass: theta-bar, psi-bar with phi_m* (linear, kept from the client's last
   round) or H(a_m; nu-bar) (hyper); for FedAvg the global model itself.
 
-    make bench-fedrod                            (all four runs, 100 rounds each)
+    make bench-fedrod                            (all five runs, 100 rounds each)
+    FEDROD_RESUME=1 python bench_fedrod.py ...   (continue interrupted runs from their last
+                                                  checkpoint; FEDROD_STOP_AT=HH:MM stops one)
     python bench_fedrod.py hyper:0.3:100 linear:0.1:40    (variant:alpha:rounds ...;
                                                            variant linear|hyper|fedavg)
     python bench_fedrod.py --partial RUN_DIR ...          (score a run stopped early)

@@ -40,7 +40,7 @@ from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
 ADMIN = "bench-admin-token-0123456789"
 ROOT = Path(os.environ.get("PFLKIT_BENCH_RUNS", "/tmp/pflkit-bench-runs")) / "server"
 CLIENTS = int(os.environ.get("CLIENTS", "200"))  # smaller only for quick checks
-WORKERS = int(os.environ.get("WORKERS", "1"))  # uvicorn worker processes (pfl-server --workers)
+WORKERS = int(os.environ.get("WORKERS", "2"))  # uvicorn worker processes: one per core here
 # a second 50-update round last: retention shows as a 50-update peak as high as the 200 one
 MEMORY_SIZES = tuple(int(v) for v in os.environ.get("MEMORY_SIZES", "50,100,200,50").split(","))
 MEMORY_IN_FLIGHT = 50

@@ -162,12 +162,16 @@ def stop_time() -> float | None:
 
 
 def run_until(cfg: SimConfig, name: str, stop_at: float | None) -> dict[str, Any]:
-    """common.run, but training stops at wall-clock ``stop_at`` before the final evaluation."""
+    """common.run, but training stops at wall-clock ``stop_at`` before the final evaluation.
+
+    FEDROD_RESUME=1 continues a run directory left by an interrupted benchmark from its last
+    checkpoint (every 5 rounds) instead of starting over."""
     run_dir = RUNS / name
-    if run_dir.exists():
+    resume = os.environ.get("FEDROD_RESUME") == "1" and (run_dir / "config.toml").is_file()
+    if run_dir.exists() and not resume:
         shutil.rmtree(run_dir)
     started = time.perf_counter()
-    sim = Simulation(cfg, run_dir, progress=False)
+    sim = Simulation(cfg, run_dir, resume=resume, progress=False)  # resumed: bit-identical
     while not sim.coordinator.finished and (stop_at is None or time.time() < stop_at
                                             or sim.coordinator.round == 0):
         row = sim.run_round()
