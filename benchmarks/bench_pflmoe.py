@@ -6,8 +6,8 @@ clients per round; personalization SGD m=0.9, wd 5e-4, classifier lr 0.001, gate
 local-only, FedAvg, PFL-FB, PFL-MF, PFL-MFE; "local test" = client-class-weighted accuracy on
 the global test set, "global test" = plain accuracy on it; means over the 100 clients.
 
-Budget (CPU for all runs together ~45 single-core minutes) forces fewer FedAvg rounds than the
-paper's 1000: ROUNDS (default 100) per alpha. PER_EPOCHS: stage-2 epochs (default 200, the
+Budget (CPU for all runs together ~80 single-core minutes) forces fewer FedAvg rounds than the
+paper's 1000: ROUNDS (default 200) per alpha. PER_EPOCHS: stage-2 epochs (default 200, the
 paper's; cheap, only the heads train). One FedAvg run per alpha; FB, MF and MFE all start
 from its LAST global model and the same client states (split seeds). PFL-FB's classifier is
 taken from the PFL-MF state: the classifier passes never read the gate, so the three variants'
@@ -245,7 +245,7 @@ def stage_one_or_reuse(alpha: float, rounds: int, previous: dict[str, Any] | Non
 
 def main() -> None:
     threads = set_threads()
-    rounds = int(os.environ.get("ROUNDS", "100"))
+    rounds = int(os.environ.get("ROUNDS", "200"))
     per_epochs = int(os.environ.get("PER_EPOCHS", "200"))
     local_epochs = int(os.environ.get("LOCAL_EPOCHS", "5"))
     alphas = [float(a) for a in os.environ.get("ALPHAS", "0.5,0.9,2").split(",")]
