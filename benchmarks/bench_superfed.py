@@ -106,9 +106,10 @@ def claims(rows: dict[str, Any], base: dict[str, Any]) -> list[str]:
         if best_base:
             ok = r["top1_mean"] > best_base[1]["top1_mean"]
             out.append(f"- {name} beats every baseline on personalized top-1: "
-                       f"**{'PASS' if ok else 'FAIL'}** ({pct(r['top1_mean'])} vs best baseline "
-                       f"{best_base[0]} {pct(best_base[1]['top1_mean'])}; baselines at "
-                       f"{best_base[1]['rounds']} rounds, SuPerFed at {r['rounds']})")
+                       f"**{'PASS' if ok else 'FAIL'}** ({100 * r['top1_mean']:.2f} vs best "
+                       f"baseline {best_base[0]} {100 * best_base[1]['top1_mean']:.2f}; "
+                       f"baselines at {best_base[1]['rounds']} rounds, SuPerFed at "
+                       f"{r['rounds']})")
         for key, s in swept(rows).items():
             if not key.endswith(method):
                 continue
@@ -124,7 +125,7 @@ def claims(rows: dict[str, Any], base: dict[str, Any]) -> list[str]:
         if ft:
             ok = r["ece_mean"] < ft["ece_mean"]
             out.append(f"- {name} ECE lower than FedAvg+FT: **{'PASS' if ok else 'FAIL'}** "
-                       f"({r['ece_mean']:.3f} vs {ft['ece_mean']:.3f})")
+                       f"({r['ece_mean']:.4f} vs {ft['ece_mean']:.4f})")
     if not brows:
         out.append("- results/baselines.json was not there when this ran: no baseline comparison")
     return out
