@@ -61,7 +61,6 @@ class Schedule:
         return self.lr * self.lr_decay**round_index
 
 
-
 class ConfigError(ValueError):
     """The run configuration has an unknown key or a bad value."""
 

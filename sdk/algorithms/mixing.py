@@ -66,19 +66,14 @@ class TwoEndpointLayer(nn.Module):
         return mix(self.federated(x), self.local(x), self._lam.value)
 
 
-class TwoEndpointBatchNorm(nn.Module):
+class TwoEndpointBatchNorm(TwoEndpointLayer):
     """Eval-mode batch norm whose statistics and affine parameters are blended by lambda."""
 
-    def __init__(self, federated: _BatchNorm, local: _BatchNorm, lam: _Lambda) -> None:
-        super().__init__()
-        self.federated = federated
-        self.local = local
-        self._lam = lam
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """X * scale + shift with per-channel vectors from W(lambda) (C values each)."""
+        """Normalize as x * scale + shift, per-channel vectors taken from W(lambda)."""
         lam, f, loc = self._lam.value, self.federated, self.local
         assert lam is not None, "called outside RuntimeMixture.forward"
+        assert isinstance(f, _BatchNorm) and isinstance(loc, _BatchNorm)
         mean = mix(f.running_mean, loc.running_mean, lam)  # type: ignore[arg-type]
         var = mix(f.running_var, loc.running_var, lam)  # type: ignore[arg-type]
         scale = torch.rsqrt(var + f.eps)
@@ -109,7 +104,7 @@ def _two_endpoint_graph(federated: nn.Module, local: nn.Module, lam: _Lambda
         if isinstance(module, LINEAR_IN_PARAMETERS):
             swaps.append((name, TwoEndpointLayer(module, other, lam)))
         elif isinstance(module, _BatchNorm) and module.running_mean is not None:
-            swaps.append((name, TwoEndpointBatchNorm(module, other, lam)))  # type: ignore[arg-type]
+            swaps.append((name, TwoEndpointBatchNorm(module, other, lam)))
         else:
             return None
     for name, replacement in swaps:
