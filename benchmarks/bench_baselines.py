@@ -19,6 +19,9 @@ own test split, before fine-tuning. That saves one full run of the CPU budget.
     ROUNDS_PFEDME=50 make bench-baselines   (fewer rounds for one method, when the clock demands)
     DEADLINE=01:30 make bench-baselines     (UTC; shrink every remaining method's rounds by one
                                              factor so that all of them finish by then)
+    SETTING=twonn-100 make bench-baselines  (100 clients; twocnn-50: the TwoCNN-style net.
+                                             Results go to baselines_<setting>.json/.md; the
+                                             default setting keeps the name baselines.json)
 """
 
 from __future__ import annotations
@@ -50,13 +53,32 @@ LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedavg_ft": "FedAvg+FT",
           "apfl": "APFL", "fedper": "FedPer", "fedrep": "FedRep", "lg_fedavg": "LG-FedAvg"}
 
 
-def config(method: str, rounds: int, seed: int = 0) -> SimConfig:
+# setting -> (model, clients) of the SuPerFed paper's Table 1 protocol on FMNIST
+SETTINGS = {"twonn-50": ("twonn", 50), "twonn-100": ("twonn", 100), "twocnn-50": ("twocnn", 50)}
+DEFAULT_SETTING = "twonn-50"
+MODEL_NAMES = {"twonn": "TwoNN", "twocnn": "TwoCNN"}
+
+
+def result_name(setting: str) -> str:
+    """``baselines`` for the issue's setting (other benchmarks read it), else with a suffix."""
+    return "baselines" if setting == DEFAULT_SETTING else f"baselines_{setting.replace('-', '_')}"
+
+
+def setting_title(setting: str) -> str:
+    """Plot and page title of a setting."""
+    model, clients = SETTINGS[setting]
+    return f"{clients} clients, {MODEL_NAMES[model]}"
+
+
+def config(method: str, rounds: int, setting: str = DEFAULT_SETTING, seed: int = 0) -> SimConfig:
     """The SuPerFed pathological non-IID setting on FMNIST for one method (paper defaults)."""
+    model, clients = SETTINGS[setting]
     return SimConfig(
         seed=seed, rounds=rounds, eval_interval=10, checkpoint_interval=rounds,
-        data=DataConfig("fmnist", partition=PartitionConfig("shards", 50, shards_per_client=2,
+        data=DataConfig("fmnist", partition=PartitionConfig("shards", clients,
+                                                            shards_per_client=2,
                                                             test_fraction=0.2)),
-        model="twonn", algorithm=method,
+        model=model, algorithm=method,
         training=TrainingConfig(clients_per_round=5, epochs=10, batch_size=10, lr=0.01,
                                 lr_decay=0.99, momentum=0.9, weight_decay=1e-4),
     )
@@ -79,7 +101,7 @@ def fedavg_row(run_dir: Path, rounds: int) -> dict[str, Any]:
     return row_from_summary(summarize(reports), rounds, 0.0)
 
 
-def curve(rows: dict[str, Any], runs: dict[str, str], path: Path) -> None:
+def curve(rows: dict[str, Any], runs: dict[str, str], path: Path, title: str) -> None:
     """Personalized accuracy (own test, mean over clients) per evaluated round, every method."""
     import matplotlib
 
@@ -98,7 +120,7 @@ def curve(rows: dict[str, Any], runs: dict[str, str], path: Path) -> None:
             label = "FedAvg (global model)" if method == "fedavg_ft" else LABELS[method]
             ax.plot(xs, ys, label=label)
     ax.set(xlabel="round", ylabel="top-1, clients' own test (mean)",
-           title="FMNIST pathological non-IID, 50 clients, TwoNN")
+           title=f"FMNIST pathological non-IID, {title}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
@@ -141,7 +163,7 @@ def plan_rounds(method: str, planned: dict[str, int], remaining: list[str],
     return max(10, int(planned[method] * scale))
 
 
-def reduced_note(rows: dict[str, Any], rounds: int) -> str:
+def reduced_note(rows: dict[str, Any], rounds: int, name: str) -> str:
     """Say which methods ran fewer rounds than asked, and why."""
     short = [f"{LABELS.get(m, m)} ({r['rounds']})" for m, r in rows.items()
              if r["rounds"] < rounds]
@@ -149,7 +171,7 @@ def reduced_note(rows: dict[str, Any], rounds: int) -> str:
         return ""
     return ("\nFewer than " + str(rounds) + " rounds: " + ", ".join(short) + ". The machine "
             "(2 cores) was shared with other benchmarks and test runs, so each method's rounds "
-            "were scaled to finish by a deadline (DEADLINE); baselines_curve.png shows how "
+            f"were scaled to finish by a deadline (DEADLINE); {name}_curve.png shows how "
             "the personalized accuracy evolves with rounds.\n")
 
 
@@ -160,7 +182,11 @@ def main() -> None:
     unknown = sorted(set(wanted) - set(RUN_ORDER))
     if unknown:
         raise SystemExit(f"unknown METHODS {unknown}; choose from {', '.join(RUN_ORDER)}")
-    json_path = RESULTS / "baselines.json"
+    setting = os.environ.get("SETTING", DEFAULT_SETTING)
+    if setting not in SETTINGS:
+        raise SystemExit(f"unknown SETTING {setting!r}; choose from {', '.join(SETTINGS)}")
+    name = result_name(setting)
+    json_path = RESULTS / f"{name}.json"
     planned = {m: int(os.environ.get(f"ROUNDS_{m.upper()}", rounds)) for m in wanted}
     unit = 6.0  # seconds per FedAvg-round; re-estimated from each finished method
     for i, method in enumerate(wanted):
@@ -170,7 +196,8 @@ def main() -> None:
         print(f"{method}: {method_rounds} rounds", flush=True)
         new_rows: dict[str, Any] = {}
         try:
-            result = run(config(method, method_rounds), f"baselines-{method}-r{method_rounds}")
+            result = run(config(method, method_rounds, setting),
+                         f"{name}-{method}-r{method_rounds}")
         except UpdateRejected as err:  # e.g. NaN weights: the paper's tables say "diverged"
             why: str | None = f"diverged within {method_rounds} rounds ({err})"
         else:
@@ -197,24 +224,27 @@ def main() -> None:
         rows = {m: rows[m] for m in order if m in rows} | {m: r for m, r in rows.items()
                                                             if m not in order}
         text = table(rows) + "".join(f"\n{LABELS[m]}: {why}\n" for m, why in failed.items())
-        curve(rows, runs, RESULTS / "baselines_curve.png")
-        command = "cd benchmarks && ../.venv/bin/python bench_baselines.py  (make bench-baselines)"
-        save("baselines", {"rounds": rounds, "threads": threads, "command": command,
-                           "setting": config("fedavg", rounds).to_toml(), "rows": rows,
-                           "runs": runs, "failed": failed, "paper_nine": list(PAPER_NINE),
-                           "table": text})
-        (RESULTS / "baselines.md").write_text(
-            "# Baselines: FMNIST pathological non-IID (2 shards/client), 50 clients, TwoNN\n\n"
+        curve(rows, runs, RESULTS / f"{name}_curve.png", setting_title(setting))
+        command = ("cd benchmarks && " + ("" if setting == DEFAULT_SETTING else
+                                          f"SETTING={setting} ")
+                   + "../.venv/bin/python bench_baselines.py  (make bench-baselines)")
+        save(name, {"rounds": rounds, "threads": threads, "command": command,
+                    "setting": config("fedavg", rounds, setting).to_toml(), "rows": rows,
+                    "runs": runs, "failed": failed, "paper_nine": list(PAPER_NINE),
+                    "table": text})
+        (RESULTS / f"{name}.md").write_text(
+            "# Baselines: FMNIST pathological non-IID (2 shards/client), "
+            f"{setting_title(setting)}\n\n"
             f"Command: `{command}` (ROUNDS={rounds}, {threads} torch thread).\n"
             "5 clients/round, E=10, B=10, lr 0.01 x 0.99^round, SGD m=0.9, wd 1e-4; each "
             "client's own test split = 20% of its rows. Numbers after the LAST round; "
             "personalized model of each method on each client's own test split; ECE/MCE "
             "with 15 bins, mean over clients. FedAvg = the FedAvg+FT run's global model "
-            "before fine-tuning (identical training). Curve: baselines_curve.png.\n\n"
-            "One FedAvg round here (5 clients x 96 steps x 10 epochs) took 2.8 s on an idle "
-            "core; the other methods cost about (FedAvg = 1): "
+            f"before fine-tuning (identical training). Curve: {name}_curve.png.\n\n"
+            "One FedAvg round of the 50-client TwoNN setting (5 clients x 96 steps x 10 "
+            "epochs) took 2.8 s on an idle core; the other methods cost about (FedAvg = 1): "
             + ", ".join(f"{LABELS[m]} {c}" for m, c in COST.items()) + ".\n\n" + text
-            + reduced_note(rows, rounds)
+            + reduced_note(rows, rounds, name)
         )
         print(text, flush=True)
 

@@ -1,10 +1,10 @@
 """bench-server: 200 concurrent simulated clients on loopback upload ~1 MB updates to pfl-server.
 
-A real ``pfl-server`` process (one uvicorn worker, SQLite WAL, one torch thread) serves a FedAvg
-run of TwoNN on 32x32 inputs: 247,210 float32 parameters = 0.99 MB per update. The clients are
-asyncio tasks in this process (httpx): each polls its task, downloads the round's global state
-(1 MB), waits a simulated training time drawn from U(0, SPREAD) seconds, and uploads a
-distinct update. Measured:
+A real ``pfl-server`` process (WORKERS uvicorn workers, SQLite WAL, one torch thread) serves a
+FedAvg run of TwoNN on 32x32 inputs: 247,210 float32 parameters = 0.99 MB per update. The
+clients are asyncio tasks (httpx) spread over GENERATORS forked processes, like devices that do
+not share one event loop: each polls its task, downloads the round's global state (1 MB), waits
+a simulated training time drawn from U(0, SPREAD) seconds, and uploads a distinct update. Measured:
 
 * load: ROUNDS rounds with all 200 clients sampled; errors (any non-200 or transport error),
   upload latency p50/p99 (request sent -> acknowledgement, which comes after fsync + commit),
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from multiprocessing.pool import Pool
 from pathlib import Path
 
 import httpx
@@ -41,6 +43,9 @@ ADMIN = "bench-admin-token-0123456789"
 ROOT = Path(os.environ.get("PFLKIT_BENCH_RUNS", "/tmp/pflkit-bench-runs")) / "server"
 CLIENTS = int(os.environ.get("CLIENTS", "200"))  # smaller only for quick checks
 WORKERS = int(os.environ.get("WORKERS", "2"))  # uvicorn worker processes: one per core here
+# load-generator processes: devices are separate machines, and one asyncio loop driving all
+# 200 would queue their requests behind each other's downloads in the measuring process
+GENERATORS = int(os.environ.get("GENERATORS", "4"))
 # a second 50-update round last: retention shows as a 50-update peak as high as the 200 one
 MEMORY_SIZES = tuple(int(v) for v in os.environ.get("MEMORY_SIZES", "50,100,200,50").split(","))
 MEMORY_IN_FLIGHT = 50
@@ -95,7 +100,6 @@ class Bench:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.admin = {"Authorization": f"Bearer {ADMIN}"}
-        self.rng = np.random.default_rng(0)
         self.proc: subprocess.Popen | None = None
         self.bodies: dict[int, bytes] = {}  # built once per client, before any timing
 
@@ -154,7 +158,7 @@ class Bench:
                       ).raise_for_status()
 
     async def client_round(self, http: httpx.AsyncClient, cid: int, secret: str, round_index: int,
-                           gate: asyncio.Semaphore, out: dict) -> None:
+                           gate: asyncio.Semaphore, out: dict, training_seconds: float) -> None:
         headers = {"Authorization": f"Bearer {secret}"}
         while True:
             task = (await http.get("/v1/task", headers=headers)).json()
@@ -164,7 +168,7 @@ class Bench:
         blob = (await http.get(f"/v1/globals/{task['global_hash']}", headers=headers)).content
         assert len(blob) > 0
         body = self.bodies[cid]
-        await asyncio.sleep(float(self.rng.uniform(0, self.spread)))
+        await asyncio.sleep(training_seconds)
         async with gate:
             started = time.perf_counter()
             try:
@@ -189,22 +193,47 @@ class Bench:
         out["first_upload"] = min(out.get("first_upload", started), started)
         out["last_ack"] = max(out.get("last_ack", done), done)
 
-    async def round(self, secrets: list[str], round_index: int, in_flight: int) -> dict:
+    async def drive(self, round_index: int, in_flight: int, secrets: dict[int, str],
+                    seed: int) -> dict:
+        """One load generator's share of a round: its clients as tasks on one asyncio loop."""
+        rng = np.random.default_rng(seed)
         out: dict = {"latencies": [], "server_ms": [], "handler_ms": [], "errors": 0,
                      "error_messages": []}
-        status = self.status()
-        sampled = status["current_round"]["sampled"]
-        limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+        limits = httpx.Limits(max_connections=len(secrets), max_keepalive_connections=len(secrets))
         async with httpx.AsyncClient(base_url=self.url, timeout=120, limits=limits) as http:
             gate = asyncio.Semaphore(in_flight)
-            await asyncio.gather(*(self.client_round(http, cid, secrets[cid], round_index,
-                                                     gate, out) for cid in sampled))
+            await asyncio.gather(*(self.client_round(http, cid, secret, round_index, gate, out,
+                                                     float(rng.uniform(0, self.spread)))
+                                   for cid, secret in secrets.items()))
+        return out
+
+    def round(self, pool: Pool, secrets: list[str], round_index: int, in_flight: int) -> dict:
+        """Every sampled client's round, split over the load-generator processes."""
+        sampled = self.status()["current_round"]["sampled"]
+        shares = [sampled[i::GENERATORS] for i in range(GENERATORS) if sampled[i::GENERATORS]]
+        parts = pool.starmap(_drive, [
+            (round_index, max(1, in_flight // len(shares)), {c: secrets[c] for c in share},
+             round_index * GENERATORS + i) for i, share in enumerate(shares)])
+        out: dict = {key: [v for part in parts for v in part[key]] for key in
+                     ("latencies", "server_ms", "handler_ms", "error_messages")}
+        out["errors"] = sum(part["errors"] for part in parts)
+        out["first_upload"] = min(part["first_upload"] for part in parts)
+        out["last_ack"] = max(part["last_ack"] for part in parts)
         while self.status()["rounds_done"] <= round_index:
             time.sleep(0.01)
         out["closed"] = time.perf_counter()
         out["close_seconds"] = out["closed"] - out["last_ack"]
         out["updates"] = len(sampled)
         return out
+
+
+_BENCH: Bench | None = None  # what the forked load-generator processes inherit
+
+
+def _drive(round_index: int, in_flight: int, secrets: dict[int, str], seed: int) -> dict:
+    """Run in a load-generator process (perf_counter is system-wide: times compare)."""
+    assert _BENCH is not None
+    return asyncio.run(_BENCH.drive(round_index, in_flight, secrets, seed))
 
 
 def distinct_update(global_blob: bytes, cid: int) -> bytes:
@@ -222,11 +251,56 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values), q))
 
 
+def load_rounds(bench: Bench, pool: Pool, secrets: list[str], rounds: int) -> list[dict]:
+    """Rounds with every client sampled and nothing holding uploads back."""
+    load = []
+    for r in range(rounds):
+        while bench.status()["current_round"] is None:
+            time.sleep(0.05)
+        result = bench.round(pool, secrets, r, CLIENTS)
+        load.append(result)
+        print(f"round {r}: {result['updates']} updates, errors {result['errors']}, "
+              f"p50 {statistics.median(result['latencies']):.3f}s "
+              f"p99 {percentile(result['latencies'], 99):.3f}s, "
+              f"> 1 s: {sum(t > 1 for t in result['latencies'])}, "
+              f"in the app p50 {percentile(result['server_ms'], 50):.0f} ms "
+              f"p99 {percentile(result['server_ms'], 99):.0f} ms, in the handler p99 "
+              f"{percentile(result['handler_ms'], 99):.0f} ms, "
+              f"max {max(result['latencies']):.3f}s, "
+              f"close {result['close_seconds']:.3f}s", flush=True)
+    return load
+
+
+def memory_rounds(bench: Bench, pool: Pool, secrets: list[str], sampler: RssSampler,
+                  baseline: int) -> list[dict]:
+    """One-round runs of MEMORY_SIZES updates: the server's peak RSS in each."""
+    memory = []
+    for size in [m for m in MEMORY_SIZES if m <= CLIENTS]:
+        bench.new_run(size, 1)
+        while (bench.status()["current_round"] or {}).get("index") != 0:
+            time.sleep(0.05)
+        before = sampler.samples[-1][1]
+        result = bench.round(pool, secrets, 0, MEMORY_IN_FLIGHT)
+        upload_peak = sampler.peak(result["first_upload"], result["last_ack"])
+        close_peak = sampler.peak(result["last_ack"], result["closed"])
+        peak = max(upload_peak, close_peak)
+        memory.append({"updates": size, "errors": result["errors"],
+                       "peak_over_idle_mb": (peak - baseline) / 2**20,
+                       "peak_rss_mb": peak / 2**20, "start_rss_mb": before / 2**20,
+                       "close_peak_rss_mb": close_peak / 2**20,
+                       "close_seconds": result["close_seconds"]})
+        print(f"memory: {size} updates -> peak RSS {memory[-1]['peak_rss_mb']:.1f} MB "
+              f"(at start {memory[-1]['start_rss_mb']:.1f} MB, during close "
+              f"{memory[-1]['close_peak_rss_mb']:.1f} MB)", flush=True)
+    return memory
+
+
 def main() -> None:
     threads = set_threads()
     rounds = int(os.environ.get("ROUNDS", "3"))
     spread = float(os.environ.get("SPREAD", "2"))
-    bench = Bench(spread)
+    global _BENCH
+    bench = _BENCH = Bench(spread)
     bench.start(rounds)
     sampler = RssSampler(bench.proc.pid)  # type: ignore[union-attr]
     sampler.start()
@@ -235,39 +309,10 @@ def main() -> None:
     try:
         secrets = bench.enroll()
         bench.prepare_bodies(secrets)
-        load = []
-        for r in range(rounds):
-            while bench.status()["current_round"] is None:
-                time.sleep(0.05)
-            result = asyncio.run(bench.round(secrets, r, CLIENTS))
-            load.append(result)
-            print(f"round {r}: {result['updates']} updates, errors {result['errors']}, "
-                  f"p50 {statistics.median(result['latencies']):.3f}s "
-                  f"p99 {percentile(result['latencies'], 99):.3f}s, "
-                  f"> 1 s: {sum(t > 1 for t in result['latencies'])}, "
-                  f"in the app p50 {percentile(result['server_ms'], 50):.0f} ms "
-                  f"p99 {percentile(result['server_ms'], 99):.0f} ms, in the handler p99 "
-                  f"{percentile(result['handler_ms'], 99):.0f} ms, "
-                  f"max {max(result['latencies']):.3f}s, "
-                  f"close {result['close_seconds']:.3f}s", flush=True)
-        memory = []
-        for size in [m for m in MEMORY_SIZES if m <= CLIENTS]:
-            bench.new_run(size, 1)
-            while (bench.status()["current_round"] or {}).get("index") != 0:
-                time.sleep(0.05)
-            before = sampler.samples[-1][1]
-            result = asyncio.run(bench.round(secrets, 0, MEMORY_IN_FLIGHT))
-            upload_peak = sampler.peak(result["first_upload"], result["last_ack"])
-            close_peak = sampler.peak(result["last_ack"], result["closed"])
-            memory.append({"updates": size, "errors": result["errors"],
-                           "peak_over_idle_mb": (max(upload_peak, close_peak) - baseline) / 2**20,
-                           "peak_rss_mb": max(upload_peak, close_peak) / 2**20,
-                           "start_rss_mb": before / 2**20,
-                           "close_peak_rss_mb": close_peak / 2**20,
-                           "close_seconds": result["close_seconds"]})
-            print(f"memory: {size} updates -> peak RSS {memory[-1]['peak_rss_mb']:.1f} MB "
-                  f"(at start {memory[-1]['start_rss_mb']:.1f} MB, during close "
-                  f"{memory[-1]['close_peak_rss_mb']:.1f} MB)", flush=True)
+        # forked once, after the bodies exist: the generators share them copy-on-write
+        with multiprocessing.get_context("fork").Pool(GENERATORS) as pool:
+            load = load_rounds(bench, pool, secrets, rounds)
+            memory = memory_rounds(bench, pool, secrets, sampler, baseline)
     finally:
         sampler.running = False
         bench.stop()
@@ -279,7 +324,7 @@ def main() -> None:
     closes = [r["close_seconds"] for r in load]
     update_mb = 247_210 * 4 / 1e6
     command = (f"cd benchmarks && ROUNDS={rounds} SPREAD={spread} WORKERS={WORKERS} "
-               "python bench_server.py")
+               f"GENERATORS={GENERATORS} python bench_server.py")
     table = (
         "| clients | update | rounds | uploads | errors | upload p50 | upload p99 | "
         "in the server app p50 / p99 | round close (mean / max) | target |\n"
@@ -299,8 +344,9 @@ def main() -> None:
             f"OMP_NUM_THREADS=1, loopback). Simulated training time per client U(0, {spread}) "
             "s before its upload; memory rounds keep at most "
             f"{MEMORY_IN_FLIGHT} uploads in flight. Upload latency is measured by the client "
-            "(request sent -> acknowledgement, in this single asyncio load generator that "
-            "shares the 2 cores with the server); 'in the server app' is the server's own "
+            f"(request sent -> acknowledgement) in {GENERATORS} load-generator processes (an "
+            "asyncio loop each, sharing the 2 cores with the server); 'in the server app' is "
+            "the server's own "
             "Server-Timing `app` (request handed to the app -> response: authentication, "
             "thread-pool wait, body, validation, blob fsync, commit), so the difference is "
             "spent outside the app: connection handling in the workers' event loops and the "

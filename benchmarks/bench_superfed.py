@@ -21,6 +21,7 @@ import json
 import os
 from typing import Any
 
+from bench_baselines import result_name
 from common import RESULTS, pct, save, set_threads
 from superfed_common import LABELS, config, curve_points, run_row
 
@@ -40,9 +41,9 @@ def settings() -> dict[str, tuple[str, int, int]]:
             "twocnn-50": ("twocnn", 50, twocnn)}
 
 
-def baselines() -> dict[str, Any]:
-    """The baselines engineer's rows (same harness, TwoNN, 50 clients), if they exist."""
-    path = RESULTS / "baselines.json"
+def baselines(setting: str) -> dict[str, Any]:
+    """The baselines benchmark's rows of a setting (same harness), if they exist."""
+    path = RESULTS / f"{result_name(setting)}.json"
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
@@ -51,26 +52,15 @@ def swept(rows: dict[str, Any]) -> dict[str, Any]:
     return {k: r for k, r in rows.items() if "by_lambda" in r}
 
 
-def other_settings_table(rows: dict[str, Any]) -> str:
-    """SuPerFed rows of the settings without baselines (100 clients, TwoCNN)."""
-    lines = ["| setting / method | top-1 own test (mean +- std) | ECE | MCE | last round |",
-             "|---|---|---|---|---|"]
-    for key, r in rows.items():
-        if not key.startswith("twonn-50/"):
-            lines.append(f"| {key} | {pct(r['top1_mean'])} +- {pct(r['top1_std'])} | "
-                         f"{r['ece_mean']:.3f} | {r['mce_mean']:.3f} | {r['rounds']} |")
-    return "\n".join(lines) + "\n"
-
-
-def merged_table(rows: dict[str, Any], base: dict[str, Any]) -> str:
-    """Baseline rows and SuPerFed rows of the TwoNN/50-client setting in one table."""
+def merged_table(rows: dict[str, Any], setting: str, base: dict[str, Any]) -> str:
+    """Baseline rows and SuPerFed rows of one setting in one table."""
     lines = ["| method | top-1 own test (mean +- std) | ECE | MCE | last round |",
              "|---|---|---|---|---|"]
     for method, r in base.get("rows", {}).items():
         lines.append(f"| {method} | {pct(r['top1_mean'])} +- {pct(r['top1_std'])} | "
                      f"{r['ece_mean']:.3f} | {r['mce_mean']:.3f} | {r['rounds']} |")
     for method in METHODS:
-        r = rows.get(f"twonn-50/{method}")
+        r = rows.get(f"{setting}/{method}")
         if r:
             lines.append(f"| **{LABELS[method]}** (lambda chosen on held-out train rows) | "
                          f"{pct(r['top1_mean'])} +- {pct(r['top1_std'])} | {r['ece_mean']:.3f} | "
@@ -92,17 +82,17 @@ def sweep_table(rows: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def claims(rows: dict[str, Any], base: dict[str, Any]) -> list[str]:
-    """The paper's three claims, checked on the measured numbers (PASS / FAIL, with numbers)."""
+def claims(rows: dict[str, Any], setting: str, base: dict[str, Any]) -> list[str]:
+    """The paper's three claims in one setting, checked on the measured numbers."""
     out = []
     brows = base.get("rows", {})
     best_base = max(brows.items(), key=lambda kv: kv[1]["top1_mean"]) if brows else None
     ft = brows.get("fedavg_ft")
     for method in METHODS:
-        r = rows.get(f"twonn-50/{method}")
+        r = rows.get(f"{setting}/{method}")
         if r is None:
             continue
-        name = LABELS[method]
+        name = f"{setting} {LABELS[method]}"
         if best_base:
             ok = r["top1_mean"] > best_base[1]["top1_mean"]
             out.append(f"- {name} beats every baseline on personalized top-1: "
@@ -111,7 +101,7 @@ def claims(rows: dict[str, Any], base: dict[str, Any]) -> list[str]:
                        f"baselines at {best_base[1]['rounds']} rounds, SuPerFed at "
                        f"{r['rounds']})")
         for key, s in swept(rows).items():
-            if not key.endswith(method):
+            if key != f"{setting}/{method}":
                 continue
             sweep = s["by_lambda"]
             lam = s["best_grid_lambda"]
@@ -126,8 +116,9 @@ def claims(rows: dict[str, Any], base: dict[str, Any]) -> list[str]:
             ok = r["ece_mean"] < ft["ece_mean"]
             out.append(f"- {name} ECE lower than FedAvg+FT: **{'PASS' if ok else 'FAIL'}** "
                        f"({r['ece_mean']:.4f} vs {ft['ece_mean']:.4f})")
-    if not brows:
-        out.append("- results/baselines.json was not there when this ran: no baseline comparison")
+    if not brows and any(k.startswith(f"{setting}/") for k in rows):
+        out.append(f"- {setting}: results/{result_name(setting)}.json was not there when this "
+                   "ran: no baseline comparison")
     return out
 
 
@@ -192,12 +183,22 @@ def main() -> None:
 
 def write(rows: dict[str, Any], threads: int) -> None:
     """Write superfed.json / superfed.md and the plots from every row so far."""
-    base = baselines()
-    table, sweep, checks = merged_table(rows, base), sweep_table(rows), claims(rows, base)
-    plots(rows, base)
+    bases = {name: baselines(name) for name in settings()}
+    sections, checks = [], []
+    for name, base in bases.items():
+        if not base and not any(k.startswith(f"{name}/") for k in rows):
+            continue
+        table = merged_table(rows, name, base)
+        sections.append(f"## {name}: SuPerFed rows beside the baselines of the same setting\n\n"
+                        + table)
+        checks += claims(rows, name, base)
+    sweep = sweep_table(rows)
+    plots(rows, bases["twonn-50"])
     save("superfed", {"threads": threads, "command": COMMAND, "rows": rows,
-                      "baseline_rounds": {m: r["rounds"] for m, r in base.get("rows", {}).items()},
-                      "table": table, "claims": checks})
+                      "baseline_rounds": {name: {m: r["rounds"] for m, r in
+                                                 base.get("rows", {}).items()}
+                                          for name, base in bases.items()},
+                      "tables": sections, "claims": checks})
     (RESULTS / "superfed.md").write_text(
         "# SuPerFed on FMNIST, pathological non-IID (2 shards per client)\n\n"
         f"Command: `{COMMAND}` ({threads} torch thread). Settings: see bench_superfed.py and "
@@ -206,14 +207,13 @@ def write(rows: dict[str, Any], threads: int) -> None:
         "Rounds: the 'last round' column (L = floor(0.4 R)); the paper trains 500 rounds, these "
         "runs fewer because of the CPU budget and shared benchmark slots. superfed_curve.png "
         "shows SuPerFed's accuracy still rising at its last round.\n\n"
-        "## TwoNN, 50 clients: SuPerFed rows added to the baselines table\n\n" + table +
-        "\n## Other settings (no baselines were run there)\n\n" + other_settings_table(rows) +
+        + "\n".join(sections) +
         "\n## Claims of the paper, checked\n\n" + "\n".join(checks) +
         "\n\n## Accuracy per lambda (top-1 mean +- std over clients; ECE row below)\n\n" + sweep +
         "\n![accuracy vs lambda](superfed_lambda.png)\n\n![accuracy per round](superfed_curve.png)"
         "\n"
     )
-    print(table + "\n".join(checks), flush=True)
+    print("\n".join(sections + checks), flush=True)
 
 
 if __name__ == "__main__":

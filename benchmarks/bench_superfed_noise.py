@@ -8,7 +8,10 @@ rows, which carry the same noise; the per-lambda sweep is skipped to save CPU), 
 model) and APFL. Fewer rounds than the
 paper's 500 (CPU budget): see superfed_noise.md.
 
-    make bench-superfed-noise                    (ROUNDS=12)
+    make bench-superfed-noise                    (ROUNDS=100)
+    NOISES="pair 0.4,symmetric 0.6" METHODS=fedavg,apfl make bench-superfed-noise
+                                                 (a subset; rows merge into superfed_noise.json,
+                                                  also while another subset runs)
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import os
 from typing import Any
 
 from common import RESULTS, pct, save, set_threads
-from superfed_common import LABELS, config, run_row
+from superfed_common import LABELS, config, curve_points, run_row
 
 from pflkit.sdk.algorithms import ALGORITHMS
 from pflkit.sdk.data.federation import PartitionConfig
@@ -67,23 +70,67 @@ def claims(rows: dict[str, Any]) -> list[str]:
     return out
 
 
+def plot(rows: dict[str, Any]) -> None:
+    """Personalized top-1 and ECE per evaluated round: one column per noise setting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heads = [f"{kind} {rate}" for kind, rate in NOISES]
+    fig, axes = plt.subplots(2, len(heads), figsize=(3.2 * len(heads), 5.5), squeeze=False,
+                             sharex=True)
+    for col, head in enumerate(heads):
+        for method in METHODS:
+            r = rows.get(f"{head}/{method}")
+            for row_index, key in enumerate(("personal_top1", "personal_ece")):
+                pts = curve_points(r["run_dir"], key) if r else []
+                if pts:
+                    axes[row_index][col].plot(*zip(*pts, strict=True), label=LABELS[method])
+        axes[0][col].set_title(head, fontsize=9)
+        axes[1][col].set_xlabel("round")
+        for ax in axes[:, col]:
+            ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("top-1, own clean test")
+    axes[1][0].set_ylabel("ECE, own clean test")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "superfed_noise_curve.png", dpi=110)
+    plt.close(fig)
+
+
+def subset(variable: str, every: list[str]) -> list[str]:
+    """The comma-separated subset named by an environment variable (default: every one)."""
+    wanted = [w.strip() for w in os.environ.get(variable, ",".join(every)).split(",") if w.strip()]
+    unknown = sorted(set(wanted) - set(every))
+    if unknown:
+        raise SystemExit(f"unknown {variable} {unknown}; choose from {', '.join(every)}")
+    return wanted
+
+
 def main() -> None:
     threads = set_threads()
-    rounds = int(os.environ.get("ROUNDS", "12"))
+    rounds = int(os.environ.get("ROUNDS", "100"))
     path = RESULTS / "superfed_noise.json"
-    rows: dict[str, Any] = dict(json.loads(path.read_text())["rows"]) if path.is_file() else {}
-    missing = [m for m in METHODS if m not in ALGORITHMS]
+    noises = subset("NOISES", [f"{kind} {rate}" for kind, rate in NOISES])
+    methods = subset("METHODS", list(METHODS))
+    missing = [m for m in methods if m not in ALGORITHMS]
     for kind, rate in NOISES:
+        if f"{kind} {rate}" not in noises:
+            continue
         partition = PartitionConfig("dirichlet", 100, alpha=10.0, test_fraction=0.2, noise=kind,
                                     noise_rate=rate)
-        for method in METHODS:
+        for method in methods:
             if method in missing:
                 continue
             params = {"sweep": False} if method.startswith("superfed") else {}
-            rows[f"{kind} {rate}/{method}"] = run_row(
-                config(method, "twonn", partition, rounds, params),
-                f"superfed-noise-{kind}{rate}-{method}")
+            row = run_row(config(method, "twonn", partition, rounds, params),
+                          f"superfed-noise-{kind}{rate}-{method}-r{rounds}")
+            # Re-read: another subset may have written rows meanwhile.
+            rows = dict(json.loads(path.read_text())["rows"]) if path.is_file() else {}
+            rows[f"{kind} {rate}/{method}"] = row
             text, checks = table(rows), claims(rows)
+            plot(rows)
             save("superfed_noise", {"threads": threads, "command": COMMAND, "rounds": rounds,
                                     "rows": rows, "table": text, "claims": checks,
                                     "missing_methods": missing})
@@ -93,7 +140,10 @@ def main() -> None:
                 "trains 500 rounds, this is a short-budget run: L = floor(0.4 R)). Each cell: "
                 "ECE / MCE / (top-1 %), mean +- std over clients on their own clean test split, "
                 "after the LAST round. SuPerFed: lambda chosen per client on held-out (noisy) "
-                "train rows. FedAvg: the global model.\n\n" + text + "\n## Claim: lower ECE "
+                "train rows. FedAvg: the global model. Curves: superfed_noise_curve.png "
+                "(SuPerFed's per-round evaluation uses lambda 0.5 after round L).\n\n" + text
+                + "\n![top-1 and ECE per round](superfed_noise_curve.png)\n"
+                + "\n## Claim: lower ECE "
                 "and MCE than FedAvg and APFL\n\n" + "\n".join(checks) + "\n"
                 + (f"\nNot run (not registered when this ran): {', '.join(missing)}\n"
                    if missing else "")

@@ -149,6 +149,7 @@ class FederationService:
         self._global_bytes: dict[str, bytes] = {}
         self._validators: dict[int, Coordinator] = {}
         self._lock = threading.Lock()
+        self._validator_build = threading.Lock()
         self.on_accept: Callable[[], None] = lambda: None  # the app wakes its round ticker here
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -195,12 +196,15 @@ class FederationService:
                            aggregator_factory=factory)
 
     def _validator(self, run: Run, rnd: Round) -> Coordinator:
-        with self._lock:
+        """The open round's schema checker, built once per process and round.
+
+        Concurrent first uploads wait for one build instead of each building their own.
+        """
+        with self._validator_build:
             coord = self._validators.get(rnd.id)
-        if coord is None:
-            coord = self._coordinator(run, rnd, robust=False)
-            coord.open_round()
-            with self._lock:
+            if coord is None:
+                coord = self._coordinator(run, rnd, robust=False)
+                coord.open_round()
                 self._validators = {rnd.id: coord}
         return coord
 
@@ -533,6 +537,9 @@ class FederationService:
                 return None
             stuck = rnd.status == "closing" and (rnd.claimed_at or 0) < now - CLOSING_LEASE
             if rnd.status == "open":
+                # the round's first uploads and downloads should not pay for these builds
+                self._validator(run, rnd)
+                self._newest_two(self._global_bytes, rnd.global_hash, self.blobs.get)
                 revoked = set(s.scalars(select(Client.id).where(Client.revoked_at.isnot(None))))
                 reachable = len(set(rnd.sampled) - revoked)
                 quorum = min(self.settings.min_clients or len(rnd.sampled), reachable)

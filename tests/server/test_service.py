@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -54,6 +55,23 @@ def test_round_closes_at_the_deadline_with_the_updates_it_has(tmp_path):
     with pytest.raises(Gone, match="late"):
         service.accept_upload(dropout, status["id"], 0, 10,
                               shifted(service, status["history"][0]["global_hash"], 2))
+
+
+def test_the_ticker_prepares_the_open_round_once_for_all_uploads(tmp_path, monkeypatch):
+    service, _ = service_for(tmp_path, per_round=3)  # its tick opened round 0
+    builds = []
+    build = service._coordinator
+    monkeypatch.setattr(service, "_coordinator",
+                        lambda *args, **kwargs: builds.append(args) or build(*args, **kwargs))
+    service.tick()  # off the upload path: the round's schema checker is built here
+    assert len(builds) == 1
+    status, rnd = current(service)
+    body = shifted(service, status["global_hash"], 1)
+    with ThreadPoolExecutor(3) as pool:
+        receipts = list(pool.map(
+            lambda cid: service.accept_upload(cid, status["id"], 0, 10, body), rnd["sampled"]))
+    assert [r.duplicate for r in receipts] == [False] * 3
+    assert len(builds) == 1
 
 
 def test_median_rule_ignores_an_outlier(tmp_path):
