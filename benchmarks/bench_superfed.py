@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 from bench_baselines import result_name
 from common import RESULTS, pct, save, set_threads
 from superfed_common import LABELS, config, curve_points, run_row
@@ -82,6 +84,22 @@ def sweep_table(rows: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def paired(run_dir: str, other_dir: str) -> str:
+    """Per-client top-1 difference of two runs on the same clients: mean, 95% bootstrap
+    interval and win/tie/loss counts (are the methods' means apart by more than noise?)."""
+    def top1(path: str) -> dict[int, float]:
+        final = json.loads((Path(path) / "final.json").read_text())
+        return {c["client_id"]: c["own_top1"] for c in final["clients"]["per_client"]}
+
+    a, b = top1(run_dir), top1(other_dir)
+    diff = np.array([a[c] - b[c] for c in sorted(a)]) * 100
+    means = np.random.default_rng(0).choice(diff, (10_000, diff.size)).mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return (f"{diff.mean():+.2f} points (95% bootstrap interval {low:+.2f} to {high:+.2f}); "
+            f"better on {(diff > 0).sum()}, equal on {(diff == 0).sum()}, worse on "
+            f"{(diff < 0).sum()} of {diff.size} clients")
+
+
 def claims(rows: dict[str, Any], setting: str, base: dict[str, Any]) -> list[str]:
     """The paper's three claims in one setting, checked on the measured numbers."""
     out = []
@@ -100,6 +118,10 @@ def claims(rows: dict[str, Any], setting: str, base: dict[str, Any]) -> list[str
                        f"baseline {best_base[0]} {100 * best_base[1]['top1_mean']:.2f}; "
                        f"baselines at {best_base[1]['rounds']} rounds, SuPerFed at "
                        f"{r['rounds']})")
+            other = base.get("runs", {}).get(best_base[0])
+            if other:
+                out.append(f"  - per client, {name} minus {best_base[0]}: "
+                           + paired(r["run_dir"], other))
         for key, s in swept(rows).items():
             if key != f"{setting}/{method}":
                 continue
