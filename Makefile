@@ -16,13 +16,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-$(FMNIST):
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist
+# The server tests start their own PostgreSQL (package `postgresql`, any version; this file is
+# in its postgresql-common dependency): a separate target so machines that already have the
+# dataset get it too.
+PGSERVER := /usr/bin/pg_ctlcluster
+
+$(FMNIST) $(PGSERVER):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		--no-install-recommends dataset-fashion-mnist postgresql
 
 $(JUNIT4):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq junit4 openjdk-17-jdk-headless
 
-setup: $(STAMP) $(FMNIST) $(JUNIT4)
+setup: $(STAMP) $(FMNIST) $(PGSERVER) $(JUNIT4)
 
 demo: setup
 	rm -rf $(RUNS)/demo

@@ -52,6 +52,11 @@ T = TypeVar("T")
 METRICS_KEY = "metrics"  # safetensors metadata key of an upload's JSON metrics
 LIVE = ("active", "paused")  # run statuses that block creating another run
 CLOSING_LEASE = 300.0  # seconds after which another worker may retake a stuck close
+ENROLL_ATTEMPTS = 50  # concurrent enrollments racing for the next free client id
+
+
+class _ClientIdTaken(Exception):
+    """A concurrent enrollment took the client id this one picked (PostgreSQL)."""
 
 
 class ServiceError(Exception):
@@ -327,7 +332,22 @@ class FederationService:
             row.revoked_at = row.revoked_at or time.time()
 
     def enroll(self, token: str) -> tuple[int, str]:
-        """Trade an enrollment token for a client id and a per-client secret."""
+        """Trade an enrollment token for a client id and a per-client secret.
+
+        A token without a reserved id gets the highest id in use plus one. SQLite serializes
+        enrollments (the token claim takes its write lock), but under PostgreSQL's READ
+        COMMITTED two can pick the same id: the loser's insert fails, its claim rolls back,
+        and it tries again with the next id.
+        """
+        for _ in range(ENROLL_ATTEMPTS):
+            try:
+                return self._enroll_once(token)
+            except _ClientIdTaken:
+                continue
+        raise Conflict(f"{ENROLL_ATTEMPTS} concurrent enrollments took the client ids this one "
+                       "picked; the token is still valid: try again")
+
+    def _enroll_once(self, token: str) -> tuple[int, str]:
         secret = "pfc_" + secrets.token_urlsafe(32)
         now = time.time()
         with self._session() as s:
@@ -345,11 +365,18 @@ class FederationService:
             if not claimed.rowcount:  # type: ignore[attr-defined]
                 raise Conflict("this enrollment token was already used")
             client_id = row.client_id
+            reserved = client_id is not None
             if client_id is None:
                 highest = max(s.scalar(select(func.max(Client.id))) or -1,
                               s.scalar(select(func.max(EnrollmentToken.client_id))) or -1)
                 client_id = highest + 1
             s.add(Client(id=client_id, secret_hash=hash_secret(secret)))
+            try:
+                s.flush()
+            except IntegrityError as err:
+                if not reserved:
+                    raise _ClientIdTaken(client_id) from err
+                raise
         log.info("enrolled client %d", client_id)
         return client_id, secret
 
@@ -594,12 +621,15 @@ class FederationService:
         crash_point("close_after_blob")
         metrics = _round_metrics(updates)
         with self._session() as s:
+            # only under the claim whose updates were folded: a replica starting up reopens
+            # closing rounds (recover), so uploads can land before the next claim
             done = s.execute(update(Round).where(Round.id == round_id,
-                                                 Round.status == "closing")
+                                                 Round.status == "closing",
+                                                 Round.claimed_at == rnd.claimed_at)
                              .values(status="closed", closed_at=time.time(),
                                      result_hash=digest, metrics=metrics))
             if not done.rowcount:  # type: ignore[attr-defined]
-                return  # another worker finished it (same blobs, same result)
+                return  # another worker finished it or claimed it anew
             run = s.get(Run, rnd.run_id)
             assert run is not None
             run.rounds_done = rnd.index + 1

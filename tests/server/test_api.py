@@ -1,8 +1,9 @@
 """The API refuses bad input with a 4xx and a message, and a refusal changes nothing.
 
-One real server for the module: 50 rounds, two of three clients sampled per round, and a round
-closes at its first accepted update (``--min-clients 1``) so every test gets a fresh round.
-The last test runs schemathesis against the OpenAPI schema and asserts no 5xx.
+One real server for the module (on SQLite, then on PostgreSQL): 50 rounds, two of three
+clients sampled per round, and a round closes at its first accepted update
+(``--min-clients 1``) so every test gets a fresh round. The last test runs schemathesis
+against the OpenAPI schema and asserts no 5xx.
 """
 
 from __future__ import annotations
@@ -24,17 +25,25 @@ from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
 LIMIT = 1_500_000  # bytes; a twonn update on 28x28 inputs is about 0.8 MB
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory):
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def api(request, tmp_path_factory):
+    """The server of the module's tests: on a SQLite file, then on a PostgreSQL database."""
     root = tmp_path_factory.mktemp("api")
+    database, cluster = [], None
+    if request.param == "postgresql":
+        cluster = request.getfixturevalue("postgres_cluster")
+        name = cluster.create_database()
+        database = ["--database-url", cluster.url(name)]
     server = Server(root / "server", run_toml("fedavg", rounds=50),
                     ["--min-enrolled", "3", "--min-clients", "1", "--max-upload-bytes",
-                     str(LIMIT)])
+                     str(LIMIT), *database])
     server.root.mkdir()
     server.start()
     secrets = {cid: server.enroll(cid)[1] for cid in range(3)}
     yield server, secrets
     server.stop()
+    if cluster is not None:
+        cluster.drop_database(name)
 
 
 def auth(secret: str) -> dict[str, str]:

@@ -116,15 +116,19 @@ def check_zero_shot_head(server: Server, status: dict, global_state) -> None:
         http.post(f"/v1/clients/{client_id}/revoke").raise_for_status()
 
 
-def test_two_workers_serve_one_run_with_pfl_client_processes(make_server, tmp_path):
-    """uvicorn --workers 2: the database decides who closes a round; same result as pfl-sim."""
+def test_two_workers_serve_one_run_with_pfl_client_processes(database_url, make_server,
+                                                            tmp_path):
+    """uvicorn --workers 2: the database (SQLite, then PostgreSQL) decides who closes a round;
+    same result as pfl-sim."""
     config = run_toml("fedavg", rounds=2)
-    server = make_server(config, "--min-enrolled", "3", "--workers", "2")
+    database = ["--database-url", database_url] if database_url else []
+    server = make_server(config, "--min-enrolled", "3", "--workers", "2", *database)
     dirs = client_data_dirs(tmp_path / "clients", config)
     procs = [spawn_client(server, folder, server.token(cid)) for cid, folder in dirs.items()]
     status = server.wait_for(lambda s: s["status"] == "finished", timeout=240)
     assert [p.wait(60) for p in procs] == [0, 0, 0]
     assert [r["metrics"]["participants"] for r in status["history"]] == [2, 2]
+    assert (server.data_dir / "server.db").exists() == (database_url is None)
     expected = simulated_global(config, tmp_path / "sim")
     got = server_global(server, status["global_hash"])
     for key in expected:

@@ -1,5 +1,6 @@
 """SIGKILL the server mid-upload, mid-aggregation and between rounds: the run ends as if never
-interrupted (same final global state as pfl-sim), no acknowledged update lost or doubled."""
+interrupted (same final global state as pfl-sim), no acknowledged update lost or doubled.
+Once on a SQLite file, once on PostgreSQL (the database server itself keeps running)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ CRASH_POINTS = ["upload_after_commit", "close_mid_fold"]
 
 
 def test_sigkill_at_each_point_then_restart_finishes_like_an_uninterrupted_run(
-        tmp_path, make_server):
+        tmp_path, database_url, make_server):  # the server stops before its database goes
     config = run_toml("fedavg", rounds=4)
-    server = make_server(config, "--min-enrolled", "3", start=False)
+    database = ["--database-url", database_url] if database_url else []
+    server = make_server(config, "--min-enrolled", "3", *database, start=False)
     server.start(crash_at=CRASH_POINTS[0])
     dirs = client_data_dirs(tmp_path / "clients", config)
     procs = [spawn_client(server, folder, server.token(cid)) for cid, folder in dirs.items()]

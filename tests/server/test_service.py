@@ -1,4 +1,7 @@
-"""Round logic of the service in-process (real SQLite file, real blob store, no HTTP)."""
+"""Round logic of the service in-process (real blob store, no HTTP).
+
+Each test runs on a SQLite file and on a real PostgreSQL database (``database_url``).
+"""
 
 from __future__ import annotations
 
@@ -9,19 +12,20 @@ import numpy as np
 import pytest
 import torch
 from server_harness import run_toml
+from sqlalchemy import select, update
 
 from pflkit.sdk.tensorio import state_to_bytes
 from pflkit.server.app import build_service, return_large_buffers_to_the_os
 from pflkit.server.orm import Round
-from pflkit.server.service import Forbidden, Gone, Invalid, Unauthorized
+from pflkit.server.service import Conflict, Forbidden, Gone, Invalid, Unauthorized
 from pflkit.server.settings import ServerSettings
 
 
-def service_for(tmp_path, per_round: int = 2, **settings):
+def service_for(tmp_path, database_url: str | None, per_round: int = 2, **settings):
     config = tmp_path / "run.toml"
     config.write_text(run_toml("fedavg", rounds=5, per_round=per_round))
     values = {"admin_token": "x" * 20, "data_dir": tmp_path / "data", "run_config": config,
-              "min_enrolled": 3, **settings}
+              "database_url": database_url, "min_enrolled": 3, **settings}
     service = build_service(ServerSettings(**values))
     service.ensure_run()
     clients = dict(service.enroll(service.issue_token(cid, None)[1]) for cid in range(3))
@@ -39,14 +43,16 @@ def shifted(service, digest: str, value: float) -> bytes:
                            for k, v in service.global_state(digest).items()})
 
 
-def test_round_closes_at_the_deadline_with_the_updates_it_has(tmp_path):
-    service, _ = service_for(tmp_path, round_deadline=0.5)
+def test_round_closes_at_the_deadline_with_the_updates_it_has(tmp_path, database_url):
+    service, _ = service_for(tmp_path, database_url, round_deadline=60)
     status, rnd = current(service)
+    assert 0 < rnd["deadline"] - time.time() <= 60
     first, dropout = rnd["sampled"]
     service.accept_upload(first, status["id"], 0, 10, shifted(service, status["global_hash"], 1))
     service.tick()
     assert current(service)[0]["rounds_done"] == 0  # no quorum yet, deadline not reached
-    time.sleep(0.6)
+    with service.sessions() as s, s.begin():  # a minute passes (no sleep to race a busy CI)
+        s.execute(update(Round).where(Round.index == 0).values(deadline_at=time.time() - 0.01))
     service.tick()
     status, rnd = current(service)
     assert status["rounds_done"] == 1 and rnd["index"] == 1
@@ -57,8 +63,9 @@ def test_round_closes_at_the_deadline_with_the_updates_it_has(tmp_path):
                               shifted(service, status["history"][0]["global_hash"], 2))
 
 
-def test_the_ticker_prepares_the_open_round_once_for_all_uploads(tmp_path, monkeypatch):
-    service, _ = service_for(tmp_path, per_round=3)  # its tick opened round 0
+def test_the_ticker_prepares_the_open_round_once_for_all_uploads(tmp_path, database_url,
+                                                                 monkeypatch):
+    service, _ = service_for(tmp_path, database_url, per_round=3)  # its tick opened round 0
     builds = []
     build = service._coordinator
     monkeypatch.setattr(service, "_coordinator",
@@ -74,8 +81,8 @@ def test_the_ticker_prepares_the_open_round_once_for_all_uploads(tmp_path, monke
     assert len(builds) == 1
 
 
-def test_median_rule_ignores_an_outlier(tmp_path):
-    service, _ = service_for(tmp_path, per_round=3, aggregation="median")
+def test_median_rule_ignores_an_outlier(tmp_path, database_url):
+    service, _ = service_for(tmp_path, database_url, per_round=3, aggregation="median")
     status, rnd = current(service)
     for cid, value in zip(rnd["sampled"], [1.0, 2.0, 1000.0], strict=True):
         service.accept_upload(cid, status["id"], 0, 10 if value < 10 else 10_000,
@@ -86,8 +93,8 @@ def test_median_rule_ignores_an_outlier(tmp_path):
     assert all(bool((v == 2).all()) for v in service.global_state(status["global_hash"]).values())
 
 
-def test_norm_clipping_bounds_each_change(tmp_path):
-    service, _ = service_for(tmp_path, per_round=3, clip_norm=1.0)
+def test_norm_clipping_bounds_each_change(tmp_path, database_url):
+    service, _ = service_for(tmp_path, database_url, per_round=3, clip_norm=1.0)
     status, rnd = current(service)
     start = service.global_state(status["global_hash"])
     for cid in rnd["sampled"]:
@@ -99,8 +106,8 @@ def test_norm_clipping_bounds_each_change(tmp_path):
     assert change == pytest.approx(1.0, rel=1e-4)
 
 
-def test_a_close_interrupted_by_a_crash_is_redone_once(tmp_path):
-    service, _ = service_for(tmp_path)
+def test_a_close_interrupted_by_a_crash_is_redone_once(tmp_path, database_url):
+    service, _ = service_for(tmp_path, database_url)
     status, rnd = current(service)
     for cid in rnd["sampled"]:
         service.accept_upload(cid, status["id"], 0, 10,
@@ -116,8 +123,38 @@ def test_a_close_interrupted_by_a_crash_is_redone_once(tmp_path):
     assert status["rounds_done"] == 1 and status["history"][0]["metrics"]["participants"] == 2
 
 
-def test_credentials_and_sampling_are_enforced(tmp_path):
-    service, clients = service_for(tmp_path)
+def test_a_close_overtaken_by_a_starting_replica_commits_nothing(tmp_path, database_url,
+                                                                 monkeypatch):
+    """A replica starting up reopens every closing round (recover), also one a live worker is
+    folding; an update is accepted, another worker claims the round: the first close must not
+    commit its older result over that claim, or the acknowledged update is lost."""
+    service, _ = service_for(tmp_path, database_url)
+    replica = build_service(service.settings)
+    status, rnd = current(service)
+    first, second = rnd["sampled"]
+    service.accept_upload(first, status["id"], 0, 10, shifted(service, status["global_hash"], 1))
+    with service.sessions() as s, s.begin():  # the deadline passes with one update
+        s.execute(update(Round).where(Round.index == 0).values(deadline_at=time.time() - 0.01))
+    claims = []
+
+    def replica_starts(point: str) -> None:
+        if point == "close_mid_fold" and not claims:
+            assert replica.recover() == 1
+            replica.accept_upload(second, status["id"], 0, 10,
+                                  shifted(service, status["global_hash"], 3))
+            claims.append(replica._claim_due_round())
+
+    monkeypatch.setattr("pflkit.server.service.crash_point", replica_starts)
+    service.tick()  # claims round 0 at its deadline; the replica starts mid-fold
+    assert claims[0] is not None
+    replica.close_round(claims[0])
+    status, _ = current(service)
+    assert status["rounds_done"] == 1 and status["history"][0]["metrics"]["participants"] == 2
+    assert all(bool((v == 2).all()) for v in service.global_state(status["global_hash"]).values())
+
+
+def test_credentials_and_sampling_are_enforced(tmp_path, database_url):
+    service, clients = service_for(tmp_path, database_url)
     status, rnd = current(service)
     outsider = next(c for c in clients if c not in rnd["sampled"])
     body = shifted(service, status["global_hash"], 1)
@@ -132,6 +169,31 @@ def test_credentials_and_sampling_are_enforced(tmp_path):
     service.revoke_client(outsider)
     with pytest.raises(Forbidden, match="revoked"):
         service.authenticate(clients[outsider])
+
+
+def test_concurrent_enrollments_get_distinct_ids(tmp_path, database_url):
+    """A free id is the highest plus one; under PostgreSQL racing enrollments retry."""
+    service, _ = service_for(tmp_path, database_url)
+    tokens = [service.issue_token(None, None)[1] for _ in range(12)]
+    with ThreadPoolExecutor(6) as pool:
+        enrolled = list(pool.map(service.enroll, tokens))
+    assert sorted(cid for cid, _ in enrolled) == list(range(3, 15))
+    assert all(service.authenticate(secret) == cid for cid, secret in enrolled)
+    with pytest.raises(Conflict, match="already used"):
+        service.enroll(tokens[0])
+
+
+def test_a_client_racing_itself_is_counted_once(tmp_path, database_url):
+    service, _ = service_for(tmp_path, database_url)
+    status, rnd = current(service)
+    body, cid = shifted(service, status["global_hash"], 1), rnd["sampled"][0]
+    with ThreadPoolExecutor(6) as pool:
+        receipts = list(pool.map(
+            lambda _: service.accept_upload(cid, status["id"], 0, 10, body), range(6)))
+    assert sorted(r.duplicate for r in receipts) == [False] + [True] * 5
+    assert current(service)[1]["received"] == [cid]
+    with service.sessions() as s:  # the losers' increments rolled back with their inserts
+        assert s.scalar(select(Round.received).where(Round.index == 0)) == 1
 
 
 def test_large_buffers_go_back_to_the_os_on_glibc():
