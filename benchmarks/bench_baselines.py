@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from common import RESULTS, pct, run, save, set_threads
+from common import RESULTS, pct, run, save, set_threads, subset
 
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.evaluation import evaluate_client, summarize
@@ -178,10 +178,7 @@ def reduced_note(rows: dict[str, Any], rounds: int, name: str) -> str:
 def main() -> None:
     threads = set_threads()
     rounds = int(os.environ.get("ROUNDS", "100"))
-    wanted = [m for m in os.environ.get("METHODS", ",".join(RUN_ORDER)).split(",") if m]
-    unknown = sorted(set(wanted) - set(RUN_ORDER))
-    if unknown:
-        raise SystemExit(f"unknown METHODS {unknown}; choose from {', '.join(RUN_ORDER)}")
+    wanted = subset("METHODS", list(RUN_ORDER))
     setting = os.environ.get("SETTING", DEFAULT_SETTING)
     if setting not in SETTINGS:
         raise SystemExit(f"unknown SETTING {setting!r}; choose from {', '.join(SETTINGS)}")

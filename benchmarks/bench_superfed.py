@@ -11,6 +11,7 @@ superfed.md for the rounds used and the curves).
 
     make bench-superfed                          (all settings)
     SETTINGS=twonn-50 make bench-superfed        (a subset; rows merge into superfed.json)
+    METHODS=superfed_mm make bench-superfed      (one of the two variants)
     ROUNDS_TWONN=50 ROUNDS_TWOCNN=10             (defaults)
     RENDER_ONLY=1 make bench-superfed            (rewrite the tables from stored rows)
 """
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 from bench_baselines import result_name
-from common import RESULTS, pct, save, set_threads
+from common import RESULTS, pct, save, set_threads, subset
 from superfed_common import LABELS, config, curve_points, run_row
 
 from pflkit.sdk.algorithms.superfed import LAMBDA_GRID
@@ -190,11 +191,11 @@ def main() -> None:
     if os.environ.get("RENDER_ONLY"):  # re-render from stored rows (e.g. after new baselines)
         write(dict(json.loads(path.read_text())["rows"]), threads)
         return
-    chosen = os.environ.get("SETTINGS", ",".join(settings())).split(",")
-    for name in chosen:
+    methods = subset("METHODS", list(METHODS))
+    for name in subset("SETTINGS", list(settings())):
         model, clients, rounds = settings()[name]
         partition = PartitionConfig("shards", clients, shards_per_client=2, test_fraction=0.2)
-        for method in METHODS:
+        for method in methods:
             params = {"sweep": False} if model == "twocnn" else {}
             row = run_row(config(method, model, partition, rounds, params),
                           f"superfed-{name}-{method}-r{rounds}")

@@ -20,7 +20,7 @@ import json
 import os
 from typing import Any
 
-from common import RESULTS, pct, save, set_threads
+from common import RESULTS, pct, save, set_threads, subset
 from superfed_common import LABELS, config, curve_points, run_row
 
 from pflkit.sdk.algorithms import ALGORITHMS
@@ -97,15 +97,6 @@ def plot(rows: dict[str, Any]) -> None:
     fig.tight_layout()
     fig.savefig(RESULTS / "superfed_noise_curve.png", dpi=110)
     plt.close(fig)
-
-
-def subset(variable: str, every: list[str]) -> list[str]:
-    """The comma-separated subset named by an environment variable (default: every one)."""
-    wanted = [w.strip() for w in os.environ.get(variable, ",".join(every)).split(",") if w.strip()]
-    unknown = sorted(set(wanted) - set(every))
-    if unknown:
-        raise SystemExit(f"unknown {variable} {unknown}; choose from {', '.join(every)}")
-    return wanted
 
 
 def main() -> None:

@@ -54,3 +54,12 @@ def save(name: str, payload: dict[str, Any]) -> Path:
 def pct(value: float) -> str:
     """A share as a percentage with one decimal."""
     return f"{100 * value:.1f}"
+
+
+def subset(variable: str, every: list[str]) -> list[str]:
+    """The comma-separated subset named by an environment variable (default: every one)."""
+    wanted = [w.strip() for w in os.environ.get(variable, ",".join(every)).split(",") if w.strip()]
+    unknown = sorted(set(wanted) - set(every))
+    if unknown:
+        raise SystemExit(f"unknown {variable} {unknown}; choose from {', '.join(every)}")
+    return wanted
