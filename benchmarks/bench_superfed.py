@@ -229,7 +229,7 @@ def write(rows: dict[str, Any], threads: int) -> None:
         "test split, mean +- std over clients; ECE/MCE with 15 bins, mean over clients. "
         "Rounds: the 'last round' column (L = floor(0.4 R)); the paper trains 500 rounds, these "
         "runs fewer because of the CPU budget and shared benchmark slots (TwoCNN: 10 rounds, "
-        "53-110 s per round on one core). superfed_curve.png shows the accuracy per round of "
+        "40-79 s per round on a shared core). superfed_curve.png shows the accuracy per round of "
         "every run.\n\n"
         + "\n".join(sections) +
         "\n## Claims of the paper, checked\n\n" + "\n".join(checks) +
