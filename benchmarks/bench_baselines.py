@@ -14,6 +14,7 @@ FedAvg is not trained separately: ``fedavg_ft`` trains exactly as ``fedavg`` (sa
 own test split, before fine-tuning. That saves one full run of the CPU budget.
 
     make bench-baselines                 (ROUNDS=100, all methods, PFLKIT_THREADS=1)
+    ROUNDS=500 overrides a setting's default rounds (100; twonn-50-r500: 500)
     METHODS=fedper,fedrep make bench-baselines   (a subset; rows merge into baselines.json,
                                                   also while another subset runs)
     ROUNDS_PFEDME=50 make bench-baselines   (fewer rounds for one method, when the clock demands)
@@ -21,7 +22,8 @@ own test split, before fine-tuning. That saves one full run of the CPU budget.
                                              factor so that all of them finish by then)
     SETTING=twonn-100 make bench-baselines  (100 clients; twocnn-50: the TwoCNN-style net.
                                              Results go to baselines_<setting>.json/.md; the
-                                             default setting keeps the name baselines.json)
+                                             default setting keeps the name baselines.json;
+                                             twonn-50-r500: 50 clients at R=500)
 """
 
 from __future__ import annotations
@@ -53,8 +55,10 @@ LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedavg_ft": "FedAvg+FT",
           "apfl": "APFL", "fedper": "FedPer", "fedrep": "FedRep", "lg_fedavg": "LG-FedAvg"}
 
 
-# setting -> (model, clients) of the SuPerFed paper's Table 1 protocol on FMNIST
-SETTINGS = {"twonn-50": ("twonn", 50), "twonn-100": ("twonn", 100), "twocnn-50": ("twocnn", 50)}
+# setting -> (model, clients, default rounds) of the SuPerFed paper's Table 1 protocol on FMNIST;
+# twonn-50-r500 is twonn-50 at the paper's R = 500 (its own result files, so tables never mix R)
+SETTINGS = {"twonn-50": ("twonn", 50, 100), "twonn-100": ("twonn", 100, 100),
+            "twocnn-50": ("twocnn", 50, 100), "twonn-50-r500": ("twonn", 50, 500)}
 DEFAULT_SETTING = "twonn-50"
 MODEL_NAMES = {"twonn": "TwoNN", "twocnn": "TwoCNN"}
 
@@ -64,17 +68,17 @@ def result_name(setting: str) -> str:
     return "baselines" if setting == DEFAULT_SETTING else f"baselines_{setting.replace('-', '_')}"
 
 
-def setting_title(setting: str) -> str:
-    """Plot and page title of a setting."""
-    model, clients = SETTINGS[setting]
-    return f"{clients} clients, {MODEL_NAMES[model]}"
+def setting_title(setting: str, rounds: int) -> str:
+    """Plot and page title of a setting run for ``rounds`` rounds."""
+    model, clients, _ = SETTINGS[setting]
+    return f"{clients} clients, {MODEL_NAMES[model]}, R={rounds}"
 
 
 def config(method: str, rounds: int, setting: str = DEFAULT_SETTING, seed: int = 0) -> SimConfig:
     """The SuPerFed pathological non-IID setting on FMNIST for one method (paper defaults)."""
-    model, clients = SETTINGS[setting]
+    model, clients, _ = SETTINGS[setting]
     return SimConfig(
-        seed=seed, rounds=rounds, eval_interval=10, checkpoint_interval=rounds,
+        seed=seed, rounds=rounds, eval_interval=max(10, rounds // 10), checkpoint_interval=rounds,
         data=DataConfig("fmnist", partition=PartitionConfig("shards", clients,
                                                             shards_per_client=2,
                                                             test_fraction=0.2)),
@@ -177,11 +181,11 @@ def reduced_note(rows: dict[str, Any], rounds: int, name: str) -> str:
 
 def main() -> None:
     threads = set_threads()
-    rounds = int(os.environ.get("ROUNDS", "100"))
     wanted = subset("METHODS", list(RUN_ORDER))
     setting = os.environ.get("SETTING", DEFAULT_SETTING)
     if setting not in SETTINGS:
         raise SystemExit(f"unknown SETTING {setting!r}; choose from {', '.join(SETTINGS)}")
+    rounds = int(os.environ.get("ROUNDS", SETTINGS[setting][2]))
     name = result_name(setting)
     json_path = RESULTS / f"{name}.json"
     planned = {m: int(os.environ.get(f"ROUNDS_{m.upper()}", rounds)) for m in wanted}
@@ -221,7 +225,7 @@ def main() -> None:
         rows = {m: rows[m] for m in order if m in rows} | {m: r for m, r in rows.items()
                                                             if m not in order}
         text = table(rows) + "".join(f"\n{LABELS[m]}: {why}\n" for m, why in failed.items())
-        curve(rows, runs, RESULTS / f"{name}_curve.png", setting_title(setting))
+        curve(rows, runs, RESULTS / f"{name}_curve.png", setting_title(setting, rounds))
         command = ("cd benchmarks && " + ("" if setting == DEFAULT_SETTING else
                                           f"SETTING={setting} ")
                    + "../.venv/bin/python bench_baselines.py  (make bench-baselines)")
@@ -231,7 +235,7 @@ def main() -> None:
                     "table": text})
         (RESULTS / f"{name}.md").write_text(
             "# Baselines: FMNIST pathological non-IID (2 shards/client), "
-            f"{setting_title(setting)}\n\n"
+            f"{setting_title(setting, rounds)}\n\n"
             f"Command: `{command}` (ROUNDS={rounds}, {threads} torch thread).\n"
             "5 clients/round, E=10, B=10, lr 0.01 x 0.99^round, SGD m=0.9, wd 1e-4; each "
             "client's own test split = 20% of its rows. Numbers after the LAST round; "
