@@ -28,7 +28,14 @@ import numpy as np
 from bench_baselines import LABELS as BASELINE_LABELS
 from bench_baselines import RUN_ORDER, result_name
 from common import RESULTS, pct, save, set_threads, subset
-from superfed_common import LABELS, config, curve_points, lambda_choices, run_row
+from superfed_common import (
+    LABELS,
+    choice_table,
+    config,
+    curve_points,
+    run_row,
+    with_choices,
+)
 
 from pflkit.sdk.algorithms.superfed import LAMBDA_GRID
 from pflkit.sdk.data.federation import PartitionConfig
@@ -84,21 +91,6 @@ def sweep_table(rows: dict[str, Any]) -> str:
                      f" | {pct(r['top1_mean'])} | {pct(r['oracle']['top1_mean'])} |")
         cells = [f"{v['ece_mean']:.3f}" for v in r["by_lambda"].values()]
         lines.append(f"| {key} ECE | " + " | ".join(cells) + f" | {r['ece_mean']:.3f} | |")
-    return "\n".join(lines) + "\n"
-
-
-def choice_table(rows: dict[str, Any]) -> str:
-    """Top-1 (ECE) on the clients' test splits under each way of choosing their lambda."""
-    runs = {k: r for k, r in swept(rows).items() if "rules" in r}
-    if not runs:
-        return ""
-    names = list(next(iter(runs.values()))["rules"])
-    lines = ["| run | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    for key, r in runs.items():
-        cells = [f"{100 * v['top1_mean']:.2f} ({v['ece_mean']:.4f})"
-                 + (f", lambda {v['lambda']:.1f}" if "lambda" in v else "")
-                 for v in r["rules"].values()]
-        lines.append(f"| {key} (R={r['rounds']}) | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -210,11 +202,7 @@ def main() -> None:
     threads = set_threads()
     path = RESULTS / "superfed.json"
     if os.environ.get("RENDER_ONLY"):  # re-render from stored rows (e.g. after new baselines)
-        rows = dict(json.loads(path.read_text())["rows"])
-        for r in swept(rows).values():  # rows stored before the choice rules existed
-            if "rules" not in r and Path(r["run_dir"], "personalized").is_dir():
-                r |= lambda_choices(Path(r["run_dir"]))
-        write(rows, threads)
+        write(with_choices(dict(json.loads(path.read_text())["rows"])), threads)
         return
     methods = subset("METHODS", list(METHODS))
     for name in subset("SETTINGS", list(settings())):
@@ -259,7 +247,8 @@ def write(rows: dict[str, Any], threads: int) -> None:
         + "\n".join(sections) +
         "\n## Claims of the paper, checked\n\n" + "\n".join(checks) +
         "\n\n## Accuracy per lambda (top-1 mean +- std over clients; ECE row below)\n\n" + sweep +
-        "\n## How each client's lambda is chosen: top-1 (ECE) on the clients' own test splits\n\n"
+        "\n## How each client's lambda is chosen: top-1 (ECE / MCE) on the clients' own test "
+        "splits\n\n"
         "The shipped rule was fixed before any of these runs; the others are computed from the "
         "same stored models (superfed_common.lambda_choices). Only the oracle looks at test "
         "rows.\n\n" + choice_table(rows) +

@@ -83,14 +83,43 @@ def lambda_choices(run_dir: Path) -> dict[str, Any]:
     for name, rule in rules.items():
         top1, top1_std = mean_std([test[c][rule(c)].top1 for c in test])
         ece, _ = mean_std([test[c][rule(c)].ece for c in test])
-        out[name] = {"top1_mean": top1, "top1_std": top1_std, "ece_mean": ece}
+        mce, _ = mean_std([test[c][rule(c)].mce for c in test])
+        out[name] = {"top1_mean": top1, "top1_std": top1_std, "ece_mean": ece, "mce_mean": mce}
     out["one lambda for all (best mean held-out top-1)"]["lambda"] = pooled
     return {"rules": out, "chosen_lambdas": chosen,
             "oracle": out["oracle: best on the client's own test split"]}
 
 
+def with_choices(rows: dict[str, Any]) -> dict[str, Any]:
+    """Give SuPerFed rows without (complete) lambda-choice scores their scores, from the models
+    their run directories hold (new rows, and stored rows re-rendered with RENDER_ONLY)."""
+    for r in rows.values():
+        if all("mce_mean" in v for v in r.get("rules", {"": {}}).values()):
+            continue
+        run_dir = Path(r["run_dir"])
+        if (run_dir / "personalized").is_dir() and SimConfig.load(
+                run_dir / "config.toml").algorithm.startswith("superfed"):
+            r |= lambda_choices(run_dir)
+    return rows
+
+
+def choice_table(rows: dict[str, Any]) -> str:
+    """Top-1 (ECE / MCE) on the clients' test splits under each way of choosing their lambda."""
+    runs = {k: r for k, r in rows.items() if "rules" in r}
+    if not runs:
+        return ""
+    names = list(next(iter(runs.values()))["rules"])
+    lines = ["| run | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for key, r in runs.items():
+        cells = [f"{100 * v['top1_mean']:.2f} ({v['ece_mean']:.4f} / {v['mce_mean']:.3f})"
+                 + (f", lambda {v['lambda']:.1f}" if "lambda" in v else "")
+                 for v in r["rules"].values()]
+        lines.append(f"| {key} (R={r['rounds']}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def row(result: dict[str, Any]) -> dict[str, Any]:
-    """One method's numbers after the last round (+ the lambda sweep for SuPerFed)."""
+    """One method's numbers after the last round (+ SuPerFed's lambda sweep and choices)."""
     final = result["final"]
     summary = final["clients"]["summary"]
     out: dict[str, Any] = {
@@ -108,8 +137,7 @@ def row(result: dict[str, Any]) -> dict[str, Any]:
             for lam in LAMBDA_GRID}
         best = max(out["by_lambda"], key=lambda k: out["by_lambda"][k]["top1_mean"])
         out["best_grid_lambda"] = float(best)
-        out |= lambda_choices(Path(result["run_dir"]))
-    return out
+    return with_choices({"row": out})["row"]
 
 
 def run_row(cfg: SimConfig, name: str) -> dict[str, Any]:
