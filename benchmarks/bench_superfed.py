@@ -202,7 +202,8 @@ def main() -> None:
     threads = set_threads()
     path = RESULTS / "superfed.json"
     if os.environ.get("RENDER_ONLY"):  # re-render from stored rows (e.g. after new baselines)
-        write(with_choices(dict(json.loads(path.read_text())["rows"])), threads)
+        rows = json.loads(path.read_text())["rows"]
+        write({key: with_choices(r) for key, r in rows.items()}, threads)
         return
     methods = subset("METHODS", list(METHODS))
     for name in subset("SETTINGS", list(settings())):

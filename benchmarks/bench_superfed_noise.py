@@ -106,8 +106,8 @@ def main() -> None:
     path = RESULTS / "superfed_noise.json"
     if os.environ.get("RENDER_ONLY"):  # re-render from stored rows
         stored = json.loads(path.read_text())
-        write(with_choices(dict(stored["rows"])), threads, stored["rounds"],
-              stored["missing_methods"])
+        rows = {key: with_choices(r) for key, r in stored["rows"].items()}
+        write(rows, threads, stored["rounds"], stored["missing_methods"])
         return
     noises = subset("NOISES", [f"{kind} {rate}" for kind, rate in NOISES])
     methods = subset("METHODS", list(METHODS))
@@ -156,6 +156,7 @@ def write(rows: dict[str, Any], threads: int, rounds: int, missing: list[str]) -
            "only the oracle sees clean labels.\n\n" + choices if choices else "")
     )
     print(text, flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -10,7 +10,7 @@ from typing import Any
 
 from common import run
 
-from pflkit.sdk.algorithms.superfed import LAMBDA_GRID, SuPerFed, lambda_sweep
+from pflkit.sdk.algorithms.superfed import LAMBDA_GRID, SuPerFed, choose_lambda, lambda_sweep
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.metrics import Scores, mean_std
 from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig, build_run
@@ -31,11 +31,6 @@ def config(method: str, model: str, partition: PartitionConfig, rounds: int,
         training=TrainingConfig(clients_per_round=5, epochs=10, batch_size=10, lr=0.01,
                                 lr_decay=0.99, momentum=0.9, weight_decay=1e-4),
     )
-
-
-def held_out_rule(held: dict[float, Scores]) -> float:
-    """The shipped rule (SuPerFed.personalize): best held-out top-1, ties to the lower NLL."""
-    return max(LAMBDA_GRID, key=lambda lam: (held[lam].top1, -held[lam].nll))
 
 
 def plateau_middle_rule(held: dict[float, Scores]) -> float:
@@ -67,12 +62,12 @@ def lambda_choices(run_dir: Path) -> dict[str, Any]:
         _, rows = algorithm.split(client.train, cfg.seed, cid)
         held[cid] = lambda_sweep(algorithm, glob, state, rows)
         test[cid] = lambda_sweep(algorithm, glob, state, client.test)
-        if held_out_rule(held[cid]) != state.meta["lambda"]:
+        if choose_lambda(held[cid]) != state.meta["lambda"]:
             raise RuntimeError(f"client {cid}: recomputed lambda differs from the stored one")
         chosen[f"{state.meta['lambda']:.1f}"] += 1
     pooled = max(LAMBDA_GRID, key=lambda lam: sum(h[lam].top1 for h in held.values()))
     rules: dict[str, Callable[[int], float]] = {
-        "held-out top-1, ties to lower NLL (shipped)": lambda c: held_out_rule(held[c]),
+        "held-out top-1, ties to lower NLL (shipped)": lambda c: choose_lambda(held[c]),
         "held-out NLL": lambda c: min(LAMBDA_GRID, key=lambda lam: held[c][lam].nll),
         "held-out top-1, ties to the middle": lambda c: plateau_middle_rule(held[c]),
         "one lambda for all (best mean held-out top-1)": lambda c: pooled,
@@ -81,26 +76,25 @@ def lambda_choices(run_dir: Path) -> dict[str, Any]:
     }
     out = {}
     for name, rule in rules.items():
-        top1, top1_std = mean_std([test[c][rule(c)].top1 for c in test])
-        ece, _ = mean_std([test[c][rule(c)].ece for c in test])
-        mce, _ = mean_std([test[c][rule(c)].mce for c in test])
+        picked = [test[c][rule(c)] for c in test]
+        top1, top1_std = mean_std([s.top1 for s in picked])
+        ece, _ = mean_std([s.ece for s in picked])
+        mce, _ = mean_std([s.mce for s in picked])
         out[name] = {"top1_mean": top1, "top1_std": top1_std, "ece_mean": ece, "mce_mean": mce}
     out["one lambda for all (best mean held-out top-1)"]["lambda"] = pooled
     return {"rules": out, "chosen_lambdas": chosen,
             "oracle": out["oracle: best on the client's own test split"]}
 
 
-def with_choices(rows: dict[str, Any]) -> dict[str, Any]:
-    """Give SuPerFed rows without (complete) lambda-choice scores their scores, from the models
-    their run directories hold (new rows, and stored rows re-rendered with RENDER_ONLY)."""
-    for r in rows.values():
-        if all("mce_mean" in v for v in r.get("rules", {"": {}}).values()):
-            continue
-        run_dir = Path(r["run_dir"])
-        if (run_dir / "personalized").is_dir() and SimConfig.load(
-                run_dir / "config.toml").algorithm.startswith("superfed"):
-            r |= lambda_choices(run_dir)
-    return rows
+def with_choices(row: dict[str, Any]) -> dict[str, Any]:
+    """A SuPerFed row with its lambda-choice scores, from the models its run directory holds
+    (new rows, and stored rows re-rendered with RENDER_ONLY); other rows unchanged."""
+    run_dir = Path(row["run_dir"])
+    if "rules" in row or not (run_dir / "personalized").is_dir():
+        return row
+    if not SimConfig.load(run_dir / "config.toml").algorithm.startswith("superfed"):
+        return row
+    return row | lambda_choices(run_dir)
 
 
 def choice_table(rows: dict[str, Any]) -> str:
@@ -137,7 +131,7 @@ def row(result: dict[str, Any]) -> dict[str, Any]:
             for lam in LAMBDA_GRID}
         best = max(out["by_lambda"], key=lambda k: out["by_lambda"][k]["top1_mean"])
         out["best_grid_lambda"] = float(best)
-    return with_choices({"row": out})["row"]
+    return with_choices(out)
 
 
 def run_row(cfg: SimConfig, name: str) -> dict[str, Any]:

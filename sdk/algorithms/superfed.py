@@ -276,7 +276,7 @@ class SuPerFed(Algorithm):
         """Choose this client's lambda on its held-out train rows; store it in ``meta``."""
         _, held_out = self.split(data, ctx.seed, ctx.client_id)
         sweep = lambda_sweep(self, global_state, client_state, held_out)
-        best = max(LAMBDA_GRID, key=lambda lam: (sweep[lam].top1, -sweep[lam].nll))
+        best = choose_lambda(sweep)
         meta = {**client_state.meta, "lambda": best, "lambda_holdout_top1": sweep[best].top1,
                 "lambda_holdout_rows": len(held_out)}
         return ClientState(client_state.tensors, meta)
@@ -332,6 +332,11 @@ def lambda_sweep(algorithm: SuPerFed, global_state: State, client_state: ClientS
     """Scores of W(lambda) on ``data`` for every lambda of the grid (choice, oracle, plots)."""
     return {lam: scores_from_logits(predict(algorithm.personalized_model(
         global_state, client_state, Choice(lam=lam)), data), data.y) for lam in LAMBDA_GRID}
+
+
+def choose_lambda(sweep: Mapping[float, Scores]) -> float:
+    """The grid lambda with the best held-out top-1; ties go to the lower NLL."""
+    return max(LAMBDA_GRID, key=lambda lam: (sweep[lam].top1, -sweep[lam].nll))
 
 
 @register
