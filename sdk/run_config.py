@@ -9,6 +9,7 @@ eval_interval = 10
 [algorithm]   name, and [algorithm.params] for its hyperparameters
 [training]    clients_per_round | fraction, epochs, batch_size, lr, lr_decay, momentum,
 weight_decay
+[execution]   executor, device, precision, and the Ray settings (ExecutionConfig)
 
 Also the round :class:`Schedule` the Coordinator follows and :func:`build_run` (the federation
 and algorithm a config describes). They live in the SDK because the simulator, the server and
@@ -34,6 +35,7 @@ from pflkit.sdk.algorithms.base import (
 )
 from pflkit.sdk.data.datasets import load_dataset
 from pflkit.sdk.data.federation import Federation, PartitionConfig, build_federation
+from pflkit.sdk.device import check_device, check_precision
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,27 @@ class TrainingConfig:
 
 
 @dataclass(frozen=True)
+class ExecutionConfig:
+    """Where client work runs. Only ``device`` and ``precision`` can change the numbers."""
+
+    executor: str = "sequential"  # sequential | ray (| batched): see server/executors.py
+    device: str = "cpu"  # auto | cpu | cuda | cuda:N (auto: CUDA when present)
+    precision: str = "fp32"  # fp32 | bf16 (autocast of training forward passes)
+    ray_address: str | None = None  # None: start a local Ray on this machine's cores
+    num_cpus: float = 1.0  # Ray: CPUs per client fit (= torch threads of a worker)
+    num_gpus: float = 0.0  # Ray: GPUs per client fit (fractions share one GPU)
+    workers: int | None = None  # Ray: worker processes (None: as many as the cluster fits)
+
+    def __post_init__(self) -> None:
+        check_device(self.device)
+        check_precision(self.precision)
+        if self.num_cpus <= 0 or self.num_gpus < 0:
+            raise ValueError("num_cpus must be > 0 and num_gpus >= 0")
+        if self.workers is not None and self.workers <= 0:
+            raise ValueError("workers must be > 0")
+
+
+@dataclass(frozen=True)
 class SimConfig:
     """A whole run."""
 
@@ -106,6 +129,7 @@ class SimConfig:
     algorithm: str = "fedavg"
     params: dict[str, Any] = field(default_factory=dict)
     training: TrainingConfig = field(default_factory=TrainingConfig)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
 
     def schedule(self) -> Schedule:
         """The Coordinator's part."""
@@ -125,6 +149,7 @@ class SimConfig:
             ("algorithm", {"name": self.algorithm}),
             ("algorithm.params", dict(self.params)),
             ("training", dataclasses.asdict(self.training)),
+            ("execution", dataclasses.asdict(self.execution)),
         ]
         out: list[str] = []
         for title, values in sections:
@@ -141,6 +166,7 @@ class SimConfig:
         model_raw = dict(raw.pop("model", {}))
         algo_raw = dict(raw.pop("algorithm", {}))
         training_raw = dict(raw.pop("training", {}))
+        execution_raw = dict(raw.pop("execution", {}))
         part_fields = {f.name for f in dataclasses.fields(PartitionConfig)}
         part_raw = {k: data_raw.pop(k) for k in list(data_raw) if k in part_fields}
         part = _build(PartitionConfig, part_raw, "data")
@@ -151,8 +177,10 @@ class SimConfig:
         params = dict(algo_raw.pop("params", {}))
         _no_extra(algo_raw, "algorithm")
         training = _build(TrainingConfig, training_raw, "training")
+        execution = _build(ExecutionConfig, execution_raw, "execution")
         return _build(cls, {**raw, "data": data, "model": model, "algorithm": algorithm,
-                            "params": params, "training": training}, "top level")
+                            "params": params, "training": training, "execution": execution},
+                      "top level")
 
     @classmethod
     def load(cls, path: Path) -> SimConfig:

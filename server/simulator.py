@@ -14,7 +14,9 @@ A run directory holds everything needed to inspect, resume or export the run:
 Commit order per round: client versions, metrics row, then ``global/latest`` (atomic rename).
 ``--resume`` trusts only rounds up to the one in ``global/latest``; later files are ignored.
 All randomness is derived from (seed, round, client), so a resumed run ends bit-identical to an
-uninterrupted one.
+uninterrupted one. Client fits and post-federation stages run through an executor
+(:mod:`pflkit.server.executors`: sequential, Ray, ...) on the configured device; results are
+folded in client-id order whatever order they finish in.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,10 +36,11 @@ from pflkit.sdk.algorithms.base import (
     RoundContext,
     State,
 )
-from pflkit.sdk.data.federation import partition_table, plot_partition
+from pflkit.sdk.data.federation import ClientData, partition_table, plot_partition
+from pflkit.sdk.device import federation_to, resolve_device
 from pflkit.sdk.evaluation import ClientReport, evaluate_client, summarize
 from pflkit.sdk.metrics import predict, scores_from_logits
-from pflkit.sdk.run_config import SimConfig, build_run
+from pflkit.sdk.run_config import ExecutionConfig, SimConfig, build_run
 from pflkit.sdk.state_store import RunClientStore, client_state_to_bytes
 from pflkit.sdk.tensorio import (
     atomic_write_bytes,
@@ -46,6 +50,7 @@ from pflkit.sdk.tensorio import (
     save_state,
 )
 from pflkit.server.coordinator import Coordinator
+from pflkit.server.executors import ClientTask, make_executor
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +74,9 @@ class Simulation:
         self.config = config
         self.run_dir = Path(run_dir)
         self.progress = progress
-        self.federation, self.algorithm = build_run(config)
+        device = resolve_device(config.execution.device)  # fail before loading any data
+        federation, self.algorithm = build_run(config)
+        self.federation = federation_to(federation, device)
         self.store = RunClientStore(self.run_dir / "clients")
         start_round, global_state = 0, None
         if resume:
@@ -84,15 +91,29 @@ class Simulation:
                                        list(self.federation.clients), global_state, config.seed,
                                        start_round)
         self._states: dict[int, ClientState] = {}
+        self.executor = make_executor(config.execution, self.federation, self.algorithm)
+
+    def close(self) -> None:
+        """Release the executor's workers (a Ray cluster started for this run stops)."""
+        self.executor.close()
 
     # -- run directory ----------------------------------------------------------------------------
     @classmethod
-    def resume(cls, run_dir: Path, progress: bool = True) -> Simulation:
-        """Continue a stopped run from its last committed round."""
+    def resume(cls, run_dir: Path, progress: bool = True,
+               execution: ExecutionConfig | None = None) -> Simulation:
+        """Continue a stopped run from its last committed round (optionally elsewhere).
+
+        ``execution`` replaces the stored executor and device settings, e.g. to continue a
+        run on a GPU or a cluster; it is written back to ``config.toml``.
+        """
         config_path = Path(run_dir) / "config.toml"
         if not config_path.is_file():
             raise FileNotFoundError(f"{run_dir} is not a pfl-sim run directory (no config.toml)")
-        return cls(SimConfig.load(config_path), run_dir, resume=True, progress=progress)
+        config = SimConfig.load(config_path)
+        if execution is not None and execution != config.execution:
+            config = config.replace(execution=execution)
+            config_path.write_text(config.to_toml())
+        return cls(config, run_dir, resume=True, progress=progress)
 
     def _start_fresh(self) -> None:
         if (self.run_dir / LATEST).exists():
@@ -154,11 +175,11 @@ class Simulation:
         started = time.perf_counter()
         losses, weights = 0.0, 0
         saved = []
-        for cid in plan.sampled:
-            before = self.client_state(cid)
-            result = self.algorithm.fit(coord.global_state, before,
-                                        self.federation.clients[cid].train,
-                                        self.context(cid, plan.index))
+        tasks = [ClientTask(cid, self.client_state(cid), self.federation.clients[cid].train,
+                            self.context(cid, plan.index)) for cid in plan.sampled]
+        for task, result in zip(tasks, self.executor.fit(coord.global_state, tasks),
+                                strict=True):
+            cid, before = task.client_id, task.state
             coord.submit(cid, result.num_samples, result.update)
             self._states[cid] = after = result.client_state
             if before.tensors or before.meta or after.tensors or after.meta:
@@ -202,16 +223,19 @@ class Simulation:
         coord = self.coordinator
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[status]}"), TimeElapsedColumn())
-        with Progress(*columns, disable=not self.progress, transient=False) as bar:
-            task = bar.add_task(f"{self.config.algorithm} rounds", total=self.config.rounds,
-                                completed=coord.round, status="")
-            while not coord.finished:
-                row = self.run_round()
-                status = f"loss {row['train_loss']:.3f}" if row["train_loss"] else ""
-                if "global_top1" in row:
-                    status += f"  global acc {row['global_top1']:.3f}"
-                bar.update(task, advance=1, status=status)
-        final = self.final_evaluation()
+        try:
+            with Progress(*columns, disable=not self.progress, transient=False) as bar:
+                task = bar.add_task(f"{self.config.algorithm} rounds", total=self.config.rounds,
+                                    completed=coord.round, status="")
+                while not coord.finished:
+                    row = self.run_round()
+                    status = f"loss {row['train_loss']:.3f}" if row["train_loss"] else ""
+                    if "global_top1" in row:
+                        status += f"  global acc {row['global_top1']:.3f}"
+                    bar.update(task, advance=1, status=status)
+            final = self.final_evaluation()
+        finally:
+            self.close()
         save_json(self.run_dir / "final.json", final)
         from pflkit.server.report import write_report
 
@@ -231,13 +255,8 @@ class Simulation:
                     continue
                 task = bar.add_task(f"evaluating {group}", total=len(members))
                 reports: dict[str, list[ClientReport]] = {}
-                for cid, client in members.items():
-                    cstate = self.client_state(cid)
-                    if self.algorithm.has_personalization_stage:
-                        cstate = self.algorithm.personalize(
-                            state, cstate, client.train, self.context(cid, self.config.rounds))
-                        atomic_write_bytes(self.run_dir / "personalized" / f"{cid}.safetensors",
-                                           client_state_to_bytes(cstate))
+                for client, cstate in zip(members.values(), self._final_states(members),
+                                          strict=True):
                     for label, choice in self.algorithm.evaluation_choices(cstate).items():
                         model = self.algorithm.personalized_model(state, cstate, choice)
                         reports.setdefault(label, []).append(
@@ -254,3 +273,17 @@ class Simulation:
         out["global_model"] = generic.to_dict()
         out["rounds"] = self.coordinator.round
         return out
+
+    def _final_states(self, members: dict[int, ClientData]) -> Iterator[ClientState]:
+        """Each member's state for the final evaluation, after the method's stage if any."""
+        if not self.algorithm.has_personalization_stage:
+            yield from (self.client_state(cid) for cid in members)
+            return
+        tasks = [ClientTask(cid, self.client_state(cid), client.train,
+                            self.context(cid, self.config.rounds))
+                 for cid, client in members.items()]
+        for task, cstate in zip(tasks, self.executor.personalize(
+                self.coordinator.global_state, tasks), strict=True):
+            atomic_write_bytes(self.run_dir / "personalized" / f"{task.client_id}.safetensors",
+                               client_state_to_bytes(cstate))
+            yield cstate

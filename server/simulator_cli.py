@@ -67,15 +67,25 @@ def main(
     lr: Annotated[float | None, typer.Option()] = None,
     seed: Annotated[int | None, typer.Option()] = None,
     eval_interval: Annotated[int | None, typer.Option()] = None,
+    executor: Annotated[str | None, typer.Option(help="sequential | ray")] = None,
+    device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
+    precision: Annotated[str | None, typer.Option(help="fp32 | bf16 (training autocast)")
+                         ] = None,
+    ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
 ) -> None:
     """Run (or resume) a simulation and write its run directory and report."""
     from pflkit.server.simulator import Simulation
 
     logging.basicConfig(level=logging.WARNING)
+    execution_flags = {"execution.executor": executor, "execution.device": device,
+                       "execution.precision": precision, "execution.ray_address": ray_address}
     try:
         if resume is not None:
-            sim = Simulation.resume(resume, progress=not quiet)
+            stored = SimConfig.load(resume / "config.toml") if (resume / "config.toml").is_file() \
+                else None
+            execution = apply_overrides(stored, execution_flags, []).execution if stored else None
+            sim = Simulation.resume(resume, progress=not quiet, execution=execution)
         else:
             if out is None:
                 raise typer.BadParameter("give --out RUN_DIR (or --resume RUN_DIR)")
@@ -87,7 +97,7 @@ def main(
                 "algorithm.name": algorithm, "rounds": rounds,
                 "training.clients_per_round": clients_per_round, "training.fraction": fraction,
                 "training.epochs": epochs, "training.batch_size": batch_size, "training.lr": lr,
-                "seed": seed, "eval_interval": eval_interval,
+                "seed": seed, "eval_interval": eval_interval, **execution_flags,
             }
             sim = Simulation(apply_overrides(base, flags, param or []), out, progress=not quiet)
         result = sim.run()

@@ -175,7 +175,22 @@ class Algorithm(ABC):
         self.model_factory = model
         self.local = local
         self.params = params
+        self.device = torch.device("cpu")
         self._template: SplitModel | None = None
+
+    def to(self, device: torch.device | str) -> Algorithm:
+        """Train and build inference modules on ``device`` from now on (returns self).
+
+        States passed in and returned by the contract stay where the caller keeps them (the
+        CPU, for aggregation and checkpoints); they are loaded into modules on this device.
+        """
+        self.device = torch.device(device)
+        self._template = None
+        return self
+
+    def new_model(self, seed: int = 0) -> SplitModel:
+        """A fresh model on this algorithm's device (seeded on the CPU: same weights anywhere)."""
+        return self.model_factory.build(seed).to(self.device)
 
     # -- the contract ---------------------------------------------------------------------------
     def init_global(self, seed: int) -> State:
@@ -227,7 +242,7 @@ class Algorithm(ABC):
 
     def global_model(self, global_state: State) -> nn.Module:
         """The generic (shared) model, for the global test set."""
-        model = self.model_factory.build()
+        model = self.new_model()
         model.load_state_dict(global_state)
         return model.eval()
 
@@ -235,7 +250,7 @@ class Algorithm(ABC):
     def template(self, state: State) -> SplitModel:
         """The reusable training module loaded with ``state`` (copied in, not aliased)."""
         if self._template is None:
-            self._template = self.model_factory.build()
+            self._template = self.new_model()
         self._template.load_state_dict(state)
         self._template.train()
         return self._template

@@ -1,0 +1,79 @@
+"""Where training and evaluation run: ``device = "auto" | "cpu" | "cuda" | "cuda:N"``.
+
+Models are built and seeded on the CPU (the same initial weights whatever the device), then
+moved; client data is moved to the device once per run; global and client states stay on the
+CPU (they are aggregated, checkpointed and shipped as safetensors) and cross to the device
+once per client fit. A precision of "bf16" runs training forward passes under autocast
+(:func:`pflkit.sdk.training.autocast_training`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from pflkit.sdk.data.federation import ClientData, Federation
+from pflkit.sdk.data.tensors import LabeledTensors
+
+State = dict[str, torch.Tensor]
+
+DEVICE_CHOICES = "auto | cpu | cuda | cuda:N"
+PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
+_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+class DeviceError(ValueError):
+    """A device name is malformed or names hardware this machine does not have."""
+
+
+def check_device(name: str) -> str:
+    """Validate the spelling of a device name (no hardware check); return it."""
+    if not isinstance(name, str) or not _PATTERN.match(name):
+        raise DeviceError(f"device must be {DEVICE_CHOICES}, got {name!r}")
+    return name
+
+
+def resolve_device(name: str) -> torch.device:
+    """Turn a device name into a torch device: "auto" is CUDA when present, else the CPU."""
+    check_device(name)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(f"device {name!r}: this machine has no CUDA GPU "
+                              "(use device \"cpu\" or \"auto\")")
+        index = device.index or 0
+        if index >= torch.cuda.device_count():
+            raise DeviceError(f"device {name!r}: only {torch.cuda.device_count()} CUDA "
+                              "device(s) present")
+    return device
+
+
+def check_precision(name: str) -> torch.dtype | None:
+    """The autocast dtype of a precision name (None: plain fp32)."""
+    if name not in PRECISIONS:
+        raise DeviceError(f"precision must be one of {', '.join(PRECISIONS)}, got {name!r}")
+    return PRECISIONS[name]
+
+
+def state_to(state: State, device: torch.device | str) -> State:
+    """The same named tensors on ``device`` (no copy for tensors already there)."""
+    return {k: v.to(device) for k, v in state.items()}
+
+
+def data_to(data: LabeledTensors, device: torch.device | str) -> LabeledTensors:
+    """A client's rows on ``device`` (done once per run, not per round)."""
+    return LabeledTensors(data.x.to(device), data.y.to(device))
+
+
+def federation_to(federation: Federation, device: torch.device | str) -> Federation:
+    """Every client's rows and the global test set on ``device`` (once per run)."""
+
+    def move(group: dict[int, ClientData]) -> dict[int, ClientData]:
+        return {cid: ClientData(cid, data_to(c.train, device), data_to(c.test, device))
+                for cid, c in group.items()}
+
+    return Federation(federation.spec, move(federation.clients), move(federation.new_clients),
+                      data_to(federation.test, device))

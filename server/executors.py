@@ -1,0 +1,111 @@
+"""Executors: who runs a round's client fits (one by one here, batched, or on a Ray cluster).
+
+The simulator hands an executor one :class:`ClientTask` per sampled client, in client-id order,
+and folds the results into the Coordinator in that same order as they are yielded. Every
+executor yields in task order whatever order its workers finish in, so the aggregate (a float64
+running sum) and therefore the run never depend on timing. States cross the executor boundary
+on the CPU: the global state comes in on the CPU and is moved to the device once per round;
+updates and client states go back to the CPU (aggregation and checkpoint boundaries).
+
+Executors are named in the configuration (``[execution] executor = ...``) and built by
+:func:`make_executor` from :data:`EXECUTORS`, a table of ``module:attr`` paths imported on
+first use (Ray is an optional dependency).
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from pflkit.sdk.algorithms.base import Algorithm, ClientState, FitResult, RoundContext, State
+from pflkit.sdk.data.federation import Federation
+from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.device import check_precision, resolve_device, state_to
+from pflkit.sdk.run_config import ExecutionConfig
+from pflkit.sdk.training import autocast_training
+
+CPU = torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class ClientTask:
+    """One client's work in a round (or in the post-federation stage)."""
+
+    client_id: int
+    state: ClientState  # the client's private state before the round (CPU tensors)
+    data: LabeledTensors  # its training rows, already on the executor's device
+    context: RoundContext
+
+
+class Executor(ABC):
+    """Runs client fits for the simulator; yields results in task (client-id) order."""
+
+    def __init__(self, settings: ExecutionConfig, federation: Federation,
+                 algorithm: Algorithm) -> None:
+        self.settings = settings
+        self.device = resolve_device(settings.device)
+        self.autocast = check_precision(settings.precision)
+        self.algorithm = algorithm.to(self.device)
+
+    @abstractmethod
+    def fit(self, global_state: State, tasks: Sequence[ClientTask]) -> Iterator[FitResult]:
+        """Fit every task from ``global_state``; yield one result per task, in task order.
+
+        Updates and client states come back on the CPU.
+        """
+
+    def personalize(self, global_state: State, tasks: Sequence[ClientTask]
+                    ) -> Iterator[ClientState]:
+        """Run the post-federation stage of every task's client; yield states in task order."""
+        on_device = state_to(global_state, self.device)
+        for task in tasks:
+            with autocast_training(self.autocast):
+                state = self.algorithm.personalize(on_device, task.state, task.data,
+                                                   task.context)
+            yield to_cpu(state)
+
+    def close(self) -> None:  # noqa: B027 - optional hook, in-process executors have nothing
+        """Release workers (nothing to do for in-process executors)."""
+
+
+def to_cpu(state: ClientState) -> ClientState:
+    """A client state with its tensors on the CPU (checkpoint boundary)."""
+    return ClientState(state_to(state.tensors, CPU), state.meta)
+
+
+def result_to_cpu(result: FitResult) -> FitResult:
+    """A fit result whose update and client state are on the CPU (aggregation boundary)."""
+    return FitResult(state_to(result.update, CPU), to_cpu(result.client_state),
+                     result.num_samples, result.metrics)
+
+
+class SequentialExecutor(Executor):
+    """One client after another in this process, on the configured device."""
+
+    def fit(self, global_state: State, tasks: Sequence[ClientTask]) -> Iterator[FitResult]:
+        """Fit the tasks in order; the global state is moved to the device once per round."""
+        on_device = state_to(global_state, self.device)
+        for task in tasks:
+            with autocast_training(self.autocast):
+                result = self.algorithm.fit(on_device, task.state, task.data, task.context)
+            yield result_to_cpu(result)
+
+
+EXECUTORS: dict[str, str] = {
+    "sequential": "pflkit.server.executors:SequentialExecutor",
+}
+
+
+def make_executor(settings: ExecutionConfig, federation: Federation,
+                  algorithm: Algorithm) -> Executor:
+    """Build the executor ``settings.executor`` names (its module is imported on first use)."""
+    if settings.executor not in EXECUTORS:
+        raise ValueError(f"unknown executor '{settings.executor}'; known: "
+                         f"{', '.join(sorted(EXECUTORS))}")
+    module, _, attr = EXECUTORS[settings.executor].partition(":")
+    cls = getattr(importlib.import_module(module), attr)
+    return cls(settings, federation, algorithm)
