@@ -39,9 +39,10 @@ demo: setup
 test: setup android-core-test
 	$(BIN)/python -m pytest -q -n $(JOBS) tests
 
-# The Android demo's Java core on the host (javac + JUnit 4; no Gradle, no network).
-android-core-test: $(JUNIT4)
-	android-demo/core/run-tests.sh
+# The Android demo's Java core on the host (javac + JUnit 4; no Gradle, no network); its
+# federated-client tests start a real pfl-server from $(VENV).
+android-core-test: $(STAMP) $(JUNIT4)
+	PFLKIT_VENV=$(VENV) android-demo/core/run-tests.sh
 
 lint: setup
 	$(BIN)/ruff check sdk server export tests benchmarks

@@ -1,0 +1,356 @@
+package org.pflkit.core.fl;
+
+import java.io.File;
+import java.io.IOException;
+import java.io.InterruptedIOException;
+import java.nio.charset.Charset;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Random;
+import org.pflkit.core.AtomicFiles;
+import org.pflkit.core.Json;
+import org.pflkit.core.JsonWriter;
+import org.pflkit.core.Safetensors;
+import org.pflkit.core.Sha256;
+
+/**
+ * A phone (or any JVM) as a federated client of {@code pfl-server}, speaking the Python SDK's
+ * protocol: enroll once, then {@link #step} per round (poll, download the global state unless
+ * cached by hash, train through a {@link RoundTrainer}, upload). Everything it keeps lives in one
+ * folder, in the Python SDK's layout, and survives the app being killed:
+ *
+ * <pre>
+ *   credentials.json            server URL, client id, secret (owner-only)
+ *   cache.json                  hash of the cached global state, run of the client state
+ *   global.safetensors          the newest downloaded global state
+ *   client_state.safetensors    the private state (never uploaded)
+ *   pending.safetensors         a trained, unacknowledged round: the exact upload bytes
+ * </pre>
+ *
+ * <p>A round is committed on the device only once the server has answered the upload, so an app
+ * killed at any point re-sends the same bytes (counted once by the server) instead of training
+ * twice. Network errors, 429 and 5xx (and a 409 the server marks retryable with
+ * {@code Retry-After}) are retried per {@link RetryPolicy}; other 4xx answers raise
+ * {@link ServerRefused}. Not thread-safe: one client object per folder, used from one thread.
+ */
+public final class FederatedClient {
+  static final String CREDENTIALS = "credentials.json";
+  static final String CACHE = "cache.json";
+  static final String GLOBAL = "global.safetensors";
+  static final String CLIENT_STATE = "client_state.safetensors";
+  private static final Charset UTF8 = Charset.forName("UTF-8");
+
+  /** Waits between retries (a seam so tests can record the waits). */
+  public interface Sleeper {
+    void sleep(long millis) throws InterruptedException;
+  }
+
+  public static final Sleeper THREAD_SLEEP = new Sleeper() {
+    @Override
+    public void sleep(long millis) throws InterruptedException {
+      Thread.sleep(millis);
+    }
+  };
+
+  private final String server;
+  private final File dir;
+  private final HttpTransport http;
+  private final RetryPolicy retry;
+  private final Sleeper sleeper;
+  private final Random jitter;
+  private Map<String, Object> credentials;
+
+  /**
+   * A client keeping its files in {@code stateDir}; refuses a folder enrolled with another
+   * server.
+   */
+  public FederatedClient(String server, File stateDir, HttpTransport http, RetryPolicy retry,
+      Sleeper sleeper) throws IOException {
+    this.server = server.endsWith("/") ? server.substring(0, server.length() - 1) : server;
+    this.dir = stateDir;
+    if (!dir.isDirectory() && !dir.mkdirs()) {
+      throw new IOException("cannot create " + dir);
+    }
+    this.http = http;
+    this.retry = retry;
+    this.sleeper = sleeper;
+    this.jitter = new Random(dir.getAbsolutePath().hashCode());
+    this.credentials = readJson(CREDENTIALS);
+    Object enrolledWith = credentials.get("server");
+    if (enrolledWith != null && !enrolledWith.equals(this.server)) {
+      throw new IllegalArgumentException(dir + " is enrolled with " + enrolledWith + ", not "
+          + this.server);
+    }
+  }
+
+  /** HttpURLConnection (10 s connect, 120 s read), default retries, real sleeping. */
+  public static FederatedClient open(String server, File stateDir) throws IOException {
+    return new FederatedClient(server, stateDir, new UrlConnectionTransport(10_000, 120_000),
+        RetryPolicy.defaults(), THREAD_SLEEP);
+  }
+
+  public boolean isEnrolled() {
+    return !credentials.isEmpty();
+  }
+
+  /** The id the server gave this device. */
+  public long clientId() {
+    if (!isEnrolled()) {
+      throw new IllegalStateException("not enrolled: call enroll(token) first");
+    }
+    return (long) (double) (Double) credentials.get(Wire.CLIENT_ID);
+  }
+
+  /** Trade a one-time enrollment token for credentials (stored owner-only); returns the id. */
+  public long enroll(String token) throws IOException {
+    byte[] body = JsonWriter.write(Collections.singletonMap(Wire.TOKEN, token)).getBytes(UTF8);
+    Map<String, Object> answer = json(request("POST", Wire.ENROLL, body, Wire.JSON, false));
+    Map<String, Object> creds = new LinkedHashMap<String, Object>();
+    creds.put("server", server);
+    creds.put(Wire.CLIENT_ID, answer.get(Wire.CLIENT_ID));
+    creds.put(Wire.SECRET, answer.get(Wire.SECRET));
+    if (!(creds.get(Wire.CLIENT_ID) instanceof Double) || !(creds.get(Wire.SECRET)
+        instanceof String)) {
+      throw new IOException("enrollment answer lacks client_id or secret");
+    }
+    AtomicFiles.writePrivate(new File(dir, CREDENTIALS), JsonWriter.write(creds).getBytes(UTF8));
+    credentials = creds;
+    return clientId();
+  }
+
+  /** Ask the server what to do now. */
+  public Task poll() throws IOException {
+    try {
+      return Task.parse(request("GET", Wire.TASK, null, null, true).body);
+    } catch (IllegalArgumentException e) {
+      throw new IOException("unreadable task: " + e.getMessage(), e);
+    }
+  }
+
+  /** The global state with this SHA-256: the cached copy, else downloaded and verified. */
+  public Safetensors globalState(String digest) throws IOException {
+    File file = new File(dir, GLOBAL);
+    Map<String, Object> cache = readJson(CACHE);
+    if (digest.equals(cache.get(Wire.GLOBAL_HASH))) {
+      byte[] cached = AtomicFiles.readOrNull(file);
+      if (cached != null && Sha256.hex(cached).equals(digest)) {
+        return Safetensors.parse(cached, file.getPath());
+      }
+    }
+    byte[] data = request("GET", Wire.global(digest), null, null, true).body;
+    String actual = Sha256.hex(data);
+    if (!actual.equals(digest)) {
+      throw new IOException("downloaded global state hashes to " + actual + ", not " + digest);
+    }
+    Safetensors parsed = Safetensors.parse(data, "global " + digest);
+    AtomicFiles.write(file, data);
+    cache.put(Wire.GLOBAL_HASH, digest);
+    writeJson(CACHE, cache);
+    return parsed;
+  }
+
+  /** The private state of the current run, or null before the device's first round in it. */
+  public ClientState clientState(long runId) throws IOException {
+    Object run = readJson(CACHE).get("state_run");
+    byte[] bytes = AtomicFiles.readOrNull(new File(dir, CLIENT_STATE));
+    if (bytes == null || !(run instanceof Double) || (Double) run != runId) {
+      return null;
+    }
+    return ClientState.fromBytes(bytes, CLIENT_STATE);
+  }
+
+  /**
+   * Poll once; when sampled, train (or resume the persisted round) and upload. One call per
+   * round; sleep {@code retryAfterSeconds} between calls that uploaded nothing.
+   */
+  public StepResult step(RoundTrainer trainer) throws Exception {
+    Task task = poll();
+    PendingRound pending = readPending();
+    if (pending != null && !sameRound(pending, task)) {
+      if (Wire.PAUSED.equals(task.status)) {  // the round may go on after resume: keep it
+        return new StepResult(task.status, task.retryAfterSeconds, pending.round, false);
+      }
+      commit(pending);  // its round is over (counted, or late): keep the trained state
+      pending = null;
+    }
+    if (!task.isTrain()) {
+      return new StepResult(task.status, task.retryAfterSeconds, task.round, false);
+    }
+    if (pending == null) {
+      pending = train(task, trainer);
+    }
+    String path = Wire.update(pending.runId, pending.round, pending.numSamples);
+    boolean duplicate;
+    String status = StepResult.TRAINED;
+    try {
+      duplicate = Boolean.TRUE.equals(json(request("PUT", path, pending.upload,
+          Wire.OCTET_STREAM, true)).get(Wire.DUPLICATE));
+    } catch (ServerRefused refused) {
+      if (refused.status != 410) {  // the update itself was refused: training it again is
+        AtomicFiles.delete(new File(dir, PendingRound.FILE));  // the app's call, not a retry
+        throw refused;
+      }
+      status = StepResult.LATE;
+      duplicate = false;
+    }
+    commit(pending);
+    return new StepResult(status, task.retryAfterSeconds, pending.round, duplicate);
+  }
+
+  /** Step until the run ends or {@code maxRounds} uploads were made; returns the uploads. */
+  public int run(RoundTrainer trainer, int maxRounds) throws Exception {
+    int rounds = 0;
+    while (rounds < maxRounds) {
+      StepResult result = step(trainer);
+      if (result.runEnded()) {
+        break;
+      }
+      if (StepResult.TRAINED.equals(result.status) || StepResult.LATE.equals(result.status)) {
+        rounds++;
+      } else {
+        sleeper.sleep((long) (result.retryAfterSeconds * 1000));
+      }
+    }
+    return rounds;
+  }
+
+  private static boolean sameRound(PendingRound pending, Task task) {
+    return task.isTrain() && task.runId == pending.runId && task.round == pending.round;
+  }
+
+  private PendingRound train(Task task, RoundTrainer trainer) throws Exception {
+    Safetensors global = globalState(task.globalHash);
+    RoundTrainer.Result result = trainer.train(task, global, clientState(task.runId));
+    Map<String, Object> metrics = new LinkedHashMap<String, Object>(result.metrics);
+    byte[] upload = Safetensors.write(result.update,
+        Collections.singletonMap(Wire.METRICS, JsonWriter.write(metrics)));
+    PendingRound pending = new PendingRound(task.runId, task.round, result.numSamples, upload,
+        result.state);
+    AtomicFiles.write(new File(dir, PendingRound.FILE), pending.toBytes());
+    return pending;
+  }
+
+  /** The server has answered for this round: its state becomes the device's state. */
+  private void commit(PendingRound pending) throws IOException {
+    if (pending.state != null) {
+      AtomicFiles.write(new File(dir, CLIENT_STATE), pending.state.toBytes());
+      Map<String, Object> cache = readJson(CACHE);
+      cache.put("state_run", pending.runId);
+      writeJson(CACHE, cache);
+    }
+    AtomicFiles.delete(new File(dir, PendingRound.FILE));
+  }
+
+  private PendingRound readPending() throws IOException {
+    File file = new File(dir, PendingRound.FILE);
+    byte[] bytes = AtomicFiles.readOrNull(file);
+    return bytes == null ? null : PendingRound.fromBytes(bytes, file.getPath());
+  }
+
+  /** One request with retries; returns a 2xx/3xx answer or throws. */
+  HttpTransport.Response request(String method, String path, byte[] body, String contentType,
+      boolean auth) throws IOException {
+    Map<String, String> headers = new LinkedHashMap<String, String>();
+    if (auth) {
+      if (!isEnrolled()) {
+        throw new IllegalStateException("not enrolled: call enroll(token) first");
+      }
+      headers.put("Authorization", "Bearer " + credentials.get(Wire.SECRET));
+    }
+    if (contentType != null) {
+      headers.put("Content-Type", contentType);
+    }
+    headers.put("Accept", Wire.JSON + ", " + Wire.OCTET_STREAM);
+    long started = System.nanoTime();
+    for (int attempt = 0; ; attempt++) {
+      String problem;
+      long wait;
+      try {
+        HttpTransport.Response answer = http.send(method, server + path, headers, body);
+        if (answer.status < 400) {
+          return answer;
+        }
+        long asked = RetryPolicy.retryAfterMillis(answer.header("retry-after"),
+            System.currentTimeMillis());
+        boolean retryable = answer.status == 429 || answer.status >= 500
+            || (answer.status == 409 && asked >= 0);
+        if (!retryable) {
+          throw new ServerRefused(answer.status, detail(answer));
+        }
+        problem = "HTTP " + answer.status;
+        boolean honour = answer.status == 429 || answer.status == 503 || answer.status == 409;
+        wait = honour && asked >= 0 ? asked : retry.backoffMillis(attempt, jitter);
+      } catch (ServerRefused refused) {
+        throw refused;
+      } catch (InterruptedIOException interrupted) {
+        throw interrupted;
+      } catch (IOException e) {
+        problem = e.getClass().getSimpleName() + ": " + e.getMessage();
+        wait = retry.backoffMillis(attempt, jitter);
+      }
+      long elapsed = (System.nanoTime() - started) / 1_000_000;
+      if (elapsed + wait > retry.maxElapsedMillis) {
+        throw new ServerUnavailable(method + " " + path + ": gave up after " + (attempt + 1)
+            + " attempts (" + problem + ")");
+      }
+      try {
+        sleeper.sleep(wait);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new InterruptedIOException(method + " " + path + " interrupted while waiting");
+      }
+    }
+  }
+
+  private static String detail(HttpTransport.Response answer) {
+    String text = new String(answer.body, UTF8);
+    try {
+      Object parsed = Json.parse(text);
+      if (parsed instanceof Map && ((Map<?, ?>) parsed).get(Wire.DETAIL) != null) {
+        return String.valueOf(((Map<?, ?>) parsed).get(Wire.DETAIL));
+      }
+    } catch (Json.SyntaxException e) {
+      // not JSON: the body itself is the message
+    }
+    return text;
+  }
+
+  private static Map<String, Object> json(HttpTransport.Response answer) throws IOException {
+    try {
+      Object parsed = Json.parse(new String(answer.body, UTF8));
+      if (parsed instanceof Map) {
+        @SuppressWarnings("unchecked")
+        Map<String, Object> map = (Map<String, Object>) parsed;
+        return map;
+      }
+    } catch (Json.SyntaxException e) {
+      throw new IOException("server answer is not JSON: " + e.getMessage(), e);
+    }
+    throw new IOException("server answer is not a JSON object");
+  }
+
+  private Map<String, Object> readJson(String name) throws IOException {
+    byte[] bytes = AtomicFiles.readOrNull(new File(dir, name));
+    if (bytes == null) {
+      return new LinkedHashMap<String, Object>();
+    }
+    try {
+      Object parsed = Json.parse(new String(bytes, UTF8));
+      if (parsed instanceof Map) {
+        @SuppressWarnings("unchecked")
+        Map<String, Object> map = (Map<String, Object>) parsed;
+        return new LinkedHashMap<String, Object>(map);
+      }
+    } catch (Json.SyntaxException e) {
+      throw new IOException(new File(dir, name) + " is not JSON: " + e.getMessage(), e);
+    }
+    throw new IOException(new File(dir, name) + " is not a JSON object");
+  }
+
+  private void writeJson(String name, Map<String, Object> value) throws IOException {
+    AtomicFiles.write(new File(dir, name), JsonWriter.write(value).getBytes(UTF8));
+  }
+
+
+}

@@ -1,0 +1,95 @@
+package org.pflkit.core.fl;
+
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import org.pflkit.core.Json;
+import org.pflkit.core.JsonWriter;
+import org.pflkit.core.Safetensors;
+import org.pflkit.core.TensorData;
+
+/**
+ * A trained round not yet acknowledged: the exact upload bytes and the private state the round
+ * produced, in one file written before the upload (the Python SDK's
+ * {@code pending.safetensors} layout: a U8 tensor {@value #UPLOAD}, the state's tensors under
+ * {@value #STATE_PREFIX}, and metadata {@value #META_KEY}). Re-sending the same bytes after a
+ * kill is an idempotent retry on the server.
+ */
+final class PendingRound {
+  static final String FILE = "pending.safetensors";
+  static final String UPLOAD = "upload";
+  static final String STATE_PREFIX = "state/";
+  static final String META_KEY = "pflkit.pending";
+
+  final long runId;
+  final long round;
+  final long numSamples;
+  final byte[] upload;
+  /** The state to keep once the server has answered, or null to keep the current one. */
+  final ClientState state;
+
+  PendingRound(long runId, long round, long numSamples, byte[] upload, ClientState state) {
+    this.runId = runId;
+    this.round = round;
+    this.numSamples = numSamples;
+    this.upload = upload;
+    this.state = state;
+  }
+
+  byte[] toBytes() {
+    Map<String, TensorData> tensors = new LinkedHashMap<String, TensorData>();
+    tensors.put(UPLOAD, new TensorData(TensorData.U8, new long[] {upload.length}, upload));
+    Map<String, Object> meta = new LinkedHashMap<String, Object>();
+    meta.put(Wire.RUN_ID, runId);
+    meta.put(Wire.ROUND, round);
+    meta.put(Wire.NUM_SAMPLES, numSamples);
+    meta.put("has_state", state != null);
+    if (state != null) {
+      for (Map.Entry<String, TensorData> e : state.tensors.entrySet()) {
+        tensors.put(STATE_PREFIX + e.getKey(), e.getValue());
+      }
+      meta.put("client_meta", state.meta);
+    }
+    return Safetensors.write(tensors, Collections.singletonMap(META_KEY,
+        JsonWriter.write(meta)));
+  }
+
+  static PendingRound fromBytes(byte[] bytes, String source) throws Safetensors.FormatException {
+    Safetensors file = Safetensors.parse(bytes, source);
+    TensorData upload = file.tensors.get(UPLOAD);
+    String json = file.metadata.get(META_KEY);
+    if (upload == null || !TensorData.U8.equals(upload.dtype) || json == null) {
+      throw new Safetensors.FormatException(source + ": not a pending round");
+    }
+    Map<?, ?> meta;
+    try {
+      meta = (Map<?, ?>) Json.parse(json);
+    } catch (RuntimeException e) {
+      throw new Safetensors.FormatException(source + ": " + META_KEY + " is not a JSON object");
+    }
+    ClientState state = null;
+    if (Boolean.TRUE.equals(meta.get("has_state"))) {
+      Map<String, TensorData> tensors = new LinkedHashMap<String, TensorData>();
+      for (Map.Entry<String, TensorData> e : file.tensors.entrySet()) {
+        if (e.getKey().startsWith(STATE_PREFIX)) {
+          tensors.put(e.getKey().substring(STATE_PREFIX.length()), e.getValue());
+        }
+      }
+      @SuppressWarnings("unchecked")
+      Map<String, Object> clientMeta = meta.get("client_meta") instanceof Map
+          ? (Map<String, Object>) meta.get("client_meta") : Collections.<String, Object>emptyMap();
+      state = new ClientState(tensors, clientMeta);
+    }
+    return new PendingRound(integer(meta, Wire.RUN_ID, source), integer(meta, Wire.ROUND, source),
+        integer(meta, Wire.NUM_SAMPLES, source), upload.bytes(), state);
+  }
+
+  private static long integer(Map<?, ?> meta, String key, String source)
+      throws Safetensors.FormatException {
+    Object v = meta.get(key);
+    if (!(v instanceof Double)) {
+      throw new Safetensors.FormatException(source + ": pending metadata lacks " + key);
+    }
+    return (long) (double) (Double) v;
+  }
+}

@@ -1,0 +1,17 @@
+package org.pflkit.core.fl;
+
+import java.io.IOException;
+
+/** The server answered with a final 4xx: {@code detail} is its message. Nothing was changed. */
+public final class ServerRefused extends IOException {
+  private static final long serialVersionUID = 1L;
+
+  public final int status;
+  public final String detail;
+
+  public ServerRefused(int status, String detail) {
+    super("server refused (" + status + "): " + detail);
+    this.status = status;
+    this.detail = detail;
+  }
+}

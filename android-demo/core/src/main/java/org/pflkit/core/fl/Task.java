@@ -1,0 +1,109 @@
+package org.pflkit.core.fl;
+
+import java.nio.charset.Charset;
+import java.util.Collections;
+import java.util.List;
+import java.util.Map;
+import org.pflkit.core.Json;
+
+/**
+ * What the server wants now ({@code GET /v1/task}): {@code train} (with the round, the global
+ * state's hash and the run's algorithm config), {@code uploaded}, {@code wait}, {@code paused},
+ * {@code stopped} or {@code finished}. Fields the status does not carry are null.
+ */
+public final class Task {
+  public final String status;
+  /** Seconds until polling again is useful. */
+  public final double retryAfterSeconds;
+  public final Long runId;
+  public final Long round;
+  /** Unix seconds. */
+  public final Double deadline;
+  public final String globalHash;
+  /** The run's config (algorithm, params, model, input_shape, lr, local, ...) or empty. */
+  public final Map<String, Object> config;
+
+  private Task(Map<String, Object> json) {
+    status = string(json.get(Wire.STATUS), Wire.STATUS);
+    retryAfterSeconds = number(json.get(Wire.RETRY_AFTER), Wire.RETRY_AFTER);
+    runId = optionalInteger(json.get(Wire.RUN_ID), Wire.RUN_ID);
+    round = optionalInteger(json.get(Wire.ROUND), Wire.ROUND);
+    Object d = json.get(Wire.DEADLINE);
+    deadline = d == null || d == Json.NULL ? null : number(d, Wire.DEADLINE);
+    Object h = json.get(Wire.GLOBAL_HASH);
+    globalHash = h == null || h == Json.NULL ? null : string(h, Wire.GLOBAL_HASH);
+    Object c = json.get(Wire.CONFIG);
+    config = c instanceof Map ? Collections.unmodifiableMap(cast(c)) : Collections.<String,
+        Object>emptyMap();
+    if (Wire.TRAIN.equals(status) && (runId == null || round == null || globalHash == null)) {
+      throw new IllegalArgumentException("a train task needs run_id, round and global_hash");
+    }
+  }
+
+  /** Parse the server's JSON answer; throws IllegalArgumentException naming the bad field. */
+  public static Task parse(byte[] body) {
+    Object root = Json.parse(new String(body, Charset.forName("UTF-8")));
+    if (!(root instanceof Map)) {
+      throw new IllegalArgumentException("task: expected a JSON object");
+    }
+    return new Task(cast(root));
+  }
+
+  public boolean isTrain() {
+    return Wire.TRAIN.equals(status);
+  }
+
+  /** A number from the run config, e.g. {@code "lr"}; throws when absent. */
+  public double configNumber(String key) {
+    return number(config.get(key), "config." + key);
+  }
+
+  /** A string from the run config, e.g. {@code "algorithm"}; throws when absent. */
+  public String configString(String key) {
+    return string(config.get(key), "config." + key);
+  }
+
+  /** {@code config.input_shape} as C, H, W. */
+  public long[] inputShape() {
+    Object node = config.get("input_shape");
+    if (!(node instanceof List)) {
+      throw new IllegalArgumentException("task: config.input_shape is missing");
+    }
+    List<?> list = (List<?>) node;
+    long[] out = new long[list.size()];
+    for (int i = 0; i < out.length; i++) {
+      out[i] = (long) number(list.get(i), "config.input_shape[" + i + "]");
+    }
+    return out;
+  }
+
+  @SuppressWarnings("unchecked")
+  private static Map<String, Object> cast(Object map) {
+    return (Map<String, Object>) map;
+  }
+
+  private static String string(Object v, String key) {
+    if (!(v instanceof String)) {
+      throw new IllegalArgumentException("task: " + key + " must be a string, found " + v);
+    }
+    return (String) v;
+  }
+
+  private static double number(Object v, String key) {
+    if (!(v instanceof Double)) {
+      throw new IllegalArgumentException("task: " + key + " must be a number, found " + v);
+    }
+    return (Double) v;
+  }
+
+  private static Long optionalInteger(Object v, String key) {
+    if (v == null || v == Json.NULL) {
+      return null;
+    }
+    double d = number(v, key);
+    if (d != Math.rint(d) || d < 0) {
+      throw new IllegalArgumentException("task: " + key + " must be a non-negative integer");
+    }
+    return (long) d;
+  }
+}

@@ -1,0 +1,58 @@
+package org.pflkit.core.fl;
+
+import java.util.Locale;
+
+/**
+ * The HTTP protocol between a device and {@code pfl-server}, as the Python SDK speaks it: paths,
+ * JSON keys, task statuses and the upload's metadata key. Written once here for Java; the
+ * Python side's names live in the server's protocol and schema modules.
+ */
+public final class Wire {
+  private Wire() {}
+
+  public static final String PREFIX = "/v1";
+  public static final String ENROLL = PREFIX + "/clients/enroll";
+  public static final String TASK = PREFIX + "/task";
+  public static final String HEALTH = PREFIX + "/health";
+
+  /** {@code GET}: the global state with this SHA-256 (safetensors). */
+  public static String global(String digest) {
+    return PREFIX + "/globals/" + digest;
+  }
+
+  /** {@code PUT}: one update (safetensors body) for a round, weighted by {@code numSamples}. */
+  public static String update(long runId, long round, long numSamples) {
+    return String.format(Locale.ROOT, "%s/runs/%d/rounds/%d/update?%s=%d", PREFIX, runId, round,
+        NUM_SAMPLES, numSamples);
+  }
+
+  // JSON keys (EnrollIn, CredentialsPublic, TaskPublic, ReceiptPublic; errors carry "detail")
+  public static final String TOKEN = "token";
+  public static final String CLIENT_ID = "client_id";
+  public static final String SECRET = "secret";
+  public static final String STATUS = "status";
+  public static final String RETRY_AFTER = "retry_after";
+  public static final String RUN_ID = "run_id";
+  public static final String ROUND = "round";
+  public static final String DEADLINE = "deadline";
+  public static final String GLOBAL_HASH = "global_hash";
+  public static final String CONFIG = "config";
+  public static final String SHA256 = "sha256";
+  public static final String DUPLICATE = "duplicate";
+  public static final String DETAIL = "detail";
+  public static final String NUM_SAMPLES = "num_samples";
+
+  /** Upload metadata key: JSON object of metric name to finite number. */
+  public static final String METRICS = "metrics";
+
+  // task statuses
+  public static final String TRAIN = "train";
+  public static final String UPLOADED = "uploaded";
+  public static final String WAIT = "wait";
+  public static final String PAUSED = "paused";
+  public static final String STOPPED = "stopped";
+  public static final String FINISHED = "finished";
+
+  public static final String OCTET_STREAM = "application/octet-stream";
+  public static final String JSON = "application/json";
+}
