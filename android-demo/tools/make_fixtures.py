@@ -9,6 +9,10 @@ and card handling, not accuracy), exports one model with
 ``android-demo/core/src/test/resources/fixtures/<case>/``. The card still lists the .pte and
 .onnx it was written with, and golden.json's sha256, which the Java tests check.
 
+``--only safetensors`` writes ``safetensors/python.safetensors``: a few tensors of several
+dtypes and string metadata, serialized by the Python ``safetensors`` library, which the core's
+reader must parse to the values ``safetensors_fixture`` documents.
+
 It also writes ``preprocess_cases.json``: seeded raw images through pflkit's
 :class:`~pflkit.sdk.data.datasets.Preprocessing` for shapes the datasets do not cover
 (3 channels, non-integer down- and up-scaling, pixel_scale 16), and RGB -> luma values from
@@ -36,6 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image
+from safetensors.torch import save_file
 
 from pflkit.sdk.data.datasets import Preprocessing
 from pflkit.sdk.seeding import numpy_rng
@@ -134,19 +139,37 @@ def preprocess_cases(seed: int) -> dict[str, Any]:
             "luma": [[*map(int, c), int(v)] for c, v in zip(rgb, luma, strict=True)]}
 
 
+def safetensors_fixture() -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors and metadata of ``safetensors/python.safetensors`` (SafetensorsTest)."""
+    tensors = {
+        "a.weight": torch.arange(6, dtype=torch.float32).reshape(2, 3) * 0.5 - 1,
+        "counts": torch.tensor([1, -2, 2**40], dtype=torch.int64),
+        "mask": torch.tensor([0, 1, 255, 7], dtype=torch.uint8),
+        "double": torch.tensor([0.1, -1e300], dtype=torch.float64),
+        "empty": torch.zeros(0, 4, dtype=torch.float32),
+        "scalar": torch.tensor(3.25, dtype=torch.float32),
+    }
+    return tensors, {"metrics": '{"loss": 0.25}', "note": "caf\u00e9"}
+
+
 def main() -> None:
     """Write the fixtures selected on the command line (default: all)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", metavar="CASE",
-                        help=f"'preprocess' and/or case names: {[c.name for c in CASES]}")
+                        help=f"'preprocess', 'safetensors' and/or case names: {[c.name for c in CASES]}")
     parser.add_argument("--work", type=Path, help="keep runs and exports here (default: temp)")
     args = parser.parse_args()
     only = set(args.only) if args.only else None
     if only is None or "preprocess" in only:
         (FIXTURES / "preprocess_cases.json").write_text(json.dumps(preprocess_cases(0)) + "\n")
-    if only is None or only - {"preprocess"}:
+    if only is None or "safetensors" in only:
+        (FIXTURES / "safetensors").mkdir(exist_ok=True)
+        tensors, metadata = safetensors_fixture()
+        save_file(tensors, FIXTURES / "safetensors/python.safetensors", metadata=metadata)
+    only = only - {"preprocess", "safetensors"} if only else None
+    if only is None or only:
         with tempfile.TemporaryDirectory(prefix="pflkit-android-fixtures-") as tmp:
-            export_cases(args.work or Path(tmp), only - {"preprocess"} if only else None)
+            export_cases(args.work or Path(tmp), only)
 
 
 if __name__ == "__main__":

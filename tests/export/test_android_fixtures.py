@@ -68,3 +68,25 @@ def test_preprocess_cases_match_python() -> None:
         x = apply_raw(preprocessing(case["preprocessing"]), case["raw"], case["raw_shape"])
         assert torch.allclose(x, torch.tensor(case["input"]), atol=TOL, rtol=0)
     assert len(cases["luma"]) >= 4
+
+
+def test_the_safetensors_fixture_is_what_the_python_library_writes() -> None:
+    """SafetensorsTest reads this file; it must hold exactly what make_fixtures documents."""
+    import importlib.util
+    import sys
+
+    from safetensors import safe_open
+
+    path = FIXTURES.parents[4] / "tools/make_fixtures.py"
+    spec = importlib.util.spec_from_file_location("make_fixtures", path)
+    assert spec is not None and spec.loader is not None
+    tools = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = tools  # its dataclasses look their module up while being defined
+    spec.loader.exec_module(tools)
+    tensors, metadata = tools.safetensors_fixture()
+    with safe_open(str(FIXTURES / "safetensors/python.safetensors"), "pt") as f:
+        assert f.metadata() == metadata
+        assert sorted(f.keys()) == sorted(tensors)
+        for name, want in tensors.items():
+            got = f.get_tensor(name)
+            assert got.dtype == want.dtype and torch.equal(got, want)

@@ -1,0 +1,283 @@
+package org.pflkit.core.fl;
+
+import static org.junit.Assert.assertArrayEquals;
+import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertFalse;
+import static org.junit.Assert.assertTrue;
+import static org.junit.Assert.fail;
+
+import com.sun.net.httpserver.HttpServer;
+import java.io.File;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.attribute.PosixFilePermission;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.EnumSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import org.junit.After;
+import org.junit.Before;
+import org.junit.Rule;
+import org.junit.Test;
+import org.junit.rules.TemporaryFolder;
+import org.pflkit.core.Safetensors;
+import org.pflkit.core.Sha256;
+import org.pflkit.core.TensorData;
+
+/**
+ * The client's protocol behaviour against a scripted HTTP server on loopback (the JDK's own
+ * server: real sockets, real HttpURLConnection): which answers are retried and how long it
+ * waits, the global-state cache, the pending upload across a pause. The end-to-end round
+ * against pfl-server is {@link FlServerTest}.
+ */
+public class FederatedClientTest {
+  @Rule public final TemporaryFolder tmp = new TemporaryFolder();
+
+  /** One scripted answer. */
+  static final class Answer {
+    final int status;
+    final Map<String, String> headers = new LinkedHashMap<>();
+    final byte[] body;
+
+    Answer(int status, String body, String... headers) {
+      this(status, body.getBytes(StandardCharsets.UTF_8), headers);
+    }
+
+    Answer(int status, byte[] body, String... headers) {
+      this.status = status;
+      this.body = body;
+      for (int i = 0; i < headers.length; i += 2) {
+        this.headers.put(headers[i], headers[i + 1]);
+      }
+    }
+  }
+
+  private HttpServer server;
+  private final ConcurrentLinkedQueue<Answer> script = new ConcurrentLinkedQueue<>();
+  private final List<String> requests = Collections.synchronizedList(new ArrayList<>());
+  private final List<byte[]> bodies = Collections.synchronizedList(new ArrayList<>());
+  private final List<Long> waits = new ArrayList<>();
+
+  @Before
+  public void start() throws IOException {
+    server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
+    server.createContext("/", exchange -> {
+      requests.add(exchange.getRequestMethod() + " " + exchange.getRequestURI());
+      bodies.add(exchange.getRequestBody().readAllBytes());
+      Answer a = script.poll();
+      if (a == null) {
+        a = new Answer(599, "{\"detail\": \"script exhausted\"}");
+      }
+      a.headers.forEach((k, v) -> exchange.getResponseHeaders().add(k, v));
+      exchange.sendResponseHeaders(a.status, a.body.length == 0 ? -1 : a.body.length);
+      exchange.getResponseBody().write(a.body);
+      exchange.close();
+    });
+    server.start();
+  }
+
+  @After
+  public void stop() {
+    server.stop(0);
+  }
+
+  String url() {
+    return "http://127.0.0.1:" + server.getAddress().getPort();
+  }
+
+  FederatedClient client(File dir, RetryPolicy policy) throws IOException {
+    return new FederatedClient(url(), dir, new UrlConnectionTransport(2_000, 5_000), policy,
+        waits::add);
+  }
+
+  FederatedClient enrolled(RetryPolicy policy) throws IOException {
+    FederatedClient c = client(tmp.getRoot(), policy);
+    script.add(new Answer(200, "{\"client_id\": 7, \"secret\": \"s3cret\"}"));
+    assertEquals(7, c.enroll("tok"));
+    requests.clear();
+    bodies.clear();
+    return c;
+  }
+
+  static String task(String status, String extra) {
+    return "{\"status\": \"" + status + "\", \"retry_after\": 1.0" + extra + "}";
+  }
+
+  @Test
+  public void enrollmentStoresOwnerOnlyCredentialsAndBindsTheFolderToTheServer()
+      throws Exception {
+    FederatedClient c = client(tmp.getRoot(), RetryPolicy.defaults());
+    script.add(new Answer(200, "{\"client_id\": 3, \"secret\": \"abc\"}"));
+    assertEquals(3, c.enroll("the-token"));
+    assertEquals("{\"token\":\"the-token\"}",
+        new String(bodies.get(0), StandardCharsets.UTF_8));
+    File creds = new File(tmp.getRoot(), FederatedClient.CREDENTIALS);
+    assertEquals(EnumSet.of(PosixFilePermission.OWNER_READ, PosixFilePermission.OWNER_WRITE),
+        Files.getPosixFilePermissions(creds.toPath()));
+    assertEquals(3, client(tmp.getRoot(), RetryPolicy.defaults()).clientId());
+    try {
+      new FederatedClient("http://elsewhere:1", tmp.getRoot(), null, RetryPolicy.defaults(),
+          waits::add);
+      fail("a folder enrolled with one server is refused for another");
+    } catch (IllegalArgumentException e) {
+      assertTrue(e.getMessage().contains("is enrolled with"));
+    }
+  }
+
+  @Test
+  public void retryAfterIsHonouredOn503And429AndARetryable409() throws Exception {
+    FederatedClient c = enrolled(RetryPolicy.defaults());
+    script.add(new Answer(503, "{\"detail\": \"busy\"}", "Retry-After", "3"));
+    script.add(new Answer(429, "{\"detail\": \"slow down\"}", "Retry-After", "7"));
+    script.add(new Answer(409, "{\"detail\": \"ids taken, try again\"}", "Retry-After", "1"));
+    script.add(new Answer(200, task("wait", "")));
+    assertEquals("wait", c.poll().status);
+    assertEquals(List.of(3000L, 7000L, 1000L), waits);
+    assertEquals(4, requests.size());
+  }
+
+  @Test
+  public void serverErrorsAndDroppedConnectionsBackOffExponentiallyWithJitter()
+      throws Exception {
+    FederatedClient c = enrolled(new RetryPolicy(100, 400, 60_000));
+    for (int i = 0; i < 4; i++) {
+      script.add(new Answer(i % 2 == 0 ? 500 : 502, "oops"));
+    }
+    script.add(new Answer(200, task("wait", "")));
+    c.poll();
+    long[] caps = {100, 200, 400, 400};  // min(cap, base 2^k), then jitter 0.5..1.5
+    assertEquals(4, waits.size());
+    for (int k = 0; k < caps.length; k++) {
+      assertTrue(waits.get(k) + " for attempt " + k,
+          waits.get(k) >= caps[k] / 2 && waits.get(k) <= caps[k] * 3 / 2);
+    }
+  }
+
+  @Test
+  public void finalRefusalsAreNotRetriedAndCarryTheServersMessage() throws Exception {
+    FederatedClient c = enrolled(RetryPolicy.defaults());
+    script.add(new Answer(409, "{\"detail\": \"run 1 is paused\"}"));  // no Retry-After
+    try {
+      c.poll();
+      fail();
+    } catch (ServerRefused e) {
+      assertEquals(409, e.status);
+      assertEquals("run 1 is paused", e.detail);
+    }
+    script.add(new Answer(401, "not json at all"));
+    try {
+      c.poll();
+      fail();
+    } catch (ServerRefused e) {
+      assertEquals("not json at all", e.detail);
+    }
+    assertEquals(2, requests.size());
+    assertTrue(waits.isEmpty());
+  }
+
+  @Test
+  public void givesUpWhenTheRetryBudgetIsSpent() throws Exception {
+    FederatedClient c = enrolled(new RetryPolicy(100, 100, 250));
+    server.stop(0);  // connection refused from now on
+    try {
+      c.poll();
+      fail();
+    } catch (ServerUnavailable e) {
+      assertTrue(e.getMessage(), e.getMessage().contains("gave up after"));
+    }
+    assertFalse(waits.isEmpty());
+  }
+
+  @Test
+  public void theGlobalStateIsCachedByHashAndVerified() throws Exception {
+    FederatedClient c = enrolled(RetryPolicy.defaults());
+    byte[] global = Safetensors.write(Collections.singletonMap("w",
+        TensorData.ofFloats(new long[] {2}, new float[] {1, 2})), null);
+    String digest = Sha256.hex(global);
+    script.add(new Answer(200, global));
+    assertArrayEquals(new float[] {1, 2}, c.globalState(digest).tensors.get("w").floats(), 0);
+    assertArrayEquals(new float[] {1, 2}, c.globalState(digest).tensors.get("w").floats(), 0);
+    assertEquals("the second call is served from the cache", 1, requests.size());
+
+    Files.write(new File(tmp.getRoot(), FederatedClient.GLOBAL).toPath(), new byte[] {1, 2});
+    script.add(new Answer(200, global));
+    c.globalState(digest);
+    assertEquals("a damaged cache is downloaded again", 2, requests.size());
+
+    script.add(new Answer(200, global));
+    try {
+      c.globalState(Sha256.hex(new byte[0]));
+      fail();
+    } catch (IOException e) {
+      assertTrue(e.getMessage(), e.getMessage().contains("hashes to " + digest));
+    }
+  }
+
+  @Test
+  public void aPausedRoundKeepsThePendingUploadAndResendsItWithoutTraining() throws Exception {
+    FederatedClient c = enrolled(RetryPolicy.defaults());
+    byte[] global = Safetensors.write(Collections.singletonMap("w",
+        TensorData.ofFloats(new long[] {1}, new float[] {0.5f})), null);
+    String train = task("train", ", \"run_id\": 1, \"round\": 4, \"global_hash\": \""
+        + Sha256.hex(global) + "\", \"config\": {\"lr\": 0.1}");
+    int[] trained = {0};
+    RoundTrainer trainer = (task, g, state) -> {
+      trained[0]++;
+      return new RoundTrainer.Result(g.tensors, 12, Collections.singletonMap("loss", 0.5),
+          new ClientState(Collections.singletonMap("p", TensorData.ofFloats(new long[] {1},
+              new float[] {9})), Collections.emptyMap()));
+    };
+    script.add(new Answer(200, train));
+    script.add(new Answer(200, global));
+    script.add(new Answer(409, "{\"detail\": \"run 1 is paused\"}"));
+    try {
+      c.step(trainer);
+      fail();
+    } catch (ServerRefused e) {
+      assertEquals(409, e.status);
+    }
+    // a refused update is dropped: train again; the app is killed before the upload
+    script.add(new Answer(200, train));
+    HttpTransport killedAfterPersist = (m, u, h, b) -> {
+      if (m.equals("PUT")) {
+        throw new FlServerTest.Killed();
+      }
+      return new UrlConnectionTransport(2_000, 5_000).send(m, u, h, b);
+    };
+    try {
+      new FederatedClient(url(), tmp.getRoot(), killedAfterPersist, RetryPolicy.defaults(),
+          waits::add).step(trainer);
+      fail();
+    } catch (FlServerTest.Killed expected) {
+      // the pending round is on disk
+    }
+    assertEquals(2, trained[0]);
+    File pending = new File(tmp.getRoot(), PendingRound.FILE);
+    byte[] upload = PendingRound.fromBytes(Files.readAllBytes(pending.toPath()), "p").upload;
+
+    script.add(new Answer(200, task("paused", ", \"run_id\": 1")));
+    assertEquals("paused", c.step(trainer).status);
+    assertTrue("a pause keeps the pending round", pending.exists());
+
+    bodies.clear();
+    script.add(new Answer(200, train));
+    script.add(new Answer(200, "{\"run_id\": 1, \"round\": 4, \"sha256\": \"x\", "
+        + "\"duplicate\": false}"));
+    StepResult result = c.step(trainer);
+    assertEquals(StepResult.TRAINED, result.status);
+    assertEquals(2, trained[0]);
+    assertArrayEquals(upload, bodies.get(1));
+    assertTrue(requests.get(requests.size() - 1).endsWith("/v1/runs/1/rounds/4/update?"
+        + "num_samples=12"));
+    assertFalse(pending.exists());
+    assertArrayEquals(new float[] {9},
+        c.clientState(1).tensors.get("p").floats(), 0);
+    Safetensors sent = Safetensors.parse(upload, "upload");
+    assertEquals("{\"loss\":0.5}", sent.metadata.get(Wire.METRICS));
+  }
+}
