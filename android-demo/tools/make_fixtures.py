@@ -156,7 +156,8 @@ def main() -> None:
     """Write the fixtures selected on the command line (default: all)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", metavar="CASE",
-                        help=f"'preprocess', 'safetensors' and/or case names: {[c.name for c in CASES]}")
+                        help="'preprocess', 'safetensors' and/or case names: "
+                             f"{[c.name for c in CASES]}")
     parser.add_argument("--work", type=Path, help="keep runs and exports here (default: temp)")
     args = parser.parse_args()
     only = set(args.only) if args.only else None
