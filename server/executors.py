@@ -97,6 +97,7 @@ class SequentialExecutor(Executor):
 
 EXECUTORS: dict[str, str] = {
     "sequential": "pflkit.server.executors:SequentialExecutor",
+    "ray": "pflkit.server.ray_executor:RayExecutor",
 }
 
 

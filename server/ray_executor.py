@@ -1,0 +1,200 @@
+"""The Ray executor: client fits as calls on a pool of Ray actors, on one machine or a cluster.
+
+Ray (``pip install 'pflkit[ray]'``) is the engine Flower's simulation uses. Here each actor is
+a worker process holding the algorithm and every client's training rows: the rows go into
+Ray's object store once per run and each worker reads them once, so a round only ships the
+global state (once per round, as safetensors bytes) and each client's private state. Results
+come back as safetensors bytes and are yielded in client-id order whatever order the workers
+finish in, so with one torch thread per worker a run is bit-identical to the sequential
+executor with one thread.
+
+A worker that dies mid-round (a killed process, a lost node) is restarted by Ray and the
+clients it held are sent again; their fits are deterministic, so the round's result is the
+same. Ray serializes the algorithm object and the data between our own processes with its own
+object store; nothing from outside the run is unpickled.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from pflkit.sdk.algorithms.base import Algorithm, ClientState, FitResult, RoundContext, State
+from pflkit.sdk.data.federation import Federation
+from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.device import check_precision, data_to, resolve_device, state_to
+from pflkit.sdk.run_config import ExecutionConfig
+from pflkit.sdk.state_store import client_state_from_bytes, client_state_to_bytes
+from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
+from pflkit.sdk.training import autocast_training
+from pflkit.server.executors import ClientTask, Executor
+from pflkit.server.faults import crash_point
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 4  # a client is sent at most this many times before the round fails
+
+
+class ClientFitFailed(RuntimeError):
+    """A client's fit kept failing on the Ray workers (its error, or workers dying)."""
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as err:
+        raise ImportError("the ray executor needs Ray: pip install 'pflkit[ray]'") from err
+    return ray
+
+
+class ClientWorker:
+    """One worker process: the algorithm, all clients' rows, and the round's global state."""
+
+    def __init__(self, algorithm: Algorithm, rows: dict[int, tuple[np.ndarray, np.ndarray]],
+                 device: str, threads: int, precision: str) -> None:
+        torch.set_num_threads(threads)
+        self.device = resolve_device(device)  # "auto" is resolved where the worker runs
+        self.algorithm = algorithm.to(self.device)
+        self.autocast = check_precision(precision)
+        # copies: the object store's arrays are read-only, and the worker may move them
+        self.data = {cid: data_to(LabeledTensors(torch.tensor(x), torch.tensor(y)), self.device)
+                     for cid, (x, y) in rows.items()}
+        self._global: tuple[int, State] | None = None
+
+    def pid(self) -> int:
+        """The worker's process id (tests kill workers)."""
+        return os.getpid()
+
+    def _global_state(self, key: int, payload: bytes) -> State:
+        """Decode the round's global state once per worker and round."""
+        if self._global is None or self._global[0] != key:
+            self._global = key, state_to(state_from_bytes(payload, "global state"), self.device)
+        return self._global[1]
+
+    def fit(self, key: int, global_payload: bytes, client_id: int, state: bytes,
+            ctx: RoundContext) -> tuple[bytes, bytes, int, dict[str, float]]:
+        """One client's round: (update, new client state, samples, metrics)."""
+        crash_point("ray_worker_fit")
+        global_state = self._global_state(key, global_payload)
+        with autocast_training(self.autocast):
+            result = self.algorithm.fit(global_state, client_state_from_bytes(state),
+                                        self.data[client_id], ctx)
+        return (state_to_bytes(result.update), client_state_to_bytes(result.client_state),
+                result.num_samples, result.metrics)
+
+    def personalize(self, key: int, global_payload: bytes, client_id: int, state: bytes,
+                    ctx: RoundContext) -> bytes:
+        """One client's post-federation stage: its new state."""
+        global_state = self._global_state(key, global_payload)
+        with autocast_training(self.autocast):
+            new = self.algorithm.personalize(global_state, client_state_from_bytes(state),
+                                             self.data[client_id], ctx)
+        return client_state_to_bytes(new)
+
+
+class RayExecutor(Executor):
+    """Client fits on Ray actors; local Ray on this machine's cores unless ``ray_address``."""
+
+    def __init__(self, settings: ExecutionConfig, federation: Federation,
+                 algorithm: Algorithm) -> None:
+        super().__init__(settings, federation, algorithm)
+        ray = self._ray = _import_ray()
+        self._owns_ray = not ray.is_initialized()
+        if self._owns_ray:
+            if settings.ray_address:
+                ray.init(address=settings.ray_address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        rows = {cid: (c.train.x.cpu().numpy(), c.train.y.cpu().numpy())
+                for cid, c in federation.all_clients.items()}
+        self._rows = ray.put(rows)  # shipped to each worker once, not every round
+        # PFLKIT_* variables (thread counts, the kill tests' crash points) reach the workers
+        env = {k: v for k, v in os.environ.items() if k.startswith("PFLKIT_")}
+        self._actor = ray.remote(num_cpus=settings.num_cpus, num_gpus=settings.num_gpus,
+                                 max_restarts=-1, max_task_retries=0,
+                                 runtime_env={"env_vars": env} if env else None)(ClientWorker)
+        threads = max(1, int(settings.num_cpus))
+        shipped = ray.put(algorithm)
+        self.workers = [self._actor.remote(shipped, self._rows, settings.device, threads,
+                                           settings.precision)
+                        for _ in range(self._worker_count())]
+        self._key = 0
+
+    def _worker_count(self) -> int:
+        if self.settings.workers is not None:
+            return self.settings.workers
+        resources = self._ray.cluster_resources()
+        fits = [int(resources.get("CPU", 1) // self.settings.num_cpus)]
+        if self.settings.num_gpus > 0:
+            fits.append(int(resources.get("GPU", 0) // self.settings.num_gpus))
+        return max(1, min(fits))
+
+    def pids(self) -> list[int]:
+        """Process ids of the workers (for tests and monitoring)."""
+        return self._ray.get([w.pid.remote() for w in self.workers])
+
+    def _run(self, method: str, global_state: State, tasks: Sequence[ClientTask]
+             ) -> Iterator[Any]:
+        """Call ``method`` for every task on free workers; yield its results in task order."""
+        ray = self._ray
+        self._key += 1
+        payload = ray.put(state_to_bytes(global_state))  # once per round, for every worker
+        queue = list(range(len(tasks)))
+        attempts = [0] * len(tasks)
+        running: dict[Any, tuple[int, int]] = {}  # object ref -> (task index, worker index)
+        done: dict[int, Any] = {}
+        idle = list(range(len(self.workers)))
+        next_out = 0
+        while next_out < len(tasks):
+            while queue and idle:
+                index, worker = queue.pop(0), idle.pop(0)
+                task = tasks[index]
+                attempts[index] += 1
+                call = getattr(self.workers[worker], method)
+                ref = call.remote(self._key, payload, task.client_id,
+                                  client_state_to_bytes(task.state), task.context)
+                running[ref] = index, worker
+            if next_out in done:
+                yield done.pop(next_out)
+                next_out += 1
+                continue
+            (ref,), _ = ray.wait(list(running), num_returns=1)
+            index, worker = running.pop(ref)
+            idle.append(worker)
+            try:
+                done[index] = ray.get(ref)
+            except ray.exceptions.RayActorError as err:
+                client = tasks[index].client_id
+                if attempts[index] >= MAX_ATTEMPTS:
+                    raise ClientFitFailed(f"client {client}: its worker died "
+                                          f"{attempts[index]} times ({err})") from err
+                log.warning("worker died while fitting client %d; sending it again", client)
+                queue.insert(0, index)
+            except ray.exceptions.RayTaskError as err:
+                raise ClientFitFailed(f"client {tasks[index].client_id}: "
+                                      f"{err.cause!r}") from err
+
+    def fit(self, global_state: State, tasks: Sequence[ClientTask]) -> Iterator[FitResult]:
+        """Fit the tasks on the workers; results in task order, tensors on the CPU."""
+        for update, state, samples, metrics in self._run("fit", global_state, tasks):
+            yield FitResult(state_from_bytes(update, "update"), client_state_from_bytes(state),
+                            samples, metrics)
+
+    def personalize(self, global_state: State, tasks: Sequence[ClientTask]
+                    ) -> Iterator[ClientState]:
+        """The post-federation stage on the workers; states in task order."""
+        for state in self._run("personalize", global_state, tasks):
+            yield client_state_from_bytes(state)
+
+    def close(self) -> None:
+        """Stop the workers, and Ray itself if this executor started it."""
+        for worker in self.workers:
+            self._ray.kill(worker)
+        self.workers = []
+        if self._owns_ray and self._ray.is_initialized():
+            self._ray.shutdown()
