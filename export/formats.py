@@ -3,36 +3,32 @@
 ONNX: ``torch.onnx.export(dynamo=True)`` (the torch.export-based exporter, default opset of
 the installed torch) with an unbounded ``batch`` dimension; the card goes into
 ``metadata_props``; int8 is onnxruntime's static QDQ quantization (per-channel int8 weights,
-uint8 activations) calibrated on the client's train rows.
+uint8 activations) calibrated on the client's train rows (:mod:`pflkit.export.quantize`).
 
 ExecuTorch: ``torch.export`` -> ``to_edge_transform_and_lower`` with the XNNPACK partitioner;
 the card is the constant method ``model_card`` (uint8 tensor of UTF-8 JSON); int8 is torchao's
-pt2e flow with the XNNPACK quantizer (symmetric, per-channel). The batch dimension is bounded
+pt2e flow with the XNNPACK quantizer (symmetric, per-channel). Runtime inputs such as ``lam``
+stay float in both. The batch dimension is bounded
 by :data:`PTE_MAX_BATCH` because ExecuTorch plans memory for the largest shape.
 """
 
 from __future__ import annotations
 
 import logging
-import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from pflkit.export.contract import Exportable, ExportError
+from pflkit.export.quantize import quantize_onnx, quantize_pt2e
 from pflkit.sdk.tensorio import atomic_write_bytes
 
 PTE_MAX_BATCH = 64
 CARD_KEY = "pflkit.model_card"  # ONNX metadata_props key
 CARD_METHOD = "model_card"  # ExecuTorch constant method
-CALIBRATION_BATCH = 32
-
-if TYPE_CHECKING:
-    import onnx
 
 Runner = Callable[[tuple[torch.Tensor, ...]], list[torch.Tensor]]
 
@@ -71,12 +67,6 @@ class Format(ABC):
         return call
 
 
-def _calibration_batches(ex: Exportable, images: torch.Tensor
-                         ) -> Iterator[tuple[torch.Tensor, ...]]:
-    for start in range(0, len(images), CALIBRATION_BATCH):
-        yield ex.feeds(images[start:start + CALIBRATION_BATCH])
-
-
 class OnnxFormat(Format):
     """ONNX for onnxruntime (and anything else that reads ONNX)."""
 
@@ -97,35 +87,9 @@ class OnnxFormat(Format):
             raise ExportError("torch.onnx.export returned no program")
         model = program.model_proto
         if calibration is not None:
-            model = self._quantize(model, ex, calibration)
+            model = quantize_onnx(model, ex, calibration)
         onnx.helper.set_model_props(model, {CARD_KEY: card_json})
         atomic_write_bytes(path, model.SerializeToString())
-
-    @staticmethod
-    def _quantize(model: onnx.ModelProto, ex: Exportable, calibration: torch.Tensor
-                  ) -> onnx.ModelProto:
-        import onnx
-        from onnxruntime.quantization import (
-            CalibrationDataReader,
-            QuantFormat,
-            QuantType,
-            quantize_static,
-        )
-
-        class Reader(CalibrationDataReader):
-            def __init__(self) -> None:
-                self.batches = (dict(zip(ex.input_names, (t.numpy() for t in feeds), strict=True))
-                                for feeds in _calibration_batches(ex, calibration))
-
-            def get_next(self) -> dict[str, np.ndarray] | None:
-                return next(self.batches, None)
-
-        with tempfile.TemporaryDirectory() as tmp:
-            src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
-            onnx.save(model, src)
-            quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-            return onnx.load(dst)
 
     def load(self, path: Path, threads: int = 1) -> Runner:
         """Open an onnxruntime CPU session."""
@@ -167,29 +131,12 @@ class PteFormat(Format):
         dynamic = ex.dynamic_shapes(PTE_MAX_BATCH)
         program = torch.export.export(ex.module, example, dynamic_shapes=dynamic)
         if calibration is not None:
-            program = torch.export.export(self._quantize(program, ex, calibration), example,
+            program = torch.export.export(quantize_pt2e(program, ex, calibration), example,
                                           dynamic_shapes=dynamic)
         card = torch.tensor(list(card_json.encode()), dtype=torch.uint8)
         lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()],
                                               constant_methods={CARD_METHOD: card})
         atomic_write_bytes(path, lowered.to_executorch().buffer)
-
-    @staticmethod
-    def _quantize(program: torch.export.ExportedProgram, ex: Exportable,
-                  calibration: torch.Tensor) -> torch.nn.Module:
-        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-            XNNPACKQuantizer,
-            get_symmetric_quantization_config,
-        )
-        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-        quantizer = XNNPACKQuantizer().set_global(
-            get_symmetric_quantization_config(is_per_channel=True))
-        prepared = prepare_pt2e(program.module(), quantizer)
-        with torch.no_grad():
-            for feeds in _calibration_batches(ex, calibration):
-                prepared(*feeds)
-        return convert_pt2e(prepared)
 
     def load(self, path: Path, threads: int = 1) -> Runner:
         """Load ``forward`` in the ExecuTorch Python runtime (XNNPACK on ``threads`` threads)."""

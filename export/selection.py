@@ -122,13 +122,14 @@ def build_exportable(source: Source, selection: Selection
     batch_logits = ("batch", spec.num_classes)
     inputs = [TensorSpec("image", ("batch", *spec.input_shape), {"layout": "NCHW"})]
     runtime = lam == "runtime"
-    if runtime:
-        inputs.append(TensorSpec("lam", (1,), {"range": [0.0, 1.0]}))
-    names = ["logits", "generic_logits"] if two_heads and selection.head == "personalized" \
-        else ["logits"]
-    outputs = [TensorSpec(n, batch_logits, {"meaning": "logits"}) for n in names]
     chosen = source.client_state.meta.get("lambda")
     feed_lam = (float(chosen) if chosen is not None else RUNTIME_DEFAULT_LAMBDA) if runtime \
         else None
+    if runtime:  # the graph clamps lam into its range and reads NaN as "nan"
+        inputs.append(TensorSpec("lam", (1,), {"range": [0.0, 1.0], "default": feed_lam,
+                                               "nan": float(module.nan_lambda)}))
+    names = ["logits", "generic_logits"] if two_heads and selection.head == "personalized" \
+        else ["logits"]
+    outputs = [TensorSpec(n, batch_logits, {"meaning": "logits"}) for n in names]
     exportable = Exportable(module.eval(), inputs, outputs, feed_lam)
     return exportable, _mixture(source, selection, lam, choice)

@@ -11,6 +11,11 @@ blends the two outputs; batch norm (eval) blends its per-channel statistics and 
 parameters, a few vectors. The result is W(lambda)'s function exactly (up to float rounding)
 at twice the multiply-adds, all of them delegable. A model with any other parameterized layer
 falls back to blending the weights in the graph.
+
+A runtime lambda is sanitized in the graph before any use (:func:`sanitize_lambda`): values
+outside [0, 1] are clamped to the nearest endpoint (W(lambda) would extrapolate silently) and
+NaN becomes the module's ``nan_lambda`` (a NaN would make every logit NaN), so every input
+value gives one of the models of the subspace, in every runtime.
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ LINEAR_IN_PARAMETERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 def mix(wf: torch.Tensor, wl: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
     """W(lambda) = (1 - lambda) w_f + lambda w_l, one fused kernel (exact at lambda = 0 and 1)."""
     return torch.lerp(wf, wl, lam)
+
+
+def sanitize_lambda(lam: torch.Tensor, nan_lambda: float) -> torch.Tensor:
+    """Clamp lambda into [0, 1] (+-inf to the endpoints) and replace NaN by ``nan_lambda``."""
+    return torch.where(torch.isnan(lam), torch.full_like(lam, nan_lambda), lam).clamp(0.0, 1.0)
 
 
 def float_buffers(model: nn.Module) -> list[str]:
@@ -117,11 +127,16 @@ class RuntimeMixture(nn.Module):
     """``forward(x, lam)``: the client's subspace with lambda as an input, float32 of shape (1,).
 
     Two-endpoint layers where the model allows it (see the module docstring); otherwise both
-    endpoints as plain submodules and W(lambda) computed in the graph.
+    endpoints as plain submodules and W(lambda) computed in the graph. ``nan_lambda`` is the
+    lambda a NaN input stands for; other inputs are clamped into [0, 1].
     """
 
-    def __init__(self, federated: nn.Module, local: nn.Module, mixed: list[str]) -> None:
+    def __init__(self, federated: nn.Module, local: nn.Module, mixed: list[str],
+                 nan_lambda: float = 0.0) -> None:
         super().__init__()
+        if not 0.0 <= nan_lambda <= 1.0:
+            raise ValueError(f"nan_lambda must be in [0, 1], got {nan_lambda}")
+        self.nan_lambda = float(nan_lambda)
         self._lam = _Lambda()
         federated, local = federated.eval(), local.eval()
         self.network = _two_endpoint_graph(federated, local, self._lam)
@@ -137,7 +152,8 @@ class RuntimeMixture(nn.Module):
         return self.network is not None
 
     def forward(self, x: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
-        """Logits (B, C) of W(lam) for inputs (B, C, H, W); lam is a (1,) tensor in [0, 1]."""
+        """Logits (B, C) of W(lam) for inputs (B, C, H, W); lam: a (1,) tensor (sanitized)."""
+        lam = sanitize_lambda(lam, self.nan_lambda)
         if self.network is None:
             return functional_call(self.federated, mix_states(self.federated, self.local,
                                                               self.mixed, lam), (x,))

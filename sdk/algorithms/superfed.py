@@ -286,28 +286,45 @@ class SuPerFed(Algorithm):
         grid = LAMBDA_GRID if self.params.sweep else ()
         return {"best": Choice(lam="best")} | {f"{lam:.1f}": Choice(lam=lam) for lam in grid}
 
+    def default_lambda(self, client_state: ClientState) -> float:
+        """The client's chosen lambda, else 0.5 once it has mixed, else 0 (w_f alone)."""
+        meta = client_state.meta
+        return float(meta.get("lambda", 0.5 if meta.get("mixed_rounds", 0) else 0.0))
+
+    def resolve_lambda(self, client_state: ClientState, lam: float | str | None
+                       ) -> float | str:
+        """The one place a lambda choice is checked: a number in [0, 1] or "runtime".
+
+        None is :meth:`default_lambda`; "best" the chosen lambda (an error before one is).
+        """
+        if lam is None:
+            return self.default_lambda(client_state)
+        if lam == "best":
+            if "lambda" not in client_state.meta:
+                raise ValueError(f"{self.name}: no lambda chosen yet for this client (run "
+                                 f"personalize first, or give a lambda)")
+            return float(client_state.meta["lambda"])
+        if lam == "runtime":
+            return lam
+        if isinstance(lam, bool) or not isinstance(lam, int | float) or \
+                not 0.0 <= lam <= 1.0:
+            raise ValueError(f"{self.name}: lambda must be in [0, 1], 'best' or 'runtime', "
+                             f"got {lam!r}")
+        return float(lam)
+
     def personalized_model(self, global_state: State, client_state: ClientState,
                            choice: Choice | None = None) -> nn.Module:
         """W(lambda) as a plain module (a float or "best"), or ``forward(x, lam)`` ("runtime").
 
-        No choice: the client's chosen lambda, else 0.5 once it has mixed, else 0 (w_f).
+        No lambda: :meth:`default_lambda`. The runtime module clamps lam into [0, 1] and reads
+        NaN as :meth:`default_lambda`.
         """
         if choice is not None and choice.class_distribution is not None:
             raise ValueError(f"{self.name}: takes no class distribution")
-        lam = choice.lam if choice is not None else None
-        meta = client_state.meta
-        if lam is None:
-            lam = meta.get("lambda", 0.5 if meta.get("mixed_rounds", 0) else 0.0)
-        elif lam == "best":
-            if "lambda" not in meta:
-                raise ValueError(f"{self.name}: no lambda chosen yet (run personalize first)")
-            lam = meta["lambda"]
-        if not (lam == "runtime" or isinstance(lam, int | float) and 0.0 <= lam <= 1.0):
-            raise ValueError(f"{self.name}: lambda must be in [0, 1], 'best' or 'runtime', "
-                             f"got {lam!r}")
+        lam = self.resolve_lambda(client_state, choice.lam if choice is not None else None)
         federated, local, names = self._endpoints(global_state, client_state)
         if lam == "runtime":
-            return RuntimeMixture(federated, local, names)
+            return RuntimeMixture(federated, local, names, self.default_lambda(client_state))
         lam_t = torch.tensor([float(lam)], dtype=torch.float32)
         with torch.no_grad():
             federated.load_state_dict(mix_states(federated, local, names, lam_t), strict=False)

@@ -1,0 +1,121 @@
+"""Verification, part of every export: each artifact runs in its own runtime beside eager PyTorch.
+
+fp32: max |artifact - eager| <= :data:`FP32_TOLERANCE` on every output at several batch sizes,
+and the same top-1 accuracy on the test rows. int8 reports its accuracy drop (the caller
+refuses it above a threshold). A model with a runtime input (SuPerFed's ``lam``) is checked
+at both ends of the input's range, at :data:`INTERIOR` and at its default, with the test
+top-1 of each value in the card (an int8 file that ignored lambda shows up at the other
+values); and out-of-range values must give exactly the output of the clamped value in the
+artifact itself (NaN: the input's ``nan`` value).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pflkit.export.contract import Exportable, ExportError
+from pflkit.export.formats import Runner
+from pflkit.sdk.data.tensors import LabeledTensors
+
+BATCH_SIZES = (1, 7, 32)
+FP32_TOLERANCE = 1e-4
+PREDICT_CHUNK = 500
+INTERIOR = 0.37  # a runtime value inside the range that no lambda grid (0.1 steps) contains
+OUT_OF_RANGE_MARGIN = 0.5  # checked just outside each end, besides +-inf and NaN
+
+
+def _rows(x: torch.Tensor, n: int) -> torch.Tensor:
+    """``n`` real rows (repeated when the split is smaller)."""
+    return x.repeat(-(-n // len(x)), *(1,) * (x.dim() - 1))[:n]
+
+
+def predict(call: Callable[[tuple[torch.Tensor, ...]], list[torch.Tensor]], ex: Exportable,
+            x: torch.Tensor, value: float | None = None) -> torch.Tensor:
+    """Headline logits of all rows (runtime input ``value``), computed in chunks."""
+    return torch.cat([call(ex.feeds(x[i:i + PREDICT_CHUNK], value))[0]
+                      for i in range(0, len(x), PREDICT_CHUNK)])
+
+
+def checked_values(ex: Exportable) -> list[float | None]:
+    """Runtime input values verified: range ends, :data:`INTERIOR`, the default (or [None])."""
+    if ex.lam is None:
+        return [None]
+    low, high = ex.inputs[1].extra["range"]
+    return sorted({float(low), INTERIOR, float(ex.lam), float(high)})
+
+
+def clamp_cases(ex: Exportable) -> list[tuple[float, float]]:
+    """(out-of-range input, the in-range value the graph must treat it as)."""
+    spec = ex.inputs[1].extra
+    low, high = spec["range"]
+    return [(low - OUT_OF_RANGE_MARGIN, low), (high + OUT_OF_RANGE_MARGIN, high),
+            (-math.inf, low), (math.inf, high), (math.nan, spec["nan"])]
+
+
+def _scores(logits: torch.Tensor, eager: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    pred, ref = logits.argmax(1), eager.argmax(1)
+    return {"top1_agreement": float((pred == ref).float().mean()),
+            "test_top1_eager": float((ref == y).float().mean()),
+            "test_top1_artifact": float((pred == y).float().mean())}
+
+
+def _check_clamping(ex: Exportable, run: Runner, x: torch.Tensor, file: str) -> list[str]:
+    """Out-of-range runtime values give the clamped value's output, bit for bit."""
+    checked = []
+    for value, target in clamp_cases(ex):
+        expected = run(ex.feeds(x, target))
+        for ref, got in zip(expected, run(ex.feeds(x, value)), strict=True):
+            if not torch.equal(ref, got):
+                raise ExportError(f"{file}: {ex.inputs[1].name} = {value} does not give the "
+                                  f"output of {target} (max |diff| "
+                                  f"{float((ref - got).abs().nan_to_num(math.inf).max()):.3e})")
+        checked.append(str(value))
+    return checked
+
+
+def verify(ex: Exportable, run: Runner, test: LabeledTensors, file: str, precision: str
+           ) -> dict[str, Any]:
+    """Compare an artifact with eager PyTorch; the card's parity entry (raises on fp32 drift)."""
+    values = checked_values(ex)
+    diff = 0.0
+    for value in values:
+        for size in BATCH_SIZES:
+            feeds = ex.feeds(_rows(test.x, size), value)
+            for ref, got in zip(ex.eager(*feeds), run(feeds), strict=True):
+                diff = max(diff, float((ref - got.reshape(ref.shape)).abs().max()))
+    per_value = []
+    for value in values:
+        eager = predict(lambda feeds: ex.eager(*feeds), ex, test.x, value)
+        per_value.append({"lam": value, **_scores(predict(run, ex, test.x, value), eager,
+                                                  test.y)})
+    headline = next(p for p in per_value if p["lam"] == ex.lam)
+    entry: dict[str, Any] = {
+        "file": file, "precision": precision, "batch_sizes": list(BATCH_SIZES),
+        "max_abs_diff": diff, **{k: v for k, v in headline.items() if k != "lam"},
+        "test_rows": len(test),
+    }
+    if ex.lam is not None:
+        entry["lam"] = ex.lam
+        entry["lams_checked"] = values
+        entry["per_lambda"] = per_value
+        entry["clamp_checked"] = _check_clamping(ex, run, _rows(test.x, BATCH_SIZES[-1]), file)
+    if precision == "fp32":
+        if diff > FP32_TOLERANCE:
+            raise ExportError(f"{file}: max |artifact - eager| = {diff:.3e} > {FP32_TOLERANCE:g} "
+                              f"(batch sizes {list(BATCH_SIZES)})")
+        for p in per_value:
+            if p["test_top1_artifact"] != p["test_top1_eager"]:
+                at = "" if p["lam"] is None else f" at lam = {p['lam']}"
+                raise ExportError(f"{file}: test top-1 {p['test_top1_artifact']:.4f} differs "
+                                  f"from eager {p['test_top1_eager']:.4f}{at} on {len(test)} "
+                                  f"rows")
+    else:
+        worst = max(per_value, key=lambda p: p["test_top1_eager"] - p["test_top1_artifact"])
+        entry["accuracy_drop"] = worst["test_top1_eager"] - worst["test_top1_artifact"]
+        if worst["lam"] is not None:
+            entry["accuracy_drop_lam"] = worst["lam"]
+    return entry
