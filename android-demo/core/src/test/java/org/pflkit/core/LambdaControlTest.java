@@ -2,6 +2,7 @@ package org.pflkit.core;
 
 import static org.junit.Assert.assertArrayEquals;
 import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertFalse;
 import static org.junit.Assert.assertTrue;
 
 import java.io.File;
@@ -59,6 +60,23 @@ public class LambdaControlTest {
     ModelCard card = ModelCard.parse(Fixtures.mutate(text, "parity", Arrays.asList(entry)));
     assertEquals(0.7f, card.verifiedLambda, 0f);
     assertEquals(0.7f, new LambdaControl(card).initial(), 0f);
+  }
+
+  @Test
+  public void placingTheSliderKeepsTheExactVerifiedLambda() {
+    String text = Fixtures.read(new File(cardDir(true), "model_card.json"));
+    Map<String, Object> entry = new HashMap<>();
+    entry.put("file", "model.pte");
+    entry.put("lam", 0.137);
+    LambdaSlider slider = new LambdaSlider(new LambdaControl(
+        ModelCard.parse(Fixtures.mutate(text, "parity", Arrays.asList(entry)))), 100);
+    assertEquals(14, slider.position());
+    assertFalse("the app placing the slider changes nothing",
+        slider.onProgress(slider.position(), false));
+    assertEquals(0.137f, slider.value(), 0f);
+    assertTrue(slider.onProgress(40, true));
+    assertEquals(0.4f, slider.value(), 1e-7f);
+    assertFalse(slider.onProgress(40, true));
   }
 
   @Test(expected = IllegalArgumentException.class)
