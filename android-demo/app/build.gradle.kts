@@ -9,7 +9,9 @@ android {
 
     defaultConfig {
         applicationId = "org.pflkit.demo"
-        minSdk = 24
+        // ExecuTorch's native library is built for API 26 (Android 8.0); ModelLoader still
+        // falls back to the .onnx if it cannot load.
+        minSdk = 26
         targetSdk = 36
         versionCode = 1
         versionName = "0.1.0"
@@ -47,4 +49,7 @@ dependencies {
     implementation(libs.onnxruntime.android)
     implementation(libs.androidx.appcompat)
     implementation(libs.androidx.activity.ktx)
+    implementation(libs.androidx.core.ktx)
+    implementation(libs.androidx.lifecycle.viewmodel.ktx)
+    implementation(libs.androidx.lifecycle.livedata.ktx)
 }

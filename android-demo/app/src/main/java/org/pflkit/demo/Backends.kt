@@ -17,6 +17,11 @@ interface Backend : Classifier.Backend, Closeable {
     val label: String
 
     companion object {
+        /**
+         * Load [file] in its runtime. A runtime whose native library cannot load throws an
+         * Error (UnsatisfiedLinkError, ExceptionInInitializerError): the caller goes through
+         * the core's ModelLoader, which catches those and falls back to the next file.
+         */
         fun open(artifact: ModelCard.Artifact, file: File, card: ModelCard): Backend =
             when (artifact.format) {
                 ModelCard.Artifact.EXECUTORCH -> ExecuTorchBackend(file, card)
@@ -54,7 +59,11 @@ class ExecuTorchBackend(file: File, private val card: ModelCard) : Backend {
 class OnnxBackend(file: File, private val card: ModelCard) : Backend {
     override val label = "ONNX Runtime (.onnx)"
     private val env = OrtEnvironment.getEnvironment()
-    private val session = env.createSession(file.absolutePath, OrtSession.SessionOptions())
+
+    // the options are only read while the session is created: close them right away
+    private val session = OrtSession.SessionOptions().use { options ->
+        env.createSession(file.absolutePath, options)
+    }
 
     override fun run(
         image: FloatArray,

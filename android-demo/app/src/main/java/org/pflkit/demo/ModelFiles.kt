@@ -3,16 +3,20 @@ package org.pflkit.demo
 import android.content.Context
 import java.io.File
 import java.io.FileNotFoundException
+import java.io.InputStream
 import org.pflkit.core.ArtifactCheck
+import org.pflkit.core.BundledFiles
 import org.pflkit.core.ModelCard
 
 /**
  * An exported model on the device: `model_card.json` and the artifacts it lists, in one folder.
  *
  * Looked up in the app's external files (`adb push` target, no permission needed), then in
- * `assets/model/` (copied to internal storage, since both runtimes load from a file path).
+ * `assets/model/`, installed once per app version into internal storage (both runtimes load
+ * from a file path) by the core's [BundledFiles]: atomically, so a start interrupted mid-copy
+ * never checks a half-written file against its card.
  */
-class ModelFiles private constructor(private val dir: File, val card: ModelCard) {
+class ModelFiles private constructor(val dir: File, val card: ModelCard) {
 
     /** Model files the card lists and the device has: ExecuTorch first, fp32 before int8. */
     fun models(): List<ModelCard.Artifact> = card.models().filter { File(dir, it.file).isFile }
@@ -25,7 +29,7 @@ class ModelFiles private constructor(private val dir: File, val card: ModelCard)
     }
 
     companion object {
-        private const val CARD = "model_card.json"
+        const val CARD = "model_card.json"
         private const val ASSET_DIR = "model"
 
         fun pushTarget(context: Context): File? = context.getExternalFilesDir(ASSET_DIR)
@@ -35,14 +39,10 @@ class ModelFiles private constructor(private val dir: File, val card: ModelCard)
             pushTarget(context)?.let { dir ->
                 if (File(dir, CARD).isFile) return load(dir)
             }
-            val assets = context.assets.list(ASSET_DIR).orEmpty()
-            if (CARD in assets) {
-                val dir = File(context.filesDir, ASSET_DIR).apply { mkdirs() }
-                for (name in assets) {
-                    context.assets.open("$ASSET_DIR/$name").use { input ->
-                        File(dir, name).outputStream().use { input.copyTo(it) }
-                    }
-                }
+            val bundled = context.assets.list(ASSET_DIR).orEmpty()
+            if (CARD in bundled) {
+                val dir = File(context.filesDir, ASSET_DIR)
+                BundledFiles.install(AssetSource(context, bundled.toList()), dir)
                 return load(dir)
             }
             throw FileNotFoundException(
@@ -52,5 +52,19 @@ class ModelFiles private constructor(private val dir: File, val card: ModelCard)
 
         private fun load(dir: File): ModelFiles =
             ModelFiles(dir, ModelCard.parse(File(dir, CARD).readText(Charsets.UTF_8)))
+    }
+
+    /** The APK's `assets/model/`; a new install or update of the app is a new bundle. */
+    private class AssetSource(
+        private val context: Context,
+        private val names: List<String>,
+    ) : BundledFiles.Source {
+        override fun names(): List<String> = names
+
+        override fun open(name: String): InputStream = context.assets.open("$ASSET_DIR/$name")
+
+        override fun version(): String =
+            context.packageManager.getPackageInfo(context.packageName, 0).lastUpdateTime
+                .toString()
     }
 }

@@ -10,7 +10,7 @@ package org.pflkit.core;
 public final class LambdaSlider {
   private final LambdaControl control;
   private final int steps;
-  private float value;
+  private volatile float value;
 
   public LambdaSlider(LambdaControl control, int steps) {
     if (steps < 1) {

@@ -37,6 +37,8 @@ public final class ModelCard {
    * uses the client's chosen lambda), or NaN when the card records none.
    */
   public final float verifiedLambda;
+  /** The personal part's training program ({@code pfl-export --trainer}), or null. */
+  public final TrainingSection training;
 
   private ModelCard(Map<String, Object> root) {
     String version = Fields.string(Fields.required(root, "schema_version", ""), "schema_version");
@@ -82,6 +84,8 @@ public final class ModelCard {
     Fields.object(Fields.required(root, "source", ""), "source");
     artifacts = readArtifacts(Fields.required(root, "artifacts", ""));
     verifiedLambda = readParity(Fields.required(root, "parity", ""));
+    Object train = Fields.optional(root, "training");
+    training = train == null ? null : new TrainingSection(train);
   }
 
   /** Parse and validate card text. */

@@ -1,0 +1,78 @@
+package org.pflkit.core.personal;
+
+import java.io.File;
+import java.io.IOException;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import org.pflkit.core.AtomicFiles;
+import org.pflkit.core.Safetensors;
+import org.pflkit.core.TensorData;
+import org.pflkit.core.TrainingSection;
+import org.pflkit.core.fl.ClientState;
+
+/**
+ * The personal weights a device trained, at rest in app storage as a client state
+ * ({@code client_state.safetensors} layout: the tensors named as the card's {@code parameters},
+ * metadata with the chosen lambda and the sha256 of the program they belong to, so weights of
+ * another export are never loaded into this one).
+ */
+public final class PersonalWeights {
+  public static final String FILE = "personal_weights.safetensors";
+  public static final String LAMBDA = "lam";
+  public static final String PROGRAM = "program_sha256";
+
+  private PersonalWeights() {}
+
+  /** Weights by name from safetensors bytes, checked against the card's parameters. */
+  public static Map<String, float[]> fromTensors(TrainingSection section,
+      Map<String, TensorData> tensors, String source) throws IOException {
+    Map<String, float[]> out = new LinkedHashMap<String, float[]>();
+    for (TrainingSection.Parameter p : section.parameters) {
+      TensorData t = tensors.get(p.name);
+      if (t == null || !t.dtype.equals(TensorData.F32) || !Arrays.equals(t.shape(), p.shape)) {
+        throw new IOException(source + ": parameter " + p.name + " is "
+            + (t == null ? "missing" : t + ", expected F32" + Arrays.toString(p.shape)));
+      }
+      out.put(p.name, t.floats());
+    }
+    return out;
+  }
+
+  /** The export's initial personal weights ({@code training.initial_weights}). */
+  public static Map<String, float[]> initial(TrainingSection section, File exportDir)
+      throws IOException {
+    File file = new File(exportDir, section.initialWeights);
+    byte[] bytes = AtomicFiles.readOrNull(file);
+    if (bytes == null) {
+      throw new IOException("no " + section.initialWeights + " beside the model card");
+    }
+    return fromTensors(section, Safetensors.parse(bytes, file.getPath()).tensors,
+        file.getPath());
+  }
+
+  /** The saved state for this program, or null (none saved, or saved for another program). */
+  public static ClientState load(File dir, String programSha256) throws IOException {
+    byte[] bytes = AtomicFiles.readOrNull(new File(dir, FILE));
+    if (bytes == null) {
+      return null;
+    }
+    ClientState state = ClientState.fromBytes(bytes, FILE);
+    return programSha256.equals(state.meta.get(PROGRAM)) ? state : null;
+  }
+
+  /** Save trained weights and the lambda chosen with them (null when the model has none). */
+  public static void save(File dir, TrainingSection section, String programSha256,
+      Map<String, float[]> weights, Float lambda) throws IOException {
+    Map<String, TensorData> tensors = new LinkedHashMap<String, TensorData>();
+    for (TrainingSection.Parameter p : section.parameters) {
+      tensors.put(p.name, TensorData.ofFloats(p.shape, weights.get(p.name)));
+    }
+    Map<String, Object> meta = new LinkedHashMap<String, Object>();
+    meta.put(PROGRAM, programSha256);
+    if (lambda != null) {
+      meta.put(LAMBDA, (double) lambda);
+    }
+    AtomicFiles.write(new File(dir, FILE), new ClientState(tensors, meta).toBytes());
+  }
+}

@@ -1,0 +1,105 @@
+package org.pflkit.core.personal;
+
+import java.util.Arrays;
+import java.util.Map;
+import java.util.Random;
+import org.pflkit.core.TrainingSection;
+
+/**
+ * The app's personalize flow: a quarter of the user's labelled samples is held out; the card's
+ * plan trains the personal part on the rest (splitting them further as the plan says, and
+ * re-choosing SuPerFed's lambda on its own split); the held-out accuracy is measured before and
+ * after with the same program.
+ */
+public final class Personalizer {
+  /** One held-out row per this many labelled rows. */
+  public static final int HOLD_OUT_EVERY = 4;
+
+  private Personalizer() {}
+
+  /** What personalizing did. */
+  public static final class Report {
+    public final int trainRows;
+    public final int heldOutRows;
+    /** Held-out top-1 before and after (NaN with fewer than {@value #HOLD_OUT_EVERY} rows). */
+    public final double accuracyBefore;
+    public final double accuracyAfter;
+    public final int steps;
+    public final Map<String, Float> losses;
+    /** The lambda evaluated before and chosen after (null without a lambda input). */
+    public final Float lambdaBefore;
+    public final Float lambdaAfter;
+    public final Map<String, float[]> weights;
+
+    Report(int trainRows, int heldOutRows, double before, double after, PlanRunner.Result run,
+        Float lambdaBefore, Float lambdaAfter, Map<String, float[]> weights) {
+      this.trainRows = trainRows;
+      this.heldOutRows = heldOutRows;
+      this.accuracyBefore = before;
+      this.accuracyAfter = after;
+      this.steps = run.steps;
+      this.losses = run.losses;
+      this.lambdaBefore = lambdaBefore;
+      this.lambdaAfter = lambdaAfter;
+      this.weights = weights;
+    }
+  }
+
+  /**
+   * Personalize {@code session} (already holding the weights to start from) on labelled
+   * preprocessed {@code images}; {@code lambda} is the model's current lambda (ignored without
+   * a lambda input). Deterministic in {@code seed}.
+   */
+  public static Report run(TrainingSection plan, TrainingSession session, long[] imageShape,
+      float[] images, long[] labels, float lambda, long seed) throws Exception {
+    PlanRunner runner = new PlanRunner(plan, session, imageShape);
+    PlanRunner.Data data = runner.prepare(images, labels);
+    Random rng = new Random(seed);
+    int[] order = PlanRunner.permutation(data.rows, rng);
+    int held = data.rows / HOLD_OUT_EVERY;
+    int[] heldOut = sorted(Arrays.copyOfRange(order, 0, held));
+    int[] train = sorted(Arrays.copyOfRange(order, held, data.rows));
+    PlanRunner.Data trainData = subset(data, train);
+
+    Float lamBefore = plan.lambda == null ? null : lambda;
+    float lam = lamBefore == null ? 0f : lamBefore;
+    double before = held == 0 ? Double.NaN : runner.accuracy(data, heldOut, lam);
+    Map<String, int[]> rows = runner.splitRows(trainData.rows, rng);
+    PlanRunner.Result result = runner.train(trainData, rows, rng);
+    Float lamAfter = lamBefore;
+    if (plan.chooseLambdaOn != null && rows.get(plan.chooseLambdaOn).length > 0) {
+      lamAfter = runner.chooseLambda(trainData, rows.get(plan.chooseLambdaOn));
+    }
+    double after = held == 0 ? Double.NaN
+        : runner.accuracy(data, heldOut, lamAfter == null ? 0f : lamAfter);
+    return new Report(train.length, held, before, after, result, lamBefore, lamAfter,
+        session.weights());
+  }
+
+  private static PlanRunner.Data subset(PlanRunner.Data data, int[] rows) {
+    java.util.List<float[]> inputs = new java.util.ArrayList<float[]>();
+    for (float[] all : data.inputs) {
+      if (all == null) {
+        inputs.add(null);
+        continue;
+      }
+      int size = all.length / Math.max(1, data.rows);
+      float[] part = new float[size * rows.length];
+      for (int i = 0; i < rows.length; i++) {
+        System.arraycopy(all, rows[i] * size, part, i * size, size);
+      }
+      inputs.add(part);
+    }
+    long[] labels = new long[rows.length];
+    for (int i = 0; i < rows.length; i++) {
+      labels[i] = data.labels[rows[i]];
+    }
+    return new PlanRunner.Data(rows.length, inputs, labels);
+  }
+
+  private static int[] sorted(int[] rows) {
+    int[] out = rows.clone();
+    Arrays.sort(out);
+    return out;
+  }
+}

@@ -1,0 +1,280 @@
+package org.pflkit.core.personal;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Random;
+import org.pflkit.core.TrainingSection;
+
+/**
+ * Walks a card's training plan against a {@link TrainingSession}: the Java twin of pflkit's
+ * Python {@code run_plan}, so the phone trains the personal part with the same schedule the
+ * export verified (epochs, phases, optimizers, row splits, SuPerFed's lambda draws and its
+ * re-choice of lambda on held-out rows). Random choices (splits, batch order, lambda draws) use
+ * a seeded {@link Random}; a device's order is its own, as with any data it alone holds.
+ */
+public final class PlanRunner {
+  /** Rows per logits call (the program's batch dimension is bounded). */
+  static final int PREDICT_CHUNK = 64;
+  /** SuPerFed's lambda grid: 0, 0.1, ..., 1 (pflkit's LAMBDA_GRID). */
+  static final int LAMBDA_GRID_STEPS = 10;
+
+  private final TrainingSection plan;
+  private final TrainingSession session;
+  private final int imageSize;
+
+  /** {@code imageShape}: the model's C, H, W. */
+  public PlanRunner(TrainingSection plan, TrainingSession session, long[] imageShape) {
+    this.plan = plan;
+    this.session = session;
+    long size = 1;
+    for (long d : imageShape) {
+      size *= d;
+    }
+    this.imageSize = (int) size;
+  }
+
+  /** Labelled rows in the program's terms: each batched float input's data, and the labels. */
+  public static final class Data {
+    public final int rows;
+    final List<float[]> inputs;  // per card input (null for label and lambda)
+    final long[] labels;
+
+    Data(int rows, List<float[]> inputs, long[] labels) {
+      this.rows = rows;
+      this.inputs = inputs;
+      this.labels = labels;
+    }
+  }
+
+  /** What one walk did. */
+  public static final class Result {
+    public final int steps;
+    /** Mean loss of each optimizer's last pass. */
+    public final Map<String, Float> losses;
+
+    Result(int steps, Map<String, Float> losses) {
+      this.steps = steps;
+      this.losses = losses;
+    }
+  }
+
+  /** Images (NCHW, preprocessed) and labels into program inputs; prepare runs once per row. */
+  public Data prepare(float[] images, long[] labels) throws Exception {
+    int n = labels.length;
+    if (images.length != n * imageSize) {
+      throw new IllegalArgumentException(images.length + " image values for " + n + " rows of "
+          + imageSize);
+    }
+    List<float[]> prepared = null;
+    if (plan.prepareMethod != null) {
+      prepared = new ArrayList<float[]>();
+      int chunk = Math.min(PREDICT_CHUNK, plan.maxBatch);
+      for (int start = 0; start < n; start += chunk) {
+        int rows = Math.min(chunk, n - start);
+        List<float[]> part = session.prepare(
+            Arrays.copyOfRange(images, start * imageSize, (start + rows) * imageSize), rows);
+        for (int k = 0; k < part.size(); k++) {
+          if (start == 0) {
+            prepared.add(new float[part.get(k).length / rows * n]);
+          }
+          System.arraycopy(part.get(k), 0, prepared.get(k), part.get(k).length / rows * start,
+              part.get(k).length);
+        }
+      }
+    }
+    List<float[]> inputs = new ArrayList<float[]>();
+    int k = 0;
+    for (TrainingSection.Input in : plan.inputs) {
+      if (in.from.equals(TrainingSection.FROM_IMAGE)) {
+        inputs.add(images);
+      } else if (in.from.equals(TrainingSection.FROM_PREPARE)) {
+        inputs.add(prepared.get(k++));
+      } else {
+        inputs.add(null);
+      }
+    }
+    return new Data(n, inputs, labels.clone());
+  }
+
+  /**
+   * Row indices per row set for {@code n} labelled rows: each split takes a random
+   * floor(fraction * n), the rest are {@value TrainingSection#TRAIN_ROWS} (pflkit's
+   * {@code Plan.split_rows}); an empty split with {@code if_empty = all} uses every row.
+   */
+  public Map<String, int[]> splitRows(int n, Random rng) {
+    int[] order = permutation(n, rng);
+    Map<String, int[]> rows = new LinkedHashMap<String, int[]>();
+    int start = 0;
+    for (TrainingSection.Split split : plan.splits) {
+      int count = (int) Math.floor(split.fraction * n);
+      rows.put(split.name, sorted(Arrays.copyOfRange(order, start, start + count)));
+      start += count;
+    }
+    rows.put(TrainingSection.TRAIN_ROWS, sorted(Arrays.copyOfRange(order, start, n)));
+    for (TrainingSection.Split split : plan.splits) {
+      if (rows.get(split.name).length == 0 && split.ifEmpty.equals("all")) {
+        int[] all = new int[n];
+        for (int i = 0; i < n; i++) {
+          all[i] = i;
+        }
+        rows.put(split.name, all);
+      }
+    }
+    return rows;
+  }
+
+  /** The whole schedule: every epoch, every phase, shuffled mini-batches, one step each. */
+  public Result train(Data data, Map<String, int[]> rows, Random rng) throws Exception {
+    int steps = 0;
+    Map<String, Float> losses = new LinkedHashMap<String, Float>();
+    for (int epoch = 0; epoch < plan.epochs; epoch++) {
+      for (TrainingSection.Phase phase : plan.phases) {
+        int[] set = rows.get(phase.rows);
+        int[] order = permutation(set.length, rng);
+        double total = 0;
+        int count = 0;
+        for (int start = 0; start < set.length; start += plan.batchSize) {
+          int[] batch = new int[Math.min(plan.batchSize, set.length - start)];
+          for (int i = 0; i < batch.length; i++) {
+            batch[i] = set[order[start + i]];
+          }
+          total += session.step(phase.optimizer, inputs(data, batch, drawLambda(rng)));
+          count++;
+          steps++;
+        }
+        if (count > 0) {
+          losses.put(phase.optimizer, (float) (total / count));
+        }
+      }
+    }
+    return new Result(steps, losses);
+  }
+
+  /** The program's logits for {@code rows}, row-major; {@code lambda}: the model W(lambda). */
+  public float[] logits(Data data, int[] rows, float lambda) throws Exception {
+    float[] lam = plan.lambda == null ? null : constant(lambda);
+    int chunk = Math.min(PREDICT_CHUNK, plan.maxBatch);
+    float[] out = null;
+    int classes = 0;
+    for (int start = 0; start < rows.length; start += chunk) {
+      int[] part = Arrays.copyOfRange(rows, start, Math.min(rows.length, start + chunk));
+      float[] logits = session.logits(inputs(data, part, lam));
+      if (out == null) {
+        classes = logits.length / part.length;
+        out = new float[classes * rows.length];
+      }
+      System.arraycopy(logits, 0, out, start * classes, logits.length);
+    }
+    return out == null ? new float[0] : out;
+  }
+
+  /** Top-1 accuracy of W(lambda) on {@code rows} (NaN for no rows). */
+  public double accuracy(Data data, int[] rows, float lambda) throws Exception {
+    return Scores.of(logits(data, rows, lambda), labels(data, rows)).top1;
+  }
+
+  /** SuPerFed's rule: the grid lambda with the best top-1 on {@code rows}, ties to lower NLL. */
+  public float chooseLambda(Data data, int[] rows) throws Exception {
+    float best = 0;
+    Scores bestScores = null;
+    for (int i = 0; i <= LAMBDA_GRID_STEPS; i++) {
+      float lam = i / (float) LAMBDA_GRID_STEPS;
+      Scores s = Scores.of(logits(data, rows, lam), labels(data, rows));
+      if (bestScores == null || s.top1 > bestScores.top1
+          || (s.top1 == bestScores.top1 && s.nll < bestScores.nll)) {
+        best = lam;
+        bestScores = s;
+      }
+    }
+    return best;
+  }
+
+  private static long[] labels(Data data, int[] rows) {
+    long[] y = new long[rows.length];
+    for (int i = 0; i < rows.length; i++) {
+      y[i] = data.labels[rows[i]];
+    }
+    return y;
+  }
+
+  /** The lam input for one training batch, or null when the program has none. */
+  float[] drawLambda(Random rng) {
+    TrainingSection.LambdaInput spec = plan.lambda;
+    if (spec == null) {
+      return null;
+    }
+    if (spec.fixed != null) {
+      return constant(spec.fixed.floatValue());
+    }
+    if (spec.layerOf == null) {
+      return constant(rng.nextFloat());
+    }
+    int layers = 0;
+    for (int l : spec.layerOf) {
+      layers = Math.max(layers, l + 1);
+    }
+    float[] draws = new float[layers];
+    for (int l = 0; l < layers; l++) {
+      draws[l] = rng.nextFloat();
+    }
+    float[] lam = new float[spec.size];
+    for (int i = 0; i < lam.length; i++) {
+      lam[i] = draws[spec.layerOf[i]];
+    }
+    return lam;
+  }
+
+  private float[] constant(float value) {
+    float[] lam = new float[plan.lambda.size];
+    Arrays.fill(lam, value);
+    return lam;
+  }
+
+  /** The program's inputs for a batch of rows, in card order. */
+  List<ProgramInput> inputs(Data data, int[] batch, float[] lam) {
+    List<ProgramInput> out = new ArrayList<ProgramInput>();
+    for (int k = 0; k < plan.inputs.size(); k++) {
+      TrainingSection.Input in = plan.inputs.get(k);
+      long[] shape = new long[in.shape.length + 1];
+      shape[0] = batch.length;
+      System.arraycopy(in.shape, 0, shape, 1, in.shape.length);
+      if (in.from.equals(TrainingSection.FROM_LABEL)) {
+        out.add(ProgramInput.ofLongs(in.name, shape, labels(data, batch)));
+      } else if (in.from.equals(TrainingSection.FROM_LAMBDA)) {
+        out.add(ProgramInput.ofFloats(in.name, in.shape.clone(), lam));
+      } else {
+        float[] all = data.inputs.get(k);
+        int size = all.length / data.rows;
+        float[] rows = new float[size * batch.length];
+        for (int i = 0; i < batch.length; i++) {
+          System.arraycopy(all, batch[i] * size, rows, i * size, size);
+        }
+        out.add(ProgramInput.ofFloats(in.name, shape, rows));
+      }
+    }
+    return out;
+  }
+
+  static int[] permutation(int n, Random rng) {
+    int[] order = new int[n];
+    for (int i = 0; i < n; i++) {
+      order[i] = i;
+    }
+    for (int i = n - 1; i > 0; i--) {
+      int j = rng.nextInt(i + 1);
+      int t = order[i];
+      order[i] = order[j];
+      order[j] = t;
+    }
+    return order;
+  }
+
+  private static int[] sorted(int[] rows) {
+    int[] out = rows.clone();
+    Arrays.sort(out);
+    return out;
+  }
+}
