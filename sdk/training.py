@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +38,25 @@ def autocast_training(dtype: torch.dtype | None) -> Iterator[None]:
         yield
     finally:
         _AUTOCAST.reset(token)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One mini-batch as a loss sees it, whether one client trains or many train batched.
+
+    ``weight`` (B,) is set by batched training, whose batches are padded: 1/b on the b real
+    rows, 0 on padding. None: every row is real and the loss is the plain mean.
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    weight: torch.Tensor | None = None
+
+    def cross_entropy(self, logits: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of ``logits`` (B, C) over the batch's real rows."""
+        if self.weight is None:
+            return F.cross_entropy(logits, self.y)
+        return (F.cross_entropy(logits, self.y, reduction="none") * self.weight).sum()
 
 
 def sgd(params: Iterable[torch.Tensor], lr: float, momentum: float, weight_decay: float

@@ -14,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from pflkit.sdk.batched_training import batching_blocker
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import SplitModel, build_model, float_state
 from pflkit.sdk.seeding import derive_seed
@@ -100,6 +101,15 @@ class FitResult:
     client_state: ClientState  # the device's new private state
     num_samples: int  # aggregation weight
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FitJob:
+    """One client's share of a round: what :meth:`Algorithm.fit` takes besides the global state."""
+
+    client_state: ClientState
+    data: LabeledTensors
+    ctx: RoundContext
 
 
 @dataclass(frozen=True)
@@ -206,6 +216,20 @@ class Algorithm(ABC):
             ctx: RoundContext) -> FitResult:
         """Train on the client's data for one round."""
 
+    def batching_blocker(self) -> str | None:
+        """Why this method cannot train a round's clients as one batched program (None: it can).
+
+        A method that can overrides this and :meth:`fit_batch`.
+        """
+        return f"{self.name} has no batched trainer"
+
+    def fit_batch(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
+        """Train several clients of one round together; results as :meth:`fit` on each.
+
+        Only called when :meth:`batching_blocker` is None; the default trains one by one.
+        """
+        return [self.fit(global_state, j.client_state, j.data, j.ctx) for j in jobs]
+
     def new_aggregator(self, global_state: State, population: int) -> Aggregator:
         """How the server combines this round's updates (default: weighted mean).
 
@@ -255,10 +279,23 @@ class Algorithm(ABC):
         self._template.train()
         return self._template
 
+    def model_batching_blocker(self) -> str | None:
+        """For a method with a batched trainer: the architecture's reason not to batch, if any."""
+        reason = batching_blocker(self.model_factory.build())
+        return None if reason is None else f"{self.name} on {self.model_factory.name}: {reason}"
+
     def _reject_choice(self, choice: Choice | None) -> None:
         if choice is not None and (choice.lam is not None
                                    or choice.class_distribution is not None):
             raise ValueError(f"{self.name}: takes no lambda or class distribution")
+
+
+def shared_lr(jobs: Sequence[FitJob]) -> float:
+    """The learning rate of the round that ``jobs`` belong to (batched training needs one)."""
+    rates = {j.ctx.lr for j in jobs}
+    if len(rates) != 1:
+        raise ValueError(f"jobs of one batched fit must share one learning rate, got {rates}")
+    return rates.pop()
 
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}

@@ -8,25 +8,78 @@ fine-tuning the final global model on each client's data (``personalize``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call
 
 from pflkit.sdk.algorithms.base import (
     Algorithm,
     Choice,
     ClientState,
+    FitJob,
     FitResult,
     HyperparameterError,
+    LocalTraining,
     RoundContext,
     State,
     register,
+    shared_lr,
 )
+from pflkit.sdk.batched_training import BatchPlan, Stacked, repeat, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
-from pflkit.sdk.training import run_epochs, sgd
+from pflkit.sdk.training import Batch, run_epochs, sgd
+
+
+def squared_distance(params: Mapping[str, torch.Tensor], reference: Mapping[str, torch.Tensor]
+                     ) -> torch.Tensor:
+    """||w - w_ref||^2 summed over every tensor of ``params``."""
+    return sum(((p - reference[n]) ** 2).sum() for n, p in params.items())  # type: ignore[return-value]
+
+
+def proximal_loss(logits: torch.Tensor, batch: Batch, params: Mapping[str, torch.Tensor],
+                  reference: Mapping[str, torch.Tensor], strength: float) -> torch.Tensor:
+    """CE of ``logits`` + strength * ||w - w_ref||^2 (no term at strength 0: plain FedAvg)."""
+    loss = batch.cross_entropy(logits)
+    return loss + strength * squared_distance(params, reference) if strength else loss
+
+
+def train_proximal(model: nn.Module, global_state: State, data: LabeledTensors,
+                   ctx: RoundContext, local: LocalTraining, strength: float) -> float:
+    """FedAvg's local loop: E epochs of SGD on :func:`proximal_loss`, ``model`` trained in place.
+
+    Returns the mean batch loss.
+    """
+    params = dict(model.named_parameters())
+
+    def loss_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return proximal_loss(model(x), Batch(x, y), params, global_state, strength)
+
+    optimizer = sgd(model.parameters(), ctx.lr, local.momentum, local.weight_decay)
+    return run_epochs(optimizer, loss_fn, data, local.epochs, local.batch_size,
+                      ctx.generator("batches"))
+
+
+def train_proximal_batch(model: nn.Module, global_state: State, datas: Sequence[LabeledTensors],
+                         ctxs: Sequence[RoundContext], local: LocalTraining, lr: float,
+                         strength: float) -> tuple[Stacked, torch.Tensor]:
+    """FedAvg's local loop for several clients at once (see :mod:`pflkit.sdk.batched_training`).
+
+    Returns each client's trained parameters (K, ...) and mean batch loss (K,).
+    """
+    plan = BatchPlan.build(datas, local.epochs, local.batch_size,
+                           [c.generator("batches") for c in ctxs])
+
+    def loss(p: dict[str, torch.Tensor], batch: Batch, _: dict) -> torch.Tensor:
+        return proximal_loss(functional_call(model, p, (batch.x,)), batch, p, global_state,
+                             strength)
+
+    return train_together(loss, repeat(dict(model.named_parameters()), len(datas)), plan, lr,
+                          local.momentum, local.weight_decay)
 
 
 @register
@@ -35,24 +88,33 @@ class FedAvg(Algorithm):
 
     name = "fedavg"
 
-    def penalty(self, model: nn.Module, global_state: State) -> torch.Tensor | None:
-        """An extra local loss term (FedProx's proximal term); FedAvg has none."""
-        return None
+    @property
+    def proximal_strength(self) -> float:
+        """Weight of ||w - w_g||^2 in the local loss (FedProx's mu / 2); FedAvg has none."""
+        return 0.0
 
     def fit(self, global_state: State, client_state: ClientState, data: LabeledTensors,
             ctx: RoundContext) -> FitResult:
         """E epochs of SGD from the global weights; send the new weights."""
         model = self.template(global_state)
-
-        def loss_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            loss = F.cross_entropy(model(x), y)
-            extra = self.penalty(model, global_state)
-            return loss if extra is None else loss + extra
-
-        optimizer = sgd(model.parameters(), ctx.lr, self.local.momentum, self.local.weight_decay)
-        mean_loss = run_epochs(optimizer, loss_fn, data, self.local.epochs, self.local.batch_size,
-                               ctx.generator("batches"))
+        mean_loss = train_proximal(model, global_state, data, ctx, self.local,
+                                   self.proximal_strength)
         return FitResult(float_state(model), client_state, len(data), {"train_loss": mean_loss})
+
+    def batching_blocker(self) -> str | None:
+        """Batchable unless the architecture is not (batch norm, dropout)."""
+        return self.model_batching_blocker()
+
+    def fit_batch(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
+        """:meth:`fit` for several clients at once, one vmapped program."""
+        model = self.template(global_state)
+        trained, losses = train_proximal_batch(
+            model, global_state, [j.data for j in jobs], [j.ctx for j in jobs], self.local,
+            shared_lr(jobs), self.proximal_strength)
+        base = float_state(model)
+        return [FitResult(base | {n: t[k].clone() for n, t in trained.items()}, j.client_state,
+                          len(j.data), {"train_loss": float(losses[k])})
+                for k, j in enumerate(jobs)]
 
 
 @dataclass(frozen=True)
@@ -74,12 +136,10 @@ class FedProx(FedAvg):
     Params = FedProxParams
     params: FedProxParams
 
-    def penalty(self, model: nn.Module, global_state: State) -> torch.Tensor | None:
-        """(mu / 2) * squared distance of the trainable weights to the round's global weights."""
-        if self.params.mu == 0:
-            return None
-        total = sum(((p - global_state[n]) ** 2).sum() for n, p in model.named_parameters())
-        return 0.5 * self.params.mu * total  # type: ignore[return-value]
+    @property
+    def proximal_strength(self) -> float:
+        """Half of mu: the loss adds (mu / 2) ||w - w_g||^2 over the trainable weights."""
+        return 0.5 * self.params.mu
 
 
 @dataclass(frozen=True)

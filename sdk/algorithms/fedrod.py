@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -53,16 +53,19 @@ from pflkit.sdk.algorithms.base import (
     Algorithm,
     Choice,
     ClientState,
+    FitJob,
     FitResult,
     HyperparameterError,
     RoundContext,
     State,
     register,
+    shared_lr,
 )
+from pflkit.sdk.batched_training import BatchPlan, stack, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import SplitModel
 from pflkit.sdk.seeding import seeded_torch
-from pflkit.sdk.training import run_epochs, sgd
+from pflkit.sdk.training import Batch, run_epochs, sgd
 
 ZERO_COUNT_LOG_PRIOR = -1e4  # log N_c for a class the client never saw (finite, see docstring)
 PHI = "phi."  # client-state prefix of the personalized head phi_m
@@ -171,22 +174,27 @@ class PersonalizedOnly(nn.Module):
         return self.net(x)[0]
 
 
-def fedrod_loss(net: TwoHeadNet, x: torch.Tensor, y: torch.Tensor, prior: torch.Tensor,
-                phi: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+Forward = Callable[[torch.Tensor], torch.Tensor]
+
+
+def fedrod_loss(body: Forward, head: Forward, phead: nn.Module, batch: Batch,
+                prior: torch.Tensor, phi: Mapping[str, torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """(L_BR, L_m) of one mini-batch with one body forward (eq. 14).
 
-    ``prior`` is the client's log prior (:func:`log_prior`); ``phi`` the personalized head's
-    parameters (the trainable ``phead`` ones, or a hypernetwork's output).
+    ``body`` and ``head`` run the shared weights; ``prior`` is the client's log prior
+    (:func:`log_prior`); ``phi`` the personalized head's parameters (the trainable ``phead``
+    ones, or a hypernetwork's output), run through the ``phead`` module.
     """
-    z = net.body(x)
-    generic = net.head(z)  # (B, C)
-    l_br = F.cross_entropy(generic + prior, y)
+    z = body(batch.x)
+    generic = head(z)  # (B, C)
+    l_br = batch.cross_entropy(generic + prior)
     # No gradient from the personalized loss into theta or psi (App. B.2).
-    personal = generic.detach() + functional_call(net.phead, phi, (z.detach(),))
-    return l_br, F.cross_entropy(personal, y)
+    personal = generic.detach() + functional_call(phead, dict(phi), (z.detach(),))
+    return l_br, batch.cross_entropy(personal)
 
 
-def _prefixed(state: State, prefix: str) -> State:
+def _prefixed(state: Mapping[str, torch.Tensor], prefix: str) -> State:
     return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
 
 
@@ -295,36 +303,51 @@ class FedRoD(Algorithm):
         return zero_shot_head(global_state, counts)
 
     # -- training -----------------------------------------------------------------------------
+    def _trainable(self, net: TwoHeadNet) -> dict[str, nn.Parameter]:
+        """What local training updates: body, generic head, and phi (linear) or nu (hyper)."""
+        own = HYPER if self.uses_hypernetwork else "phead."
+        return {n: p for n, p in net.named_parameters() if n.startswith(("body.", "head.", own))}
+
+    def _local_loss(self, net: TwoHeadNet, params: Mapping[str, torch.Tensor], batch: Batch,
+                    prior: torch.Tensor, proportions: torch.Tensor | None) -> torch.Tensor:
+        """Eq. 14 on one batch, ``net`` run with the trainable weights ``params``."""
+        def body(x: torch.Tensor) -> torch.Tensor:
+            return functional_call(net.body, _prefixed(params, "body."), (x,))
+
+        def head(z: torch.Tensor) -> torch.Tensor:
+            return functional_call(net.head, _prefixed(params, "head."), (z,))
+
+        phi = (functional_call(net.hyper, _prefixed(params, HYPER), (proportions,))
+               if self.uses_hypernetwork else _prefixed(params, "phead."))
+        l_br, l_m = fedrod_loss(body, head, net.phead, batch, prior, phi)
+        return l_br + l_m
+
+    def _start(self, global_state: State, client_state: ClientState, data: LabeledTensors
+               ) -> tuple[TwoHeadNet, torch.Tensor, torch.Tensor | None]:
+        """(net at the round's start, the client's log prior, its class proportions for hyper)."""
+        c = self.model_factory.num_classes
+        counts = data.class_counts(c)
+        phi0 = None if self.uses_hypernetwork else _prefixed(client_state.tensors, PHI) or None
+        net = self._net(global_state, phi0).train()
+        a = class_proportions(counts, c) if self.uses_hypernetwork else None
+        return net, log_prior(counts, self.params.gamma), a
+
+    def _finish(self, net: TwoHeadNet, proportions: torch.Tensor | None) -> None:
+        """hyper: materialize phi_m = H(a_m; nu) into the personalized head."""
+        if self.uses_hypernetwork:
+            with torch.no_grad():
+                net.phead.load_state_dict(net.hyper(proportions))
+
     def _train(self, global_state: State, client_state: ClientState, data: LabeledTensors,
                epochs: int, lr: float, generator: torch.Generator) -> tuple[TwoHeadNet, float]:
         """Eq. 14 for ``epochs`` epochs from the global state (and the client's phi)."""
-        c = self.model_factory.num_classes
-        counts = data.class_counts(c)
-        prior = log_prior(counts, self.params.gamma)
-        phi0 = None if self.uses_hypernetwork else _prefixed(client_state.tensors, PHI) or None
-        net = self._net(global_state, phi0)
-        net.train()
-        if self.uses_hypernetwork:
-            a = class_proportions(counts, c)
-            trainable = [*net.body.parameters(), *net.head.parameters(), *net.hyper.parameters()]
-
-            def phi() -> dict[str, torch.Tensor]:
-                return net.hyper(a)
-        else:
-            trainable = [*net.body.parameters(), *net.head.parameters(), *net.phead.parameters()]
-
-            def phi() -> dict[str, torch.Tensor]:
-                return dict(net.phead.named_parameters())
-
-        def loss_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            l_br, l_m = fedrod_loss(net, x, y, prior, phi())
-            return l_br + l_m
-
-        optimizer = sgd(trainable, lr, self.local.momentum, self.local.weight_decay)
-        mean_loss = run_epochs(optimizer, loss_fn, data, epochs, self.local.batch_size, generator)
-        if self.uses_hypernetwork:  # materialize phi_m for the client's own model
-            with torch.no_grad():
-                net.phead.load_state_dict(phi())
+        net, prior, a = self._start(global_state, client_state, data)
+        params = self._trainable(net)
+        optimizer = sgd(params.values(), lr, self.local.momentum, self.local.weight_decay)
+        mean_loss = run_epochs(
+            optimizer, lambda x, y: self._local_loss(net, params, Batch(x, y), prior, a), data,
+            epochs, self.local.batch_size, generator)
+        self._finish(net, a)
         return net, mean_loss
 
     def _client_state(self, net: TwoHeadNet, data: LabeledTensors, meta: dict,
@@ -344,12 +367,48 @@ class FedRoD(Algorithm):
         """One round of eq. 14; send body, generic head (and hypernetwork), keep phi (linear)."""
         net, loss = self._train(global_state, client_state, data, self.local.epochs, ctx.lr,
                                 ctx.generator("batches"))
+        return self._fit_result(net, data, client_state, loss)
+
+    def _fit_result(self, net: TwoHeadNet, data: LabeledTensors, client_state: ClientState,
+                    loss: float) -> FitResult:
         update = {k: v.detach().clone() for k, v in net.state_dict().items()
                   if not k.startswith("phead.")}
         # hyper: phi is regenerated from nu-bar every round, so nothing private persists.
         keep = () if self.uses_hypernetwork else ("phead.",)
         new_state = self._client_state(net, data, client_state.meta, keep)
         return FitResult(update, new_state, len(data), {"train_loss": loss})
+
+    def batching_blocker(self) -> str | None:
+        """Batchable unless the architecture is not (batch norm, dropout)."""
+        return self.model_batching_blocker()
+
+    def fit_batch(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
+        """:meth:`fit` for several clients of one round at once, one vmapped program."""
+        starts = [self._start(global_state, j.client_state, j.data) for j in jobs]
+        nets = [net for net, _, _ in starts]
+        inputs = {"prior": torch.stack([prior for _, prior, _ in starts])}  # (K, C)
+        if self.uses_hypernetwork:
+            inputs["a"] = torch.stack([a for _, _, a in starts])  # (K, C)
+        plan = BatchPlan.build([j.data for j in jobs], self.local.epochs, self.local.batch_size,
+                               [j.ctx.generator("batches") for j in jobs])
+        template = nets[0]
+
+        def loss(p: dict[str, torch.Tensor], batch: Batch, inp: dict[str, torch.Tensor]
+                 ) -> torch.Tensor:
+            return self._local_loss(template, p, batch, inp["prior"], inp.get("a"))
+
+        start = stack([{n: p.detach().clone() for n, p in self._trainable(net).items()}
+                       for net in nets])
+        trained, losses = train_together(loss, start, plan, shared_lr(jobs), self.local.momentum,
+                                         self.local.weight_decay, client_inputs=inputs)
+        results = []
+        for k, ((net, _, a), job) in enumerate(zip(starts, jobs, strict=True)):
+            with torch.no_grad():
+                for name, param in self._trainable(net).items():
+                    param.copy_(trained[name][k])
+            self._finish(net, a)
+            results.append(self._fit_result(net, job.data, job.client_state, float(losses[k])))
+        return results
 
     def init_client(self, client_id: int, seed: int, data: LabeledTensors) -> ClientState:
         """No tensors yet (phi starts at zero / comes from the hypernetwork); the class counts."""

@@ -16,8 +16,8 @@ Choices where the papers (000 KDD'22, 001 arXiv) and the public code leave room:
 
 - Before the start round L = floor(start_fraction * R) (paper: 0.4 R) lambda = 0, w_l is frozen
   (not in the optimizer) and the nu term is off, so the round is exactly FedProx (arXiv version,
-  phase I: the orthogonality weight is 0). The same optimizer, loss expression and batch-order
-  generator purpose ("batches") as :mod:`fedavg` make that equality bitwise.
+  phase I: the orthogonality weight is 0): it runs :mod:`fedavg`'s own loop and loss, so that
+  equality is bitwise.
 - mu multiplies the SQUARED distance as in eq. 4 (the public code uses an unsquared per-layer
   norm). FedProx writes (mu' / 2) ||w - w_g||^2, so SuPerFed's mu equals FedProx's mu' / 2.
 - cos is ONE cosine over all parameters concatenated (public code), not a per-layer sum.
@@ -37,12 +37,11 @@ Choices where the papers (000 KDD'22, 001 arXiv) and the public code leave room:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
@@ -50,18 +49,22 @@ from pflkit.sdk.algorithms.base import (
     Algorithm,
     Choice,
     ClientState,
+    FitJob,
     FitResult,
     HyperparameterError,
     RoundContext,
     State,
     register,
+    shared_lr,
 )
+from pflkit.sdk.algorithms.fedavg import train_proximal, train_proximal_batch
 from pflkit.sdk.algorithms.mixing import RuntimeMixture, float_buffers, mix, mix_states
+from pflkit.sdk.batched_training import BatchPlan, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.metrics import Scores, predict, scores_from_logits
 from pflkit.sdk.models import float_state
 from pflkit.sdk.seeding import derive_seed, torch_generator
-from pflkit.sdk.training import run_epochs, sgd
+from pflkit.sdk.training import Batch, run_epochs, sgd
 
 LAMBDA_GRID: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(11))
 LOCAL = "local."  # client-state key prefix of w_l and the client's own running statistics
@@ -89,12 +92,6 @@ class SuPerFedParams:
 
 
 # -- the maths, as pure functions ---------------------------------------------------------------
-def squared_distance(params: Mapping[str, torch.Tensor], reference: Mapping[str, torch.Tensor]
-                     ) -> torch.Tensor:
-    """||w - w_ref||^2 summed over every tensor (FedProx's expression, term by term)."""
-    return sum(((p - reference[n]) ** 2).sum() for n, p in params.items())  # type: ignore[return-value]
-
-
 def cosine(wf: torch.Tensor, wl: torch.Tensor) -> torch.Tensor:
     """Cosine similarity of two flat weight vectors (all parameters concatenated)."""
     return wf @ wl / torch.sqrt((wf @ wf) * (wl @ wl))
@@ -141,49 +138,65 @@ def lambda_sampler(mixing: str, layout: FlatLayout, gen: torch.Generator
 
 
 def superfed_loss(model: nn.Module, layout: FlatLayout, wf: torch.Tensor, wl: torch.Tensor,
-                  wg: torch.Tensor, lam: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-                  mu: float, nu: float) -> torch.Tensor:
+                  wg: torch.Tensor, lam: torch.Tensor, batch: Batch, mu: float, nu: float
+                  ) -> torch.Tensor:
     """Eq. 4 on one batch: CE of W(lambda) + mu ||w_f - w_g||^2 + nu cos^2(w_f, w_l).
 
     ``wf``, ``wl``, ``wg`` are flat (``layout``); ``lam`` holds one lambda per tensor.
     """
     f_parts, l_parts = layout.unflatten(wf), layout.unflatten(wl)
     mixed = {n: mix(f_parts[n], l_parts[n], lam[i]) for i, n in enumerate(layout.names)}
-    loss = F.cross_entropy(functional_call(model, mixed, (x,)), y)  # logits (B, C)
+    loss = batch.cross_entropy(functional_call(model, mixed, (batch.x,)))  # logits (B, C)
     if mu or nu:
-        loss = loss + Regularizer.apply(wf, wl, wg, mu, nu)
+        loss = loss + regularizer(wf, wl, wg, mu, nu)
     return loss
 
 
+def regularizer(wf: torch.Tensor, wl: torch.Tensor, wg: torch.Tensor, mu: float, nu: float
+                ) -> torch.Tensor:
+    """Return mu ||w_f - w_g||^2 + nu cos^2(w_f, w_l) of flat vectors (closed-form backward)."""
+    return Regularizer.apply(wf, wl, wg, mu, nu)[0]
+
+
 class Regularizer(torch.autograd.Function):
-    """mu ||w_f - w_g||^2 + nu cos^2(w_f, w_l) on flat vectors, with a closed-form backward.
+    """:func:`regularizer` with a closed-form backward; vmappable (batched training).
 
     Autograd through the plain expression makes ~18 passes over the weights per batch; the
     closed form (the last terms of eq. 5-6) makes ~10. For small nets such as TwoNN, weight-sized
-    work dominates a step, so this is a third of SuPerFed's step time.
+    work dominates a step, so this is a third of SuPerFed's step time. The forward also returns
+    the intermediates the backward needs (non-differentiable outputs), as vmap requires.
     """
 
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx: Any, wf: torch.Tensor, wl: torch.Tensor, wg: torch.Tensor, mu: float,
-                nu: float) -> torch.Tensor:
-        """Compute both terms; keep what the backward needs."""
+    def forward(wf: torch.Tensor, wl: torch.Tensor, wg: torch.Tensor, mu: float, nu: float
+                ) -> tuple[torch.Tensor, ...]:
+        """(value, w_f - w_g, cos, |w_f|^2, |w_l|^2)."""
         gap = wf - wg
         ff, ll = wf @ wf, wl @ wl
         cos = (wf @ wl) / torch.sqrt(ff * ll)
-        ctx.save_for_backward(wf, wl, gap)
-        ctx.scalars = float(ff), float(ll), float(cos), mu, nu
-        return mu * (gap @ gap) + nu * cos**2
+        return mu * (gap @ gap) + nu * cos**2, gap, cos, ff, ll
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]
+                      ) -> None:
+        """Keep what the backward needs."""
+        wf, wl, _, mu, nu = inputs
+        _, gap, cos, ff, ll = output
+        ctx.mark_non_differentiable(gap, cos, ff, ll)
+        ctx.save_for_backward(wf, wl, gap, cos, ff, ll)
+        ctx.mu, ctx.nu = mu, nu
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, *_: Any) -> tuple[torch.Tensor | None, ...]:
         """d/dw_f = 2 mu (w_f - w_g) + nu dcos^2/dw_f;  d/dw_l = nu dcos^2/dw_l."""
-        wf, wl, gap = ctx.saved_tensors
-        ff, ll, cos, mu, nu = ctx.scalars
-        g = float(grad)
-        k = 2 * nu * cos * g  # d(nu cos^2)/dcos, times the incoming gradient
-        across = k / math.sqrt(ff * ll)  # dcos/dw_f = w_l / (|w_f||w_l|) - cos w_f / |w_f|^2
-        grad_f = wl.mul(across).add_(wf, alpha=-k * cos / ff).add_(gap, alpha=2 * mu * g)
-        grad_l = wf.mul(across).add_(wl, alpha=-k * cos / ll)
+        wf, wl, gap, cos, ff, ll = ctx.saved_tensors
+        k = 2 * ctx.nu * cos * grad  # d(nu cos^2)/dcos, times the incoming gradient
+        across = k / torch.sqrt(ff * ll)  # dcos/dw_f = w_l / (|w_f||w_l|) - cos w_f / |w_f|^2
+        grad_f = torch.addcmul(torch.addcmul(wl * across, wf, -k * cos / ff), gap,
+                               2 * ctx.mu * grad)
+        grad_l = torch.addcmul(wf * across, wl, -k * cos / ll)
         return grad_f, grad_l, None, None, None
 
 
@@ -227,29 +240,21 @@ class SuPerFed(Algorithm):
         mixing = ctx.round >= self.start_round(ctx.total_rounds)
         if mixing:
             loss, local, cos = self._fit_mixed(model, global_state, local, train, ctx)
-        else:
-            loss, cos = self._fit_federated(model, global_state, train, ctx), float("nan")
-        update = float_state(model)
+        else:  # lambda = 0, w_l frozen, nu off: FedProx's loop and loss (mu' = 2 mu)
+            loss = train_proximal(model, global_state, train, ctx, self.local, self.params.mu)
+            cos = float("nan")
+        return self._result(model, float_state(model), local, client_state, len(train), mixing,
+                            loss, cos)
+
+    def _result(self, model: nn.Module, update: State, local: State, client_state: ClientState,
+                num_samples: int, mixing: bool, loss: float, cos: float) -> FitResult:
+        """Send w_f (and running statistics); keep w_l and the client's own statistics."""
         tensors = {LOCAL + n: w.detach().clone() for n, w in local.items()}
         tensors |= {LOCAL + n: update[n].clone() for n in float_buffers(model)}
         meta = {**client_state.meta,
                 "mixed_rounds": int(client_state.meta.get("mixed_rounds", 0)) + int(mixing)}
         metrics = {"train_loss": loss} | ({"cosine": cos} if mixing else {})
-        return FitResult(update, ClientState(tensors, meta), len(train), metrics)
-
-    def _fit_federated(self, model: nn.Module, global_state: State, data: LabeledTensors,
-                       ctx: RoundContext) -> float:
-        """Before L: lambda = 0, w_l frozen, nu off: FedProx's exact loss, optimizer and batches."""
-        params = dict(model.named_parameters())
-        mu = self.params.mu
-
-        def loss_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            loss = F.cross_entropy(model(x), y)
-            return loss + mu * squared_distance(params, global_state) if mu else loss
-
-        optimizer = sgd(model.parameters(), ctx.lr, self.local.momentum, self.local.weight_decay)
-        return run_epochs(optimizer, loss_fn, data, self.local.epochs, self.local.batch_size,
-                          ctx.generator("batches"))
+        return FitResult(update, ClientState(tensors, meta), num_samples, metrics)
 
     def _fit_mixed(self, model: nn.Module, global_state: State, local: State,
                    data: LabeledTensors, ctx: RoundContext) -> tuple[float, State, float]:
@@ -261,15 +266,77 @@ class SuPerFed(Algorithm):
         wg = layout.flatten(global_state)
         draw = lambda_sampler(self.mixing, layout, ctx.generator("lambda"))
         mu, nu = self.params.mu, self.params.nu
+
+        def loss_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return superfed_loss(model, layout, wf, wl, wg, draw(), Batch(x, y), mu, nu)
+
         optimizer = sgd([wf, wl], ctx.lr, self.local.momentum, self.local.weight_decay)
-        loss = run_epochs(
-            optimizer, lambda x, y: superfed_loss(model, layout, wf, wl, wg, draw(), x, y, mu, nu),
-            data, self.local.epochs, self.local.batch_size, ctx.generator("batches"))
+        loss = run_epochs(optimizer, loss_fn, data, self.local.epochs, self.local.batch_size,
+                          ctx.generator("batches"))
         with torch.no_grad():
             for name, value in layout.unflatten(wf).items():
                 params[name].copy_(value)
             cos = float(cosine(wf, wl))
         return loss, layout.unflatten(wl.detach()), cos
+
+    # -- several clients at once ---------------------------------------------------------------
+    def batching_blocker(self) -> str | None:
+        """Batchable unless the architecture is not (batch norm, dropout)."""
+        return self.model_batching_blocker()
+
+    def fit_batch(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
+        """:meth:`fit` for several clients of one round at once, one vmapped program."""
+        if len({(j.ctx.round, j.ctx.total_rounds) for j in jobs}) != 1:
+            raise ValueError(f"{self.name}: a batched fit takes the clients of one round")
+        trains = [self.split(j.data, j.ctx.seed, j.ctx.client_id)[0] for j in jobs]
+        ctxs = [j.ctx for j in jobs]
+        model = self.template(global_state)
+        params = dict(model.named_parameters())
+        locals_ = [{n: j.client_state.tensors[LOCAL + n] for n in params} for j in jobs]
+        mixing = ctxs[0].round >= self.start_round(ctxs[0].total_rounds)
+        base = float_state(model)
+        if mixing:
+            losses, federated, locals_, cosines = self._fit_mixed_batch(
+                model, global_state, locals_, trains, ctxs, shared_lr(jobs))
+        else:
+            trained, losses = train_proximal_batch(model, global_state, trains, ctxs, self.local,
+                                                   shared_lr(jobs), self.params.mu)
+            federated = [{n: t[k] for n, t in trained.items()} for k in range(len(jobs))]
+            cosines = [float("nan")] * len(jobs)
+        return [self._result(model, base | {n: v.clone() for n, v in federated[k].items()},
+                             locals_[k], j.client_state, len(trains[k]), mixing,
+                             float(losses[k]), cosines[k])
+                for k, j in enumerate(jobs)]
+
+    def _fit_mixed_batch(self, model: nn.Module, global_state: State, locals_: list[State],
+                         datas: list[LabeledTensors], ctxs: list[RoundContext], lr: float
+                         ) -> tuple[torch.Tensor, list[State], list[State], list[float]]:
+        """:meth:`_fit_mixed` for several clients: (losses, w_f and w_l per client, cosines)."""
+        layout = FlatLayout.of(dict(model.named_parameters()))
+        wg = layout.flatten(global_state)
+        plan = BatchPlan.build(datas, self.local.epochs, self.local.batch_size,
+                               [c.generator("batches") for c in ctxs])
+        lams = torch.zeros(len(datas), max(plan.steps, default=0), len(layout.names),
+                           device=wg.device)  # (K, T, tensors): the draws fit makes, in order
+        for k, ctx in enumerate(ctxs):
+            draw = lambda_sampler(self.mixing, layout, ctx.generator("lambda"))
+            for t in range(plan.steps[k]):
+                lams[k, t] = draw()
+        mu, nu = self.params.mu, self.params.nu
+
+        def loss(p: dict[str, torch.Tensor], batch: Batch, inputs: dict[str, torch.Tensor]
+                 ) -> torch.Tensor:
+            return superfed_loss(model, layout, p["wf"], p["wl"], wg, inputs["lam"], batch, mu,
+                                 nu)
+
+        start = {"wf": wg.unsqueeze(0).repeat(len(datas), 1),
+                 "wl": torch.stack([layout.flatten(local) for local in locals_])}
+        trained, losses = train_together(loss, start, plan, lr, self.local.momentum,
+                                         self.local.weight_decay, step_inputs={"lam": lams})
+        wf, wl = trained["wf"], trained["wl"]
+        cosines = [float(cosine(wf[k], wl[k])) for k in range(len(datas))]
+        return (losses, [layout.unflatten(w) for w in wf], [layout.unflatten(w) for w in wl],
+                cosines)
 
     def personalize(self, global_state: State, client_state: ClientState, data: LabeledTensors,
                     ctx: RoundContext) -> ClientState:

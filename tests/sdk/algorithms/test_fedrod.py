@@ -29,6 +29,7 @@ from pflkit.sdk.fedrod_head_cli import app
 from pflkit.sdk.models import build_model
 from pflkit.sdk.state_store import client_state_from_bytes
 from pflkit.sdk.tensorio import save_state
+from pflkit.sdk.training import Batch
 
 FACTORY = ModelFactory("twonn", (1, 8, 8), 10)
 
@@ -88,7 +89,7 @@ def _net_and_batch(name):
 @pytest.mark.parametrize("name", ["fedrod_linear", "fedrod_hyper"])
 def test_personalized_loss_sends_no_gradient_into_body_or_generic_head(name):
     net, data, prior, phi = _net_and_batch(name)
-    _, l_m = fedrod_loss(net, data.x, data.y, prior, phi)
+    _, l_m = fedrod_loss(net.body, net.head, net.phead, Batch(data.x, data.y), prior, phi)
     l_m.backward()
     assert all(p.grad is None for p in [*net.body.parameters(), *net.head.parameters()])
     personal = net.hyper if name == "fedrod_hyper" else net.phead
@@ -98,7 +99,7 @@ def test_personalized_loss_sends_no_gradient_into_body_or_generic_head(name):
 @pytest.mark.parametrize("name", ["fedrod_linear", "fedrod_hyper"])
 def test_body_and_generic_head_gradients_come_from_bsm_alone(name):
     net, data, prior, phi = _net_and_batch(name)
-    l_br, l_m = fedrod_loss(net, data.x, data.y, prior, phi)
+    l_br, l_m = fedrod_loss(net.body, net.head, net.phead, Batch(data.x, data.y), prior, phi)
     shared = [*net.body.parameters(), *net.head.parameters()]
     from_bsm = torch.autograd.grad(l_br, shared, retain_graph=True)
     from_total = torch.autograd.grad(l_br + l_m, shared)

@@ -19,15 +19,16 @@ from pflkit.sdk.algorithms.superfed import (
     LAMBDA_GRID,
     LOCAL,
     FlatLayout,
-    Regularizer,
     lambda_sampler,
     lambda_sweep,
+    regularizer,
     superfed_loss,
 )
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import MODELS, build_model
 from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.training import Batch
 from pflkit.server.simulator import Simulation
 
 SMALL = ModelFactory("twonn", (1, 8, 8), 10)
@@ -96,7 +97,7 @@ def test_one_backward_gives_the_gradients_of_eq_5_and_6(mixing):
     lam = lambda_sampler(mixing, layout, gen)()
     x, y = torch.randn(12, 1, 8, 8), torch.randint(0, 10, (12,))
     mu, nu = 0.3, 2.0
-    superfed_loss(model, layout, wf, wl, wg, lam, x, y, mu, nu).backward()
+    superfed_loss(model, layout, wf, wl, wg, lam, Batch(x, y), mu, nu).backward()
 
     # By hand: dCE/dW at W(lambda) from a plain module holding the mixed weights.
     plain = build_model("twonn", (1, 8, 8), 10)
@@ -122,7 +123,7 @@ def test_closed_form_regularizer_backward_equals_autograd_of_the_plain_expressio
     g = torch.Generator().manual_seed(0)
     wf, wl, wg = (torch.randn(300, generator=g, dtype=torch.float64) for _ in range(3))
     a, b = wf.clone().requires_grad_(), wl.clone().requires_grad_()
-    (Regularizer.apply(a, b, wg, 0.7, 1.5) * 3.0).backward()
+    (regularizer(a, b, wg, 0.7, 1.5) * 3.0).backward()
     c, d = wf.clone().requires_grad_(), wl.clone().requires_grad_()
     cos = (c @ d) / (c.norm() * d.norm())
     ((0.7 * ((c - wg) ** 2).sum() + 1.5 * cos**2) * 3.0).backward()

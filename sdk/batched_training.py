@@ -1,0 +1,160 @@
+"""Train the clients of one round together: stacked parameters, one vmapped program per step.
+
+Several clients that share an architecture run the same loop on different weights and data.
+Here their weights are stacked along a new first dimension (K clients), the algorithm's own
+per-client loss is vmapped over the stack, one backward gives every client's gradient (clients
+do not interact), and one SGD call updates every client. Why the result equals training them
+one by one, as :func:`pflkit.sdk.training.run_epochs` does (up to float rounding):
+
+- Batch order: each client's rows come from its own generator, drawn exactly as
+  :meth:`LabeledTensors.batches` draws them (one ``randperm`` per epoch, consecutive slices).
+- Different sizes: client k takes T_k = E * ceil(n_k / B) steps. Clients are ordered by T_k,
+  longest first, so at step t the clients still training are a prefix of the stack; the step
+  updates that prefix in place and a finished client's weights, momentum and weight decay stop.
+- Short batches: every batch is padded to B rows; real rows weigh 1/b (b = the batch's true
+  size, smaller for an epoch's last batch) and padding rows 0, so :meth:`Batch.cross_entropy`
+  is each client's mean over its own rows.
+- SGD: torch's fused SGD (the same arithmetic as ``torch.optim.SGD``: d = g + wd w,
+  buf = m buf + d, w -= lr buf). Buffers start at zero, and m * 0 + d = d is torch's first step.
+
+Models whose training forward mixes rows of a batch or draws random numbers (batch norm,
+dropout) cannot be padded or vmapped this way: :func:`batching_blocker` names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import vmap
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.dropout import _DropoutNd
+from torch.optim.sgd import sgd as sgd_step
+
+from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.training import Batch
+
+Stacked = dict[str, torch.Tensor]  # name -> (K, ...) one slice per client
+ClientLoss = Callable[[dict[str, torch.Tensor], Batch, dict[str, torch.Tensor]], torch.Tensor]
+ROW_DEPENDENT = (_BatchNorm, _DropoutNd)  # training forward mixes rows or draws random numbers
+
+
+def batching_blocker(model: nn.Module) -> str | None:
+    """Why ``model`` cannot train batched (None: it can)."""
+    for name, module in model.named_modules():
+        if isinstance(module, ROW_DEPENDENT):
+            return (f"layer '{name}' ({type(module).__name__}) depends on the whole batch or on "
+                    "random draws in training")
+    return None
+
+
+def stack(states: Sequence[Mapping[str, torch.Tensor]]) -> Stacked:
+    """Per-client tensors with the same names -> one (K, ...) tensor per name."""
+    return {name: torch.stack([s[name].detach() for s in states]) for name in states[0]}
+
+
+def repeat(state: Mapping[str, torch.Tensor], count: int) -> Stacked:
+    """``count`` copies of one state (every client starts from the global weights)."""
+    return {n: t.detach().unsqueeze(0).repeat(count, *(1,) * t.dim()) for n, t in state.items()}
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Every client's mini-batches of one round on one padded (K, T, B) grid."""
+
+    x: torch.Tensor  # (N, ...) the clients' rows, concatenated
+    y: torch.Tensor  # (N,)
+    rows: torch.Tensor  # (K, T, B) indices into x; padding repeats a real row of the client
+    weight: torch.Tensor  # (K, T, B) 1/b on the b real rows of a batch, 0 on padding
+    steps: tuple[int, ...]  # T_k: steps of client k this round
+
+    @classmethod
+    def build(cls, datas: Sequence[LabeledTensors], epochs: int, batch_size: int,
+              generators: Sequence[torch.Generator]) -> BatchPlan:
+        """Draw each client's batch order from its generator, as sequential training does."""
+        offsets = torch.tensor([0, *(len(d) for d in datas)]).cumsum(0).tolist()
+        per_step = [-(-len(d) // batch_size) for d in datas]  # ceil(n / B) batches per epoch
+        steps = tuple(epochs * s for s in per_step)
+        width = max(steps, default=0)
+        rows = torch.zeros(len(datas), width, batch_size, dtype=torch.long)
+        weight = torch.zeros(len(datas), width, batch_size)
+        for k, (data, gen) in enumerate(zip(datas, generators, strict=True)):
+            n, s = len(data), per_step[k]
+            if n == 0:
+                continue
+            grid = torch.full((epochs, s * batch_size), offsets[k], dtype=torch.long)
+            share = torch.zeros(epochs, s * batch_size)
+            last = n - (s - 1) * batch_size  # rows in an epoch's last batch
+            for e in range(epochs):
+                grid[e, :n] = torch.randperm(n, generator=gen) + offsets[k]
+            share[:, : n - last] = 1.0 / batch_size
+            share[:, n - last : n] = 1.0 / last
+            rows[k, : steps[k]] = grid.view(steps[k], batch_size)
+            weight[k, : steps[k]] = share.view(steps[k], batch_size)
+        x = torch.cat([d.x for d in datas])
+        device = x.device
+        return cls(x, torch.cat([d.y for d in datas]), rows.to(device), weight.to(device), steps)
+
+
+def _layout_of(weight: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """Return ``grad`` in ``weight``'s memory layout.
+
+    torch's fused CPU SGD reads raw memory and ignores strides, and vmapped linear layers
+    return transposed weight gradients.
+    """
+    return grad if grad.stride() == weight.stride() else torch.empty_like(weight).copy_(grad)
+
+
+def train_together(loss_fn: ClientLoss, params: Stacked, plan: BatchPlan, lr: float,
+                   momentum: float, weight_decay: float,
+                   client_inputs: Mapping[str, torch.Tensor] | None = None,
+                   step_inputs: Mapping[str, torch.Tensor] | None = None,
+                   ) -> tuple[Stacked, torch.Tensor]:
+    """Minimize every client's ``loss_fn`` over its batches of ``plan``.
+
+    ``loss_fn(params, batch, inputs)`` is ONE client's loss (vmapped here); ``inputs`` holds
+    that client's slice of ``client_inputs`` (K, ...) and, for the current step, of
+    ``step_inputs`` (K, T, ...). Returns the trained (K, ...) parameters and each client's mean
+    batch loss (K,) float64 (NaN for a client without data), both in the clients' order.
+    """
+    count = len(plan.steps)
+    order = sorted(range(count), key=lambda k: -plan.steps[k])  # longest first: active = prefix
+    perm = torch.tensor(order, device=plan.rows.device)
+    weights = {n: t.index_select(0, perm).contiguous() for n, t in params.items()}
+    buffers = {n: torch.zeros_like(t) for n, t in weights.items()}
+    per_client = {n: t.index_select(0, perm) for n, t in (client_inputs or {}).items()}
+    per_step = {n: t.index_select(0, perm) for n, t in (step_inputs or {}).items()}
+    rows, share = plan.rows.index_select(0, perm), plan.weight.index_select(0, perm)
+    steps = [plan.steps[k] for k in order]
+    totals = torch.zeros(count, dtype=torch.float64, device=plan.rows.device)
+
+    def client_loss(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                    w: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return loss_fn(p, Batch(x, y, w), inputs)
+
+    losses_of = vmap(client_loss)
+    names = list(weights)
+    active = count
+    for t in range(max(steps, default=0)):
+        while steps[active - 1] <= t:  # clients are sorted: the finished ones are at the end
+            active -= 1
+        index = rows[:active, t]  # (a, B)
+        leaves = {n: weights[n][:active].detach().requires_grad_() for n in names}
+        inputs = {n: v[:active] for n, v in per_client.items()}
+        inputs |= {n: v[:active, t] for n, v in per_step.items()}
+        losses = losses_of(leaves, plan.x[index], plan.y[index], share[:active, t], inputs)
+        grads = torch.autograd.grad(losses.sum(), [leaves[n] for n in names])
+        with torch.no_grad():
+            totals[:active] += losses.detach()
+            sgd_step([weights[n][:active] for n in names],
+                     [_layout_of(leaves[n], g) for n, g in zip(names, grads, strict=True)],
+                     [buffers[n][:active] for n in names], fused=True, lr=lr,
+                     momentum=momentum, weight_decay=weight_decay, dampening=0.0,
+                     nesterov=False, maximize=False)
+    back = torch.empty_like(perm)
+    back[perm] = torch.arange(count, device=perm.device)
+    counts = torch.tensor(steps, dtype=torch.float64, device=totals.device)
+    means = torch.where(counts > 0, totals / counts.clamp_min(1), torch.nan)
+    return {n: t.index_select(0, back) for n, t in weights.items()}, means.index_select(0, back)
