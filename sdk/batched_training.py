@@ -23,6 +23,7 @@ dropout) cannot be padded or vmapped this way: :func:`batching_blocker` names th
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ from torch.nn.modules.dropout import _DropoutNd
 from torch.optim.sgd import sgd as sgd_step
 
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.training import Batch
+from pflkit.sdk.training import Batch, training_autocast
 
 Stacked = dict[str, torch.Tensor]  # name -> (K, ...) one slice per client
 ClientLoss = Callable[[dict[str, torch.Tensor], Batch, dict[str, torch.Tensor]], torch.Tensor]
@@ -135,6 +136,9 @@ def train_together(loss_fn: ClientLoss, params: Stacked, plan: BatchPlan, lr: fl
         return loss_fn(p, Batch(x, y, w), inputs)
 
     losses_of = vmap(client_loss)
+    dtype = training_autocast()  # bf16 forward passes, as run_epochs does
+    autocast = (torch.autocast(plan.x.device.type, dtype=dtype) if dtype is not None
+                else contextlib.nullcontext())
     names = list(weights)
     active = count
     for t in range(max(steps, default=0)):
@@ -144,7 +148,8 @@ def train_together(loss_fn: ClientLoss, params: Stacked, plan: BatchPlan, lr: fl
         leaves = {n: weights[n][:active].detach().requires_grad_() for n in names}
         inputs = {n: v[:active] for n, v in per_client.items()}
         inputs |= {n: v[:active, t] for n, v in per_step.items()}
-        losses = losses_of(leaves, plan.x[index], plan.y[index], share[:active, t], inputs)
+        with autocast:
+            losses = losses_of(leaves, plan.x[index], plan.y[index], share[:active, t], inputs)
         grads = torch.autograd.grad(losses.sum(), [leaves[n] for n in names])
         with torch.no_grad():
             totals[:active] += losses.detach()

@@ -99,7 +99,7 @@ class TrainingConfig:
 class ExecutionConfig:
     """Where client work runs. Only ``device`` and ``precision`` can change the numbers."""
 
-    executor: str = "sequential"  # sequential | ray (| batched): see server/executors.py
+    executor: str = "sequential"  # sequential | batched | ray: see server/executors.py
     device: str = "cpu"  # auto | cpu | cuda | cuda:N (auto: CUDA when present)
     precision: str = "fp32"  # fp32 | bf16 (autocast of training forward passes)
     ray_address: str | None = None  # None: start a local Ray on this machine's cores

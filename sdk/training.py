@@ -40,6 +40,11 @@ def autocast_training(dtype: torch.dtype | None) -> Iterator[None]:
         _AUTOCAST.reset(token)
 
 
+def training_autocast() -> torch.dtype | None:
+    """The dtype :func:`autocast_training` set for the fit in progress (None: fp32)."""
+    return _AUTOCAST.get()
+
+
 @dataclass(frozen=True)
 class Batch:
     """One mini-batch as a loss sees it, whether one client trains or many train batched.

@@ -97,6 +97,7 @@ class SequentialExecutor(Executor):
 
 EXECUTORS: dict[str, str] = {
     "sequential": "pflkit.server.executors:SequentialExecutor",
+    "batched": "pflkit.server.batched_executor:BatchedExecutor",
     "ray": "pflkit.server.ray_executor:RayExecutor",
 }
 

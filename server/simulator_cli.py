@@ -67,7 +67,7 @@ def main(
     lr: Annotated[float | None, typer.Option()] = None,
     seed: Annotated[int | None, typer.Option()] = None,
     eval_interval: Annotated[int | None, typer.Option()] = None,
-    executor: Annotated[str | None, typer.Option(help="sequential | ray")] = None,
+    executor: Annotated[str | None, typer.Option(help="sequential | batched | ray")] = None,
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
     precision: Annotated[str | None, typer.Option(help="fp32 | bf16 (training autocast)")
                          ] = None,

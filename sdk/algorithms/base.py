@@ -187,6 +187,7 @@ class Algorithm(ABC):
         self.params = params
         self.device = torch.device("cpu")
         self._template: SplitModel | None = None
+        self._model_blocker: tuple[str] | None = None  # the architecture's, computed once
 
     def to(self, device: torch.device | str) -> Algorithm:
         """Train and build inference modules on ``device`` from now on (returns self).
@@ -219,16 +220,32 @@ class Algorithm(ABC):
     def batching_blocker(self) -> str | None:
         """Why this method cannot train a round's clients as one batched program (None: it can).
 
-        A method that can overrides this and :meth:`fit_batch`.
+        A method batches by implementing :meth:`fit_together`. A subclass that changes ``fit``
+        but inherits ``fit_together`` cannot batch (it would train its parent's loss), and
+        neither can a model whose layers mix the rows of a batch or draw random numbers.
         """
-        return f"{self.name} has no batched trainer"
+        together = _defining_class(type(self), "fit_together")
+        if together is Algorithm:
+            return f"{self.name} has no batched trainer"
+        if not issubclass(together, _defining_class(type(self), "fit")):
+            return f"{self.name} changes fit but has no batched version of it"
+        if self._model_blocker is None:
+            self._model_blocker = (batching_blocker(self.model_factory.build()) or "",)
+        reason = self._model_blocker[0]
+        return f"{self.name} on {self.model_factory.name}: {reason}" if reason else None
 
     def fit_batch(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
-        """Train several clients of one round together; results as :meth:`fit` on each.
+        """Train several clients of one round: together if the method can, else one by one.
 
-        Only called when :meth:`batching_blocker` is None; the default trains one by one.
+        The results equal :meth:`fit` on each job up to float rounding.
         """
+        if self.batching_blocker() is None:
+            return self.fit_together(global_state, jobs)
         return [self.fit(global_state, j.client_state, j.data, j.ctx) for j in jobs]
+
+    def fit_together(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
+        """The batched trainer (:mod:`pflkit.sdk.batched_training`) of a method that has one."""
+        raise NotImplementedError(f"{self.name} has no batched trainer")
 
     def new_aggregator(self, global_state: State, population: int) -> Aggregator:
         """How the server combines this round's updates (default: weighted mean).
@@ -279,15 +296,14 @@ class Algorithm(ABC):
         self._template.train()
         return self._template
 
-    def model_batching_blocker(self) -> str | None:
-        """For a method with a batched trainer: the architecture's reason not to batch, if any."""
-        reason = batching_blocker(self.model_factory.build())
-        return None if reason is None else f"{self.name} on {self.model_factory.name}: {reason}"
-
     def _reject_choice(self, choice: Choice | None) -> None:
         if choice is not None and (choice.lam is not None
                                    or choice.class_distribution is not None):
             raise ValueError(f"{self.name}: takes no lambda or class distribution")
+
+
+def _defining_class(cls: type, attribute: str) -> type:
+    return next(c for c in cls.__mro__ if attribute in c.__dict__)
 
 
 def shared_lr(jobs: Sequence[FitJob]) -> float:

@@ -101,11 +101,7 @@ class FedAvg(Algorithm):
                                    self.proximal_strength)
         return FitResult(float_state(model), client_state, len(data), {"train_loss": mean_loss})
 
-    def batching_blocker(self) -> str | None:
-        """Batchable unless the architecture is not (batch norm, dropout)."""
-        return self.model_batching_blocker()
-
-    def fit_batch(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
+    def fit_together(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
         """:meth:`fit` for several clients at once, one vmapped program."""
         model = self.template(global_state)
         trained, losses = train_proximal_batch(

@@ -378,11 +378,7 @@ class FedRoD(Algorithm):
         new_state = self._client_state(net, data, client_state.meta, keep)
         return FitResult(update, new_state, len(data), {"train_loss": loss})
 
-    def batching_blocker(self) -> str | None:
-        """Batchable unless the architecture is not (batch norm, dropout)."""
-        return self.model_batching_blocker()
-
-    def fit_batch(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
+    def fit_together(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
         """:meth:`fit` for several clients of one round at once, one vmapped program."""
         starts = [self._start(global_state, j.client_state, j.data) for j in jobs]
         nets = [net for net, _, _ in starts]

@@ -280,11 +280,7 @@ class SuPerFed(Algorithm):
         return loss, layout.unflatten(wl.detach()), cos
 
     # -- several clients at once ---------------------------------------------------------------
-    def batching_blocker(self) -> str | None:
-        """Batchable unless the architecture is not (batch norm, dropout)."""
-        return self.model_batching_blocker()
-
-    def fit_batch(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
+    def fit_together(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
         """:meth:`fit` for several clients of one round at once, one vmapped program."""
         if len({(j.ctx.round, j.ctx.total_rounds) for j in jobs}) != 1:
             raise ValueError(f"{self.name}: a batched fit takes the clients of one round")

@@ -1,0 +1,44 @@
+"""The batched executor: the clients of a round train together as one program.
+
+Each round's sampled clients go to :meth:`Algorithm.fit_batch` in one call (stacked weights,
+vmapped loss, masked batches: :mod:`pflkit.sdk.batched_training`); the results equal the
+sequential executor's up to float rounding. A method or model that cannot batch
+(:meth:`Algorithm.batching_blocker`) trains its clients one by one; the reason is logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+
+from pflkit.sdk.algorithms.base import Algorithm, FitJob, FitResult, State
+from pflkit.sdk.data.federation import Federation
+from pflkit.sdk.device import state_to
+from pflkit.sdk.run_config import ExecutionConfig
+from pflkit.sdk.training import autocast_training
+from pflkit.server.executors import ClientTask, SequentialExecutor, result_to_cpu
+
+log = logging.getLogger(__name__)
+
+
+class BatchedExecutor(SequentialExecutor):
+    """All of a round's clients in one batched fit; one by one where the method cannot batch."""
+
+    def __init__(self, settings: ExecutionConfig, federation: Federation,
+                 algorithm: Algorithm) -> None:
+        super().__init__(settings, federation, algorithm)
+        self.blocker = self.algorithm.batching_blocker()
+        if self.blocker is not None:
+            log.warning("batched executor: %s; training clients one by one", self.blocker)
+
+    def fit(self, global_state: State, tasks: Sequence[ClientTask]) -> Iterator[FitResult]:
+        """One :meth:`Algorithm.fit_batch` over every task; results in task order, on the CPU."""
+        if self.blocker is not None or not tasks:
+            yield from super().fit(global_state, tasks)
+            return
+        on_device = state_to(global_state, self.device)
+        jobs = [FitJob(t.state, t.data, t.context) for t in tasks]
+        with autocast_training(self.autocast):
+            results = self.algorithm.fit_batch(on_device, jobs)
+        for result in results:
+            yield result_to_cpu(result)

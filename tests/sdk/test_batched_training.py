@@ -1,0 +1,143 @@
+"""Batched clients train exactly as sequential ones: one round agrees to 1e-5 relative.
+
+Small settings: TwoNN on 8x8 inputs, clients of different sizes (different step counts, short
+last batches, one client smaller than a batch), two epochs.
+"""
+
+import math
+
+import pytest
+import torch
+
+from pflkit.sdk.algorithms import (
+    ClientState,
+    FitJob,
+    LocalTraining,
+    ModelFactory,
+    RoundContext,
+    make_algorithm,
+)
+from pflkit.sdk.batched_training import BatchPlan, batching_blocker
+from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.models import build_model
+
+FACTORY = ModelFactory("twonn", (1, 8, 8), 10)
+SIZES = (23, 40, 5, 31)  # 3, 5, 1 and 4 batches of 8 per epoch; short last batches
+TOTAL_ROUNDS = 10  # SuPerFed mixes from round L = 4
+
+
+def client_data(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return LabeledTensors(torch.randn(n, 1, 8, 8, generator=g),
+                          torch.randint(0, 10, (n,), generator=g))
+
+
+def relative_error(got, want):
+    """max |got - want| / max |want| (0 when both are zero)."""
+    scale = want.abs().max()
+    return float((got - want).abs().max() / scale) if scale > 0 else float(got.abs().max())
+
+
+def jobs_for(algorithm, round_index, states=None):
+    datas = [client_data(n, k) for k, n in enumerate(SIZES)]
+    states = states or [algorithm.init_client(k, 0, d) for k, d in enumerate(datas)]
+    return [FitJob(s, d, RoundContext(round_index, TOTAL_ROUNDS, 0.05, seed=0, client_id=k))
+            for k, (s, d) in enumerate(zip(states, datas, strict=True))]
+
+
+def assert_same_results(batched, sequential):
+    for got, want in zip(batched, sequential, strict=True):
+        assert got.num_samples == want.num_samples
+        assert got.update.keys() == want.update.keys()
+        for key, value in want.update.items():
+            assert relative_error(got.update[key], value) <= 1e-5, key
+        assert got.client_state.tensors.keys() == want.client_state.tensors.keys()
+        for key, value in want.client_state.tensors.items():
+            assert relative_error(got.client_state.tensors[key], value) <= 1e-5, key
+        assert got.client_state.meta == want.client_state.meta
+        assert got.metrics.keys() == want.metrics.keys()
+        for key, value in want.metrics.items():
+            assert math.isclose(got.metrics[key], value, rel_tol=1e-5, abs_tol=1e-8), key
+
+
+CASES = [
+    ("fedavg", {}, 0),
+    ("fedprox", {"mu": 0.1}, 0),
+    ("superfed_mm", {}, 0),  # before L: FedProx's loss
+    ("superfed_mm", {}, 5),  # mixing: one lambda per batch
+    ("superfed_lm", {}, 5),  # mixing: one lambda per layer per batch
+    ("fedrod_linear", {}, 0),
+    ("fedrod_hyper", {}, 0),
+]
+
+
+@pytest.mark.parametrize(("name", "params", "round_index"), CASES)
+def test_one_batched_round_equals_the_sequential_round(name, params, round_index):
+    algorithm = make_algorithm(name, FACTORY, LocalTraining(epochs=2, batch_size=8), params)
+    assert algorithm.batching_blocker() is None
+    glob = algorithm.init_global(0)
+    jobs = jobs_for(algorithm, round_index)
+    sequential = [algorithm.fit(glob, j.client_state, j.data, j.ctx) for j in jobs]
+    assert_same_results(algorithm.fit_batch(glob, jobs), sequential)
+
+
+def test_fedrod_linear_batched_continues_from_each_clients_own_head():
+    algorithm = make_algorithm("fedrod_linear", FACTORY, LocalTraining(epochs=1, batch_size=8))
+    glob = algorithm.init_global(0)
+    first = algorithm.fit_batch(glob, jobs_for(algorithm, 0))
+    states = [r.client_state for r in first]
+    assert all(any(k.startswith("phi.") for k in s.tensors) for s in states)
+    jobs = jobs_for(algorithm, 1, states)
+    sequential = [algorithm.fit(glob, j.client_state, j.data, j.ctx) for j in jobs]
+    assert_same_results(algorithm.fit_batch(glob, jobs), sequential)
+
+
+def test_batch_plan_draws_the_batches_sequential_training_draws():
+    datas = [client_data(n, k) for k, n in enumerate(SIZES)]
+    plan = BatchPlan.build(datas, 2, 8, [torch.Generator().manual_seed(k) for k in range(4)])
+    offsets = [0, 23, 63, 68]
+    for k, data in enumerate(datas):
+        gen = torch.Generator().manual_seed(k)
+        expected = [y for _ in range(2) for _, y in data.batches(8, gen)]
+        assert plan.steps[k] == len(expected)
+        for t, y in enumerate(expected):
+            real = plan.weight[k, t] > 0
+            assert int(real.sum()) == len(y)
+            assert torch.equal(plan.y[plan.rows[k, t][real]], y)
+            assert torch.allclose(plan.weight[k, t][real], torch.full((len(y),), 1 / len(y)))
+            assert bool((plan.rows[k, t] >= offsets[k]).all())
+        assert float(plan.weight[k, len(expected):].abs().sum()) == 0.0
+
+
+def test_models_with_batch_norm_or_dropout_are_named_as_blockers():
+    assert batching_blocker(build_model("twonn", (1, 8, 8), 10)) is None
+    reason = batching_blocker(build_model("mobilenet", (3, 32, 32), 10))
+    assert reason is not None and "BatchNorm2d" in reason
+    algorithm = make_algorithm("superfed_mm", ModelFactory("mobilenet", (3, 32, 32), 10),
+                               LocalTraining())
+    assert "superfed_mm on mobilenet" in algorithm.batching_blocker()
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    ("local", "local has no batched trainer"),
+    # Ditto inherits FedAvg's batched trainer but changes fit: batching it would be wrong
+    ("ditto", "ditto changes fit but has no batched version of it"),
+])
+def test_methods_without_a_batched_trainer_say_so_and_train_one_by_one(name, reason):
+    algorithm = make_algorithm(name, FACTORY, LocalTraining(epochs=1, batch_size=8))
+    assert algorithm.batching_blocker() == reason
+    glob = algorithm.init_global(0)
+    jobs = jobs_for(algorithm, 0)
+    batched = algorithm.fit_batch(glob, jobs)
+    sequential = [algorithm.fit(glob, j.client_state, j.data, j.ctx) for j in jobs]
+    for got, want in zip(batched, sequential, strict=True):
+        assert all(torch.equal(got.update[k], want.update[k]) for k in want.update)
+
+
+def test_a_client_without_rows_keeps_the_global_weights_and_reports_no_loss():
+    algorithm = make_algorithm("fedavg", FACTORY, LocalTraining(epochs=1, batch_size=8))
+    glob = algorithm.init_global(0)
+    empty = FitJob(ClientState(), client_data(0, 9), RoundContext(0, 1, 0.05, 0, 9))
+    results = algorithm.fit_batch(glob, [*jobs_for(algorithm, 0)[:1], empty])
+    assert all(torch.equal(results[1].update[k], glob[k]) for k in glob)
+    assert math.isnan(results[1].metrics["train_loss"])
