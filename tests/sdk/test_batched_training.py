@@ -63,6 +63,8 @@ def assert_same_results(batched, sequential):
 CASES = [
     ("fedavg", {}, 0),
     ("fedprox", {"mu": 0.1}, 0),
+    ("fedavg_ft", {}, 0),  # FedAvg's rounds (fine-tuning comes after federation)
+    ("pflmoe", {}, 0),  # FedAvg's rounds (stage 2 comes after federation)
     ("superfed_mm", {}, 0),  # before L: FedProx's loss
     ("superfed_mm", {}, 5),  # mixing: one lambda per batch
     ("superfed_lm", {}, 5),  # mixing: one lambda per layer per batch
