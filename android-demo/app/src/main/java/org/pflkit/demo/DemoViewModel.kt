@@ -2,7 +2,6 @@ package org.pflkit.demo
 
 import android.app.Application
 import android.graphics.Bitmap
-import android.graphics.BitmapFactory
 import android.net.Uri
 import androidx.lifecycle.AndroidViewModel
 import androidx.lifecycle.LiveData
@@ -16,7 +15,6 @@ import org.pflkit.core.LambdaControl
 import org.pflkit.core.LambdaSlider
 import org.pflkit.core.ModelCard
 import org.pflkit.core.ModelLoader
-import org.pflkit.core.Pixels
 import org.pflkit.core.Probabilities
 
 /**
@@ -63,9 +61,9 @@ class DemoViewModel(app: Application) : AndroidViewModel(app) {
         worker.shutdown()
     }
 
-    fun showSample() = worker.execute { show(sample()) }
+    fun showSample() = worker.execute { show(Images.sample(getApplication())) }
 
-    fun showPicked(uri: Uri) = worker.execute { show(decode(uri)) }
+    fun showPicked(uri: Uri) = worker.execute { show(Images.decode(getApplication(), uri)) }
 
     /** Switch to another model file of the card. */
     fun select(artifact: ModelCard.Artifact) = worker.execute {
@@ -95,7 +93,7 @@ class DemoViewModel(app: Application) : AndroidViewModel(app) {
             _message.postValue(getApplication<Application>().getString(R.string.no_artifact))
         }
         open(found.models())
-        show(sample())
+        show(Images.sample(getApplication()))
     }
 
     /** Background: the first of [candidates] whose runtime loads; say why others did not. */
@@ -114,25 +112,6 @@ class DemoViewModel(app: Application) : AndroidViewModel(app) {
         }
     }
 
-    private fun sample(): Bitmap =
-        getApplication<Application>().assets.open(SAMPLE).use { BitmapFactory.decodeStream(it) }
-
-    /** Decode a picked image, subsampled so a photo does not exhaust memory; null on failure. */
-    private fun decode(uri: Uri): Bitmap? = runCatching {
-        val resolver = getApplication<Application>().contentResolver
-        val bounds = BitmapFactory.Options().apply { inJustDecodeBounds = true }
-        resolver.openInputStream(uri)?.use { BitmapFactory.decodeStream(it, null, bounds) }
-        var sampleSize = 1
-        while (maxOf(bounds.outWidth, bounds.outHeight) / (sampleSize * 2) >= MAX_DECODE_SIDE) {
-            sampleSize *= 2
-        }
-        val options = BitmapFactory.Options().apply {
-            inSampleSize = sampleSize
-            inPreferredConfig = Bitmap.Config.ARGB_8888
-        }
-        resolver.openInputStream(uri)?.use { BitmapFactory.decodeStream(it, null, options) }
-    }.getOrNull()
-
     private fun show(bitmap: Bitmap?) {
         if (bitmap == null) {
             return _message.postValue(getApplication<Application>().getString(R.string.decode_failed))
@@ -147,10 +126,8 @@ class DemoViewModel(app: Application) : AndroidViewModel(app) {
         val model = backend ?: return
         val card = files?.card ?: return
         val bitmap = image ?: return
-        val argb = IntArray(bitmap.width * bitmap.height)
-        bitmap.getPixels(argb, 0, bitmap.width, 0, 0, bitmap.width, bitmap.height)
         val result = try {
-            val raw = Pixels.fromArgb(argb, bitmap.width, bitmap.height, card.preprocessing)
+            val raw = Images.raw(bitmap, card.preprocessing)
             Classifier(card, model).classify(raw, bitmap.height, bitmap.width, slider?.value(), TOP_K)
         } catch (e: Exception) {
             return _message.postValue(
@@ -171,8 +148,6 @@ class DemoViewModel(app: Application) : AndroidViewModel(app) {
 
     companion object {
         const val SLIDER_STEPS = 100
-        private const val SAMPLE = "sample.png"
         private const val TOP_K = 3
-        private const val MAX_DECODE_SIDE = 1024
     }
 }

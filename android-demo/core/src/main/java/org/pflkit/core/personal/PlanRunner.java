@@ -171,6 +171,11 @@ public final class PlanRunner {
     return out == null ? new float[0] : out;
   }
 
+  /** The program's inputs for {@code rows} at a constant lambda (e.g. a warm-up call). */
+  public List<ProgramInput> batch(Data data, int[] rows, float lambda) {
+    return inputs(data, rows, plan.lambda == null ? null : constant(lambda));
+  }
+
   /** Top-1 accuracy of W(lambda) on {@code rows} (NaN for no rows). */
   public double accuracy(Data data, int[] rows, float lambda) throws Exception {
     return Scores.of(logits(data, rows, lambda), labels(data, rows)).top1;

@@ -1,0 +1,97 @@
+package org.pflkit.demo
+
+import java.io.Closeable
+import java.io.File
+import org.pflkit.core.TrainingSection
+import org.pflkit.core.personal.ParameterWriter
+import org.pflkit.core.personal.PlanRunner
+import org.pflkit.core.personal.ProgramInput
+import org.pflkit.core.personal.TrainingSession
+import org.pytorch.executorch.EValue
+import org.pytorch.executorch.Module
+import org.pytorch.executorch.Tensor
+import org.pytorch.executorch.training.SGD
+import org.pytorch.executorch.training.TrainingModule
+
+/**
+ * The core's [TrainingSession] on ExecuTorch's training runtime: the card's `train` method
+ * through [TrainingModule] (forward + backward in one call), one [SGD] per optimizer of the
+ * plan, `prepare` (frozen, inference) through a [Module] on the same file. Everything else
+ * (schedule, splits, lambda, accuracy) is the host-tested core's [PlanRunner].
+ */
+class ExecuTorchTrainingSession(
+    program: File,
+    private val plan: TrainingSection,
+    private val imageShape: LongArray,
+) : TrainingSession, Closeable {
+    private val module = TrainingModule.load(program.absolutePath)
+    private val prepareModule: Module? = plan.prepareMethod?.let { Module.load(program.absolutePath) }
+    private val parameters: Map<String, Tensor>
+    private val optimizers: Map<String, SGD>
+    private val writer: SGD
+
+    init {
+        // executorch 1.5.1: namedParameters exists only after a first forward_backward (it
+        // computes gradients on zero inputs and changes no weight)
+        val zeros = FloatArray(imageShape.fold(1L) { a, b -> a * b }.toInt())
+        val runner = PlanRunner(plan, this, imageShape)
+        val warmup = runner.batch(runner.prepare(zeros, longArrayOf(0)), intArrayOf(0), 0f)
+        module.executeForwardBackward(plan.trainMethod, *evalues(warmup).toTypedArray())
+        parameters = module.namedParameters(plan.trainMethod)
+        check(parameters.keys == plan.parameterNames().toSet()) {
+            "the program's parameters ${parameters.keys.sorted()} differ from the card's " +
+                "${plan.parameterNames().sorted()}"
+        }
+        optimizers = plan.optimizers.associate { o ->
+            o.name to SGD.create(o.parameters.associateWith { parameters.getValue(it) },
+                o.lr, o.momentum, o.dampening, o.weightDecay, o.nesterov)
+        }
+        writer = SGD.create(parameters, 1.0)  // ParameterWriter's lr-1 steps
+    }
+
+    override fun prepare(images: FloatArray, rows: Int): List<FloatArray> {
+        val method = checkNotNull(plan.prepareMethod) { "this program reads the images" }
+        val input = Tensor.fromBlob(images, longArrayOf(rows.toLong(), *imageShape))
+        return checkNotNull(prepareModule).execute(method, EValue.from(input))
+            .map { it.toTensor().dataAsFloatArray }
+    }
+
+    override fun step(optimizer: String, inputs: List<ProgramInput>): Float {
+        val outputs = module.executeForwardBackward(plan.trainMethod,
+            *evalues(inputs).toTypedArray())
+        optimizers.getValue(optimizer).step(module.namedGradients(plan.trainMethod))
+        return outputs[0].toTensor().dataAsFloatArray[0]
+    }
+
+    /** The `logits` output; the gradients computed on the way are not applied. */
+    override fun logits(inputs: List<ProgramInput>): FloatArray =
+        module.executeForwardBackward(plan.trainMethod, *evalues(inputs).toTypedArray())[1]
+            .toTensor().dataAsFloatArray
+
+    override fun weights(): Map<String, FloatArray> =
+        parameters.mapValues { it.value.dataAsFloatArray }
+
+    override fun loadWeights(weights: Map<String, FloatArray>) {
+        ParameterWriter.write(object : ParameterWriter.Optimizer {
+            override fun read(): Map<String, FloatArray> = weights()
+
+            override fun step(gradients: Map<String, FloatArray>) = writer.step(
+                gradients.mapValues { (name, g) ->
+                    Tensor.fromBlob(g, parameters.getValue(name).shape())
+                })
+        }, weights)
+    }
+
+    override fun close() {
+        module.destroy()
+        prepareModule?.destroy()
+    }
+
+    private fun evalues(inputs: List<ProgramInput>): List<EValue> = inputs.map { input ->
+        val floats = input.floats
+        EValue.from(
+            if (floats != null) Tensor.fromBlob(floats, input.shape)
+            else Tensor.fromBlob(input.longs, input.shape)
+        )
+    }
+}
