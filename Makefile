@@ -36,13 +36,17 @@ demo: setup
 	$(BIN)/pfl-export --run $(RUNS)/demo --client 17 --lambda 0.3
 	$(BIN)/pfl-export classify $(RUNS)/demo/exports/client17 --count 8
 
-test: setup android-core-test
+test: setup android-core-test android-app-check
 	$(BIN)/python -m pytest -q -n $(JOBS) tests
 
 # The Android demo's Java core on the host (javac + JUnit 4; no Gradle, no network); its
 # federated-client tests start a real pfl-server from $(VENV).
 android-core-test: $(STAMP) $(JUNIT4)
 	PFLKIT_VENV=$(VENV) android-demo/core/run-tests.sh
+
+# The Kotlin app compiled against signature stubs of the Android APIs (no Android SDK here).
+android-app-check: $(STAMP) $(JUNIT4)
+	PFLKIT_VENV=$(VENV) android-demo/tools/kotlin-check/check.sh
 
 lint: setup
 	$(BIN)/ruff check sdk server export tests benchmarks
@@ -58,7 +62,7 @@ clean:
 
 # Benchmarks owned by later issues (each script documents its settings).
 .PHONY: bench-baselines bench-superfed bench-superfed-noise bench-fedrod bench-fedrod-new-clients \
-        bench-pflmoe bench-export bench-server android-core-test
+        bench-pflmoe bench-export bench-server android-core-test android-app-check
 bench-baselines: setup
 	cd benchmarks && ../$(BIN)/python bench_baselines.py
 bench-superfed: setup

@@ -1,0 +1,2 @@
+package ai.onnxruntime;
+public abstract class OnnxTensorLike implements OnnxValue {}

@@ -1,0 +1,2 @@
+package ai.onnxruntime;
+public interface OnnxValue extends AutoCloseable { @Override void close(); }

@@ -1,0 +1,2 @@
+package android.app;
+public class Application extends android.content.Context {}

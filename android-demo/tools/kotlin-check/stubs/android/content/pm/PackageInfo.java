@@ -1,0 +1,2 @@
+package android.content.pm;
+public class PackageInfo { public long lastUpdateTime; }

@@ -1,0 +1,2 @@
+package android.graphics;
+public final class Rect {}

@@ -1,0 +1,2 @@
+package android.net;
+public abstract class Uri {}

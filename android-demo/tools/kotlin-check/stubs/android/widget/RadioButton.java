@@ -1,0 +1,4 @@
+package android.widget;
+public class RadioButton extends CompoundButton {
+  public RadioButton(android.content.Context context) { super(context); }
+}

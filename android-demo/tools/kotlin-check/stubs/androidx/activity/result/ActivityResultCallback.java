@@ -1,0 +1,2 @@
+package androidx.activity.result;
+public interface ActivityResultCallback<O> { void onActivityResult(O result); }

@@ -1,0 +1,2 @@
+package androidx.activity.result;
+public abstract class ActivityResultLauncher<I> { public void launch(I input) {} }

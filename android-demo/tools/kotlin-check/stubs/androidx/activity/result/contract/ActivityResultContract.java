@@ -1,0 +1,2 @@
+package androidx.activity.result.contract;
+public abstract class ActivityResultContract<I, O> {}

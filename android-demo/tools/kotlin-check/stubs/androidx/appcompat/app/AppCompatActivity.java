@@ -1,0 +1,2 @@
+package androidx.appcompat.app;
+public class AppCompatActivity extends androidx.activity.ComponentActivity {}

@@ -1,0 +1,2 @@
+package androidx.lifecycle;
+public interface LifecycleOwner {}

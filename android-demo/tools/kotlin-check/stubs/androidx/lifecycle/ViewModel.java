@@ -1,0 +1,4 @@
+package androidx.lifecycle;
+public abstract class ViewModel {
+  protected void onCleared() {}
+}

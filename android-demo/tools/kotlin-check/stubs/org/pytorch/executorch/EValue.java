@@ -1,0 +1,5 @@
+package org.pytorch.executorch;
+public class EValue {
+  public static EValue from(Tensor tensor) { return null; }
+  public Tensor toTensor() { return null; }
+}
