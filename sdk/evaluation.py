@@ -8,9 +8,10 @@ on the global test set (PFL-MoE "global test").
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from pflkit.sdk.data.federation import ClientData
@@ -22,6 +23,8 @@ from pflkit.sdk.metrics import (
     scores_from_logits,
     top_k_accuracy,
 )
+
+Predictor = Callable[[nn.Module, LabeledTensors], torch.Tensor]  # (model, data) -> logits
 
 
 @dataclass(frozen=True)
@@ -42,14 +45,18 @@ class ClientReport:
 
 
 def evaluate_client(model: nn.Module, client: ClientData, global_test: LabeledTensors | None,
-                    num_classes: int) -> ClientReport:
-    """Score one client's inference model under every protocol."""
-    own = scores_from_logits(predict(model, client.test), client.test.y) if len(client.test) \
-        else None
+                    num_classes: int, predictor: Predictor = predict) -> ClientReport:
+    """Score one client's inference model under every protocol.
+
+    ``predictor`` computes logits; a :class:`pflkit.sdk.scoring.ScoringCache`'s ``predict``
+    scores models shared by several clients once.
+    """
+    own = scores_from_logits(predictor(model, client.test), client.test.y) \
+        if len(client.test) else None
     nan = float("nan")
     weighted = plain = nan
     if global_test is not None:
-        logits = predict(model, global_test)
+        logits = predictor(model, global_test)
         pred = logits.argmax(dim=1)
         weighted = class_weighted_accuracy(pred, global_test.y, client.class_counts(num_classes))
         plain = top_k_accuracy(logits, global_test.y, 1)

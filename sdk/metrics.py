@@ -20,6 +20,7 @@ from torch import nn
 from pflkit.sdk.data.tensors import LabeledTensors
 
 NUM_BINS = 15
+PREDICT_BATCH = 1000  # rows per forward pass when scoring a data set
 
 
 def top_k_accuracy(logits: torch.Tensor, y: torch.Tensor, k: int = 1) -> float:
@@ -89,7 +90,8 @@ def scores_from_logits(logits: torch.Tensor, y: torch.Tensor) -> Scores:
 
 
 @torch.no_grad()
-def predict(model: nn.Module, data: LabeledTensors, batch_size: int = 1000) -> torch.Tensor:
+def predict(model: nn.Module, data: LabeledTensors, batch_size: int = PREDICT_BATCH
+            ) -> torch.Tensor:
     """Logits (N, C) of ``model`` in eval mode over ``data``."""
     was_training = model.training
     model.eval()

@@ -29,7 +29,11 @@ class SplitModel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits (B, num_classes) for inputs (B, C, H, W)."""
-        return self.head(self.body(x))
+        return self.head_logits(x, self.body(x))
+
+    def head_logits(self, x: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """Logits from the body's features (evaluation reuses features of a shared body)."""
+        return self.head(features)
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,9 @@ from pflkit.sdk.algorithms.base import (
 from pflkit.sdk.data.federation import ClientData, partition_table, plot_partition
 from pflkit.sdk.device import federation_to, resolve_device
 from pflkit.sdk.evaluation import ClientReport, evaluate_client, summarize
-from pflkit.sdk.metrics import predict, scores_from_logits
+from pflkit.sdk.metrics import scores_from_logits
 from pflkit.sdk.run_config import ExecutionConfig, SimConfig, build_run
+from pflkit.sdk.scoring import ScoringCache
 from pflkit.sdk.state_store import RunClientStore, client_state_to_bytes
 from pflkit.sdk.tensorio import (
     atomic_write_bytes,
@@ -205,12 +206,14 @@ class Simulation:
         """Generic model on the global test set; personalized models on clients' own tests."""
         state = self.coordinator.global_state
         test = self.federation.test
-        generic = scores_from_logits(predict(self.algorithm.global_model(state), test), test.y)
+        scoring = ScoringCache()
+        generic = scores_from_logits(scoring.predict(self.algorithm.global_model(state), test),
+                                     test.y)
         row: dict[str, Any] = {f"global_{k}": v for k, v in generic.to_dict().items()}
         if any(len(c.test) for c in self.federation.clients.values()):
             reports = [
                 evaluate_client(self.algorithm.personalized_model(state, self.client_state(cid)),
-                                client, None, self.federation.spec.num_classes)
+                                client, None, self.federation.spec.num_classes, scoring.predict)
                 for cid, client in self.federation.clients.items()
             ]
             summary = summarize(reports)
@@ -243,9 +246,14 @@ class Simulation:
         return RunResult(self.run_dir, coord.global_state, final)
 
     def final_evaluation(self) -> dict[str, Any]:
-        """Personalize (if the method has a stage) and score every client, old and new."""
+        """Personalize (if the method has a stage) and score every client, old and new.
+
+        Each distinct model is scored once and a body shared by several clients' models runs
+        once per data set (:class:`ScoringCache`): the numbers equal scoring every model alone.
+        """
         state = self.coordinator.global_state
         spec = self.federation.spec
+        scoring = ScoringCache()
         out: dict[str, Any] = {}
         groups = {"clients": self.federation.clients, "new_clients": self.federation.new_clients}
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -261,7 +269,7 @@ class Simulation:
                         model = self.algorithm.personalized_model(state, cstate, choice)
                         reports.setdefault(label, []).append(
                             evaluate_client(model, client, self.federation.test,
-                                            spec.num_classes))
+                                            spec.num_classes, scoring.predict))
                     bar.advance(task)
                 headline = next(iter(reports))
                 out[group] = {"summary": summarize(reports[headline]),
@@ -269,7 +277,8 @@ class Simulation:
                 if len(reports) > 1:
                     out[group]["by_choice"] = {k: summarize(v) for k, v in reports.items()}
         test = self.federation.test
-        generic = scores_from_logits(predict(self.algorithm.global_model(state), test), test.y)
+        generic = scores_from_logits(scoring.predict(self.algorithm.global_model(state), test),
+                                     test.y)
         out["global_model"] = generic.to_dict()
         out["rounds"] = self.coordinator.round
         return out

@@ -157,7 +157,10 @@ class TwoHeadNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Personalized logits h_G(z) + h_P(z) and generic logits h_G(z), both (B, C)."""
-        z = self.body(x)
+        return self.logits_from_features(self.body(x))
+
+    def logits_from_features(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(personalized, generic) logits from body features z (B, D)."""
         generic = self.head(z)
         return generic + self.phead(z), generic
 
@@ -172,6 +175,15 @@ class PersonalizedOnly(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Personalized logits (B, C)."""
         return self.net(x)[0]
+
+    @property
+    def body(self) -> nn.Module:
+        """The shared body f (evaluation computes its features once for every client)."""
+        return self.net.body
+
+    def head_logits(self, x: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """Personalized logits from the body's features."""
+        return self.net.logits_from_features(features)[0]
 
 
 Forward = Callable[[torch.Tensor], torch.Tensor]

@@ -123,14 +123,14 @@ class GatedExperts(nn.Module):
         """Pick the gate's input: the activations a (MFE) or the flattened raw input (MF)."""
         return a if self.gate_on_features else x.flatten(1)  # (B, D) or (B, C*H*W)
 
-    def mixed_logits(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    def head_logits(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         """Mixed logits from inputs x and their activations ``a = body(x)`` (reusable a)."""
         g = gate_value(self.gate, self.gate_input(x, a))
         return mix_experts(g, self.global_head(a), self.personal_head(a))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Mixed logits (B, num_classes) for inputs (B, C, H, W)."""
-        return self.mixed_logits(x, self.body(x))  # body(x): (B, feature_dim)
+        return self.head_logits(x, self.body(x))  # body(x): (B, feature_dim)
 
 
 def split_for_gate(n: int, gate_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -155,12 +155,12 @@ def test_gates_see_inputs_of_the_documented_size_and_g_stays_in_0_1(variant, siz
     assert not torch.allclose(g, torch.full_like(g, 0.5))  # the gate learned something
 
 
-def test_gate_forced_to_one_gives_the_global_model_and_mixed_logits_match_forward():
+def test_gate_forced_to_one_gives_the_global_model_and_head_logits_match_forward():
     algo, glob, state, local = personalized("mfe")
     model = algo.personalized_model(glob, state)
     x = local.x[:9]
     with torch.no_grad():
-        assert torch.allclose(model(x), model.mixed_logits(x, model.body(x)))
+        assert torch.allclose(model(x), model.head_logits(x, model.body(x)))
         model.gate.weight.zero_()
         model.gate.bias.fill_(math.inf)  # g = sigmoid(inf) = 1
         global_logits = algo.global_model(glob)(x)

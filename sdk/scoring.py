@@ -1,0 +1,97 @@
+"""Score each distinct model once, and run a shared body once for all the heads on top of it.
+
+After federation many clients' inference models are the same model (FedAvg: every client's is
+the global one) or share their body and differ only in a head (FedPer, FedRep, FedRoD, PFL-MoE's
+frozen extractor). :class:`ScoringCache` recognizes both by content, not by algorithm: a model's
+fingerprint is a hash of its module types, their plain settings and every tensor, so two
+modules built separately with the same weights are one model.
+
+A module whose forward is ``head_logits(x, body(x))`` (:class:`SplitModel`, FedRoD's and
+PFL-MoE's inference modules) exposes ``body`` and ``head_logits``; its body's features on a
+data set are computed once per distinct body, and each model then applies its own head. The
+chunks are the ones :func:`pflkit.sdk.metrics.predict` uses and the operations are those of the
+forward, so the logits are bit-identical to scoring every model on its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.metrics import PREDICT_BATCH, predict
+
+
+@runtime_checkable
+class SharedBody(Protocol):
+    """A model whose logits are ``head_logits(x, body(x))``."""
+
+    body: nn.Module
+
+    def head_logits(self, x: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """Logits (B, C) from inputs x (B, ...) and their features ``body(x)``."""
+
+
+def fingerprint(module: nn.Module) -> str:
+    """A hash of what determines ``module``'s function: types, plain settings and tensors."""
+    digest = hashlib.blake2b(digest_size=20)
+    for name, sub in module.named_modules():
+        settings = sorted((k, v) for k, v in vars(sub).items()
+                          if not k.startswith("_") and k != "training"
+                          and isinstance(v, bool | int | float | str | tuple | type(None)))
+        digest.update(f"{name}:{type(sub).__qualname__}:{settings!r};".encode())
+    for name, tensor in module.state_dict().items():
+        value = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{value.dtype}:{tuple(value.shape)};".encode())
+        digest.update(value.view(torch.uint8).numpy().tobytes() if value.numel() else b"")
+    return digest.hexdigest()
+
+
+class ScoringCache:
+    """Logits of models on data sets, each distinct (model, data) and (body, data) run once.
+
+    Keep one cache for one evaluation pass (the models and data sets it has seen stay alive
+    until it is dropped). ``models_run`` and ``bodies_run`` count the forward passes made.
+    """
+
+    def __init__(self) -> None:
+        self._logits: dict[tuple[str, int], torch.Tensor] = {}
+        self._features: dict[tuple[str, int], list[torch.Tensor]] = {}
+        self._data: dict[int, LabeledTensors] = {}  # keeps ids unique while cached
+        self.models_run = 0
+        self.bodies_run = 0
+
+    def predict(self, model: nn.Module, data: LabeledTensors) -> torch.Tensor:
+        """Logits (N, C) of ``model`` in eval mode on ``data``, as :func:`predict` gives them."""
+        self._data[id(data)] = data
+        key = (fingerprint(model), id(data))
+        if key not in self._logits:
+            self._logits[key] = self._run(model, data)
+        return self._logits[key]
+
+    @torch.no_grad()
+    def _run(self, model: nn.Module, data: LabeledTensors) -> torch.Tensor:
+        self.models_run += 1
+        if not isinstance(model, SharedBody) or not len(data):
+            return predict(model, data)
+        was_training = model.training
+        model.eval()
+        try:
+            features = self._body_features(model.body, data)
+            chunks = [model.head_logits(data.x[i : i + PREDICT_BATCH], z)
+                      for i, z in zip(range(0, len(data), PREDICT_BATCH), features, strict=True)]
+        finally:
+            model.train(was_training)
+        return torch.cat(chunks)
+
+    def _body_features(self, body: nn.Module, data: LabeledTensors) -> list[torch.Tensor]:
+        """Features of ``body`` on ``data`` in :func:`predict`'s chunks (once per body)."""
+        key = (fingerprint(body), id(data))
+        if key not in self._features:
+            self.bodies_run += 1
+            self._features[key] = [body(data.x[i : i + PREDICT_BATCH])
+                                   for i in range(0, len(data), PREDICT_BATCH)]
+        return self._features[key]
