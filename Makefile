@@ -8,7 +8,7 @@ JUNIT4 := /usr/share/java/junit4.jar
 RUNS   ?= runs
 JOBS   ?= 2
 
-.PHONY: setup demo test lint bench-fedavg bench-overhead clean
+.PHONY: setup demo test test-gpu lint bench-fedavg bench-overhead clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ demo: setup
 
 test: setup android-core-test android-app-check
 	$(BIN)/python -m pytest -q -n $(JOBS) tests
+
+# The device-sensitive tests on a CUDA GPU (skipped, with the reason, on a machine without one).
+test-gpu: setup
+	$(BIN)/python -m pytest -q -rs -m gpu tests
 
 # The Android demo's Java core on the host (javac + JUnit 4; no Gradle, no network); its
 # federated-client tests start a real pfl-server from $(VENV).

@@ -21,6 +21,8 @@ killed at any point re-sends the same bytes (the server treats that as an idempo
 instead of training twice. Network errors, 429 and 5xx are retried with capped exponential
 backoff and jitter; other 4xx answers raise :class:`ServerRefused` with the server's message.
 The client imports nothing from ``pflkit.server``: the task payload carries the algorithm config.
+``device`` ("cpu", "cuda", "auto") is where training and the post-federation stage run; the
+local data moves there once, downloaded states once per round, uploads leave as safetensors.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from pflkit.sdk.algorithms.base import (
     make_algorithm,
 )
 from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.device import check_precision, data_to, resolve_device, state_to
 from pflkit.sdk.seeding import numpy_rng
 from pflkit.sdk.state_store import DeviceStateStore
 from pflkit.sdk.tensorio import (
@@ -59,6 +62,7 @@ from pflkit.sdk.tensorio import (
     state_from_bytes,
     state_to_bytes,
 )
+from pflkit.sdk.training import autocast_training
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +132,13 @@ class FederatedClient:
 
     def __init__(self, server: str, state_dir: Path, data: LabeledTensors, *,
                  token: str | None = None, retry: RetryPolicy | None = None,
-                 timeout: float = 120.0) -> None:
+                 timeout: float = 120.0, device: str = "cpu", precision: str = "fp32") -> None:
         self.server = server.rstrip("/")
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.data = data
+        self.device = resolve_device(device)
+        self.autocast = check_precision(precision)
+        self.data = data_to(data, self.device)
         self.retry = retry or RetryPolicy()
         self.store = DeviceStateStore(self.state_dir)
         self._http = httpx.Client(base_url=self.server, timeout=timeout)
@@ -223,14 +229,14 @@ class FederatedClient:
             model = ModelFactory(config["model"], shape, int(config["num_classes"]))
             self._algorithms[key] = make_algorithm(config["algorithm"], model,
                                                    LocalTraining(**config["local"]),
-                                                   config["params"])
+                                                   config["params"]).to(self.device)
         return self._algorithms[key]
 
     def _client_state(self, run_id: int, algorithm: Algorithm, seed: int) -> ClientState:
         """Return the stored private state of this run (a new run starts from ``init_client``)."""
         stored = self.store.load()
         if stored is not None and self._read_json("cache.json").get("state_run") == run_id:
-            return stored
+            return ClientState(state_to(stored.tensors, self.device), stored.meta)
         return algorithm.init_client(self.client_id, seed, self.data)
 
     def _train(self, task: dict[str, Any]) -> bytes:
@@ -239,9 +245,10 @@ class FederatedClient:
         algorithm = self._algorithm(task["run_id"], cfg)
         ctx = RoundContext(task["round"], cfg["total_rounds"], cfg["lr"], cfg["seed"],
                            self.client_id)
-        result = algorithm.fit(self.global_state(task["global_hash"]),
-                               self._client_state(task["run_id"], algorithm, cfg["seed"]),
-                               self.data, ctx)
+        with autocast_training(self.autocast):
+            result = algorithm.fit(state_to(self.global_state(task["global_hash"]), self.device),
+                                   self._client_state(task["run_id"], algorithm, cfg["seed"]),
+                                   self.data, ctx)
         metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(v)}
         upload = state_to_bytes(result.update, {METRICS_KEY: json.dumps(metrics)})
         tensors = {_UPLOAD: torch.frombuffer(bytearray(upload), dtype=torch.uint8),
@@ -305,18 +312,19 @@ class FederatedClient:
             return
         cfg = task["config"]
         algorithm = self._algorithm(task["run_id"], cfg)
-        global_state = self.global_state(task["global_hash"])
+        global_state = state_to(self.global_state(task["global_hash"]), self.device)
         if algorithm.has_personalization_stage:
             ctx = RoundContext(cfg["total_rounds"], cfg["total_rounds"], cfg["lr"], cfg["seed"],
                                self.client_id)
             state = self._client_state(task["run_id"], algorithm, cfg["seed"])
-            self.store.save(algorithm.personalize(global_state, state, self.data, ctx))
+            with autocast_training(self.autocast):
+                self.store.save(algorithm.personalize(global_state, state, self.data, ctx))
         self._write_json("cache.json", {**self._read_json("cache.json"), "state_run":
                                         task["run_id"], "finished_run": task["run_id"],
                                         "config": cfg})
 
     def personalized_model(self, choice: Choice | None = None) -> nn.Module:
-        """Build the device's inference model from the finished run (global + private state)."""
+        """Build the device's inference model from the finished run, on the client's device."""
         cache = self._read_json("cache.json")
         if "finished_run" not in cache:
             raise RuntimeError("no finished run yet: keep calling step()")

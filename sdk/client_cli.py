@@ -38,6 +38,8 @@ def main(
     rounds: Annotated[int | None, typer.Option(help="stop after training this many rounds")
                       ] = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "cpu",
+    precision: Annotated[str, typer.Option(help="fp32 | bf16 (training autocast)")] = "fp32",
     give_up_after: Annotated[float, typer.Option(help="seconds of failed retries")] = 600.0,
     max_backoff: Annotated[float, typer.Option(help="longest wait between retries")] = 10.0,
     log_level: Annotated[str, typer.Option()] = "info",
@@ -50,7 +52,8 @@ def main(
     try:
         client = FederatedClient(server, state or data / ".pflkit", load_client_data(data),
                                  token=token, retry=RetryPolicy(cap=max_backoff,
-                                                         max_elapsed=give_up_after))
+                                                         max_elapsed=give_up_after),
+                                 device=device, precision=precision)
         if not (client.state_dir / "credentials.json").is_file():
             raise typer.BadParameter("not enrolled yet: pass --token", param_hint="--token")
         trained = client.run(rounds)

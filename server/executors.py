@@ -4,8 +4,9 @@ The simulator hands an executor one :class:`ClientTask` per sampled client, in c
 and folds the results into the Coordinator in that same order as they are yielded. Every
 executor yields in task order whatever order its workers finish in, so the aggregate (a float64
 running sum) and therefore the run never depend on timing. States cross the executor boundary
-on the CPU: the global state comes in on the CPU and is moved to the device once per round;
-updates and client states go back to the CPU (aggregation and checkpoint boundaries).
+on the CPU: the global state comes in on the CPU and is moved to the device once per round, a
+client's state once per fit (algorithms see every tensor on their device); updates and client
+states go back to the CPU (aggregation and checkpoint boundaries).
 
 Executors are named in the configuration (``[execution] executor = ...``) and built by
 :func:`make_executor` from :data:`EXECUTORS`, a table of ``module:attr`` paths imported on
@@ -64,22 +65,22 @@ class Executor(ABC):
         on_device = state_to(global_state, self.device)
         for task in tasks:
             with autocast_training(self.autocast):
-                state = self.algorithm.personalize(on_device, task.state, task.data,
-                                                   task.context)
-            yield to_cpu(state)
+                state = self.algorithm.personalize(on_device, to_device(task.state, self.device),
+                                                   task.data, task.context)
+            yield to_device(state, CPU)
 
     def close(self) -> None:  # noqa: B027 - optional hook, in-process executors have nothing
         """Release workers (nothing to do for in-process executors)."""
 
 
-def to_cpu(state: ClientState) -> ClientState:
-    """A client state with its tensors on the CPU (checkpoint boundary)."""
-    return ClientState(state_to(state.tensors, CPU), state.meta)
+def to_device(state: ClientState, device: torch.device) -> ClientState:
+    """A client state with its tensors on ``device`` (the CPU: checkpoint boundary)."""
+    return ClientState(state_to(state.tensors, device), state.meta)
 
 
 def result_to_cpu(result: FitResult) -> FitResult:
     """A fit result whose update and client state are on the CPU (aggregation boundary)."""
-    return FitResult(state_to(result.update, CPU), to_cpu(result.client_state),
+    return FitResult(state_to(result.update, CPU), to_device(result.client_state, CPU),
                      result.num_samples, result.metrics)
 
 
@@ -91,7 +92,8 @@ class SequentialExecutor(Executor):
         on_device = state_to(global_state, self.device)
         for task in tasks:
             with autocast_training(self.autocast):
-                result = self.algorithm.fit(on_device, task.state, task.data, task.context)
+                result = self.algorithm.fit(on_device, to_device(task.state, self.device),
+                                            task.data, task.context)
             yield result_to_cpu(result)
 
 

@@ -76,13 +76,17 @@ class ClientWorker:
             self._global = key, state_to(state_from_bytes(payload, "global state"), self.device)
         return self._global[1]
 
+    def _client_state(self, payload: bytes) -> ClientState:
+        state = client_state_from_bytes(payload)
+        return ClientState(state_to(state.tensors, self.device), state.meta)
+
     def fit(self, key: int, global_payload: bytes, client_id: int, state: bytes,
             ctx: RoundContext) -> tuple[bytes, bytes, int, dict[str, float]]:
         """One client's round: (update, new client state, samples, metrics)."""
         crash_point("ray_worker_fit")
         global_state = self._global_state(key, global_payload)
         with autocast_training(self.autocast):
-            result = self.algorithm.fit(global_state, client_state_from_bytes(state),
+            result = self.algorithm.fit(global_state, self._client_state(state),
                                         self.data[client_id], ctx)
         return (state_to_bytes(result.update), client_state_to_bytes(result.client_state),
                 result.num_samples, result.metrics)
@@ -92,7 +96,7 @@ class ClientWorker:
         """One client's post-federation stage: its new state."""
         global_state = self._global_state(key, global_payload)
         with autocast_training(self.autocast):
-            new = self.algorithm.personalize(global_state, client_state_from_bytes(state),
+            new = self.algorithm.personalize(global_state, self._client_state(state),
                                              self.data[client_id], ctx)
         return client_state_to_bytes(new)
 

@@ -78,7 +78,8 @@ class APFL(Algorithm):
         names = [n for n, _ in model.named_parameters()]
         start = personal_of(client_state) or global_state
         v = {n: start[n].clone().requires_grad_(True) for n in names}
-        alpha = torch.tensor(self.alpha_of(client_state), requires_grad=self.params.adaptive)
+        alpha = torch.tensor(self.alpha_of(client_state), device=self.device,
+                             requires_grad=self.params.adaptive)
         alpha_lr = ctx.lr if self.params.alpha_lr is None else self.params.alpha_lr
         opt_w = sgd(model.parameters(), ctx.lr, self.local.momentum, self.local.weight_decay)
         opt_v = sgd(v.values(), ctx.lr, self.local.momentum, self.local.weight_decay)

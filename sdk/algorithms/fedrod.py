@@ -283,7 +283,7 @@ class FedRoD(Algorithm):
              local: State | None = None) -> TwoHeadNet:
         """Build a two-head net: body and generic head from ``local`` (else global), and phi."""
         split = self.model_factory.build()
-        net = TwoHeadNet(split, self._hypernetwork(split))
+        net = TwoHeadNet(split, self._hypernetwork(split)).to(self.device)
         state = {**global_state, **(local or {})}
         phi = phi if phi is not None else {k: torch.zeros_like(v)
                                            for k, v in net.phead.state_dict().items()}
@@ -469,7 +469,7 @@ class FedRoD(Algorithm):
 
     def global_model(self, global_state: State) -> nn.Module:
         """Build the generic model h_G(f(x)) (the hypernetwork is not part of it)."""
-        model = self.model_factory.build()
+        model = self.new_model()
         model.load_state_dict({k: v for k, v in global_state.items()
                                if k.startswith(("body.", "head."))})
         return model.eval()

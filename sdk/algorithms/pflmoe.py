@@ -153,7 +153,7 @@ def fit_gate_epoch(gate: nn.Linear, optimizer: torch.optim.Optimizer, gate_input
                    global_logits: torch.Tensor, personal_logits: torch.Tensor, y: torch.Tensor,
                    batch_size: int, generator: torch.Generator) -> float:
     """One mixing pass over D_gate: only the gate learns; the experts' logits are constants."""
-    rows = LabeledTensors(torch.arange(len(y)), y)  # batches of row indices into the tensors
+    rows = LabeledTensors(torch.arange(len(y), device=y.device), y)  # batches of row indices
 
     def loss_fn(idx: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         g = gate_value(gate, gate_inputs[idx])
@@ -195,7 +195,7 @@ class PFLMoE(FedAvg):
         head_gen = ctx.generator("pflmoe-classifier")
         gate: nn.Linear | None = None
         if p.variant != "fb":
-            gate = nn.Linear(self.gate_input_dim(model), 1)
+            gate = nn.Linear(self.gate_input_dim(model), 1).to(self.device)
             nn.init.zeros_(gate.weight)
             nn.init.zeros_(gate.bias)
             u = a if p.variant == "mfe" else data.x.flatten(1)
@@ -246,7 +246,7 @@ class PFLMoE(FedAvg):
         if variant == "fb":
             return fb_model
         base = self.global_model(global_state)
-        gate = nn.Linear(self.gate_input_dim(base), 1)
+        gate = nn.Linear(self.gate_input_dim(base), 1).to(self.device)
         gate.load_state_dict({k.removeprefix(GATE): v for k, v in client_state.tensors.items()
                               if k.startswith(GATE)})
         return GatedExperts(base.body, base.head, fb_model.head, gate,

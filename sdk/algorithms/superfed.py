@@ -268,7 +268,8 @@ class SuPerFed(Algorithm):
         mu, nu = self.params.mu, self.params.nu
 
         def loss_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return superfed_loss(model, layout, wf, wl, wg, draw(), Batch(x, y), mu, nu)
+            return superfed_loss(model, layout, wf, wl, wg, draw().to(wf.device), Batch(x, y),
+                                 mu, nu)
 
         optimizer = sgd([wf, wl], ctx.lr, self.local.momentum, self.local.weight_decay)
         loss = run_epochs(optimizer, loss_fn, data, self.local.epochs, self.local.batch_size,
@@ -388,7 +389,7 @@ class SuPerFed(Algorithm):
         federated, local, names = self._endpoints(global_state, client_state)
         if lam == "runtime":
             return RuntimeMixture(federated, local, names, self.default_lambda(client_state))
-        lam_t = torch.tensor([float(lam)], dtype=torch.float32)
+        lam_t = torch.tensor([float(lam)], dtype=torch.float32, device=self.device)
         with torch.no_grad():
             federated.load_state_dict(mix_states(federated, local, names, lam_t), strict=False)
         return federated
