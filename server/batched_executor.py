@@ -16,7 +16,7 @@ from pflkit.sdk.data.federation import Federation
 from pflkit.sdk.device import state_to
 from pflkit.sdk.run_config import ExecutionConfig
 from pflkit.sdk.training import autocast_training
-from pflkit.server.executors import ClientTask, SequentialExecutor, result_to_cpu
+from pflkit.server.executors import ClientTask, SequentialExecutor, result_to_cpu, to_device
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class BatchedExecutor(SequentialExecutor):
             yield from super().fit(global_state, tasks)
             return
         on_device = state_to(global_state, self.device)
-        jobs = [FitJob(t.state, t.data, t.context) for t in tasks]
+        jobs = [FitJob(to_device(t.state, self.device), t.data, t.context) for t in tasks]
         with autocast_training(self.autocast):
             results = self.algorithm.fit_batch(on_device, jobs)
         for result in results:
