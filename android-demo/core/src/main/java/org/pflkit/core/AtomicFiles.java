@@ -1,7 +1,6 @@
 package org.pflkit.core;
 
 import java.io.ByteArrayInputStream;
-import java.io.ByteArrayOutputStream;
 import java.io.File;
 import java.io.FileInputStream;
 import java.io.FileOutputStream;
@@ -77,17 +76,7 @@ public final class AtomicFiles {
     if (!file.isFile()) {
       return null;
     }
-    InputStream in = new FileInputStream(file);
-    try {
-      ByteArrayOutputStream out = new ByteArrayOutputStream((int) Math.max(0, file.length()));
-      byte[] buffer = new byte[1 << 16];
-      for (int n = in.read(buffer); n >= 0; n = in.read(buffer)) {
-        out.write(buffer, 0, n);
-      }
-      return out.toByteArray();
-    } finally {
-      in.close();
-    }
+    return Streams.readAll(new FileInputStream(file));
   }
 
   /** Delete a file durably (no-op when it is absent). */

@@ -1,6 +1,5 @@
 package org.pflkit.core.fl;
 
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
@@ -10,6 +9,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import org.pflkit.core.Streams;
 
 /** {@link HttpTransport} over {@link HttpURLConnection} (JVM and Android alike). */
 public final class UrlConnectionTransport implements HttpTransport {
@@ -52,22 +52,9 @@ public final class UrlConnectionTransport implements HttpTransport {
         }
       }
       InputStream in = status >= 400 ? conn.getErrorStream() : conn.getInputStream();
-      return new Response(status, answer, in == null ? new byte[0] : readAll(in));
+      return new Response(status, answer, in == null ? new byte[0] : Streams.readAll(in));
     } finally {
       conn.disconnect();
-    }
-  }
-
-  private static byte[] readAll(InputStream in) throws IOException {
-    try {
-      ByteArrayOutputStream out = new ByteArrayOutputStream();
-      byte[] buffer = new byte[1 << 16];
-      for (int n = in.read(buffer); n >= 0; n = in.read(buffer)) {
-        out.write(buffer, 0, n);
-      }
-      return out.toByteArray();
-    } finally {
-      in.close();
     }
   }
 }

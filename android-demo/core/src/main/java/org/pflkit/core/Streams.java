@@ -1,0 +1,24 @@
+package org.pflkit.core;
+
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.InputStream;
+
+/** Reading a whole stream (files, HTTP bodies) without a Java 9 {@code readAllBytes}. */
+public final class Streams {
+  private Streams() {}
+
+  /** Everything left in {@code in}; closes it. */
+  public static byte[] readAll(InputStream in) throws IOException {
+    try {
+      ByteArrayOutputStream out = new ByteArrayOutputStream();
+      byte[] buffer = new byte[1 << 16];
+      for (int n = in.read(buffer); n >= 0; n = in.read(buffer)) {
+        out.write(buffer, 0, n);
+      }
+      return out.toByteArray();
+    } finally {
+      in.close();
+    }
+  }
+}
