@@ -30,9 +30,10 @@ import org.pflkit.core.Sha256;
  *
  * <p>A round is committed on the device only once the server has answered the upload, so an app
  * killed at any point re-sends the same bytes (counted once by the server) instead of training
- * twice. Network errors, 429 and 5xx (and a 409 the server marks retryable with
- * {@code Retry-After}) are retried per {@link RetryPolicy}; other 4xx answers raise
- * {@link ServerRefused}. Not thread-safe: one client object per folder, used from one thread.
+ * twice. Network errors, 429 and 5xx, and any answer carrying {@code Retry-After} (the server's
+ * mark of a refusal worth repeating, e.g. a 409 for an enrollment that lost a race) are retried
+ * per {@link RetryPolicy}, waiting what {@code Retry-After} says when present; other 4xx
+ * answers raise {@link ServerRefused}. Not thread-safe: one client object per folder, used from one thread.
  */
 public final class FederatedClient {
   static final String CREDENTIALS = "credentials.json";
@@ -271,16 +272,15 @@ public final class FederatedClient {
         if (answer.status < 400) {
           return answer;
         }
-        long asked = RetryPolicy.retryAfterMillis(answer.header("retry-after"),
+        long asked = RetryPolicy.retryAfterMillis(answer.header(Wire.RETRY_AFTER_HEADER),
             System.currentTimeMillis());
-        boolean retryable = answer.status == 429 || answer.status >= 500
-            || (answer.status == 409 && asked >= 0);
+        // 429 and 5xx may be repeated; any other refusal only when the server says when
+        boolean retryable = answer.status == 429 || answer.status >= 500 || asked >= 0;
         if (!retryable) {
           throw new ServerRefused(answer.status, detail(answer));
         }
         problem = "HTTP " + answer.status;
-        boolean honour = answer.status == 429 || answer.status == 503 || answer.status == 409;
-        wait = honour && asked >= 0 ? asked : retry.backoffMillis(attempt, jitter);
+        wait = asked >= 0 ? asked : retry.backoffMillis(attempt, jitter);
       } catch (ServerRefused refused) {
         throw refused;
       } catch (InterruptedIOException interrupted) {

@@ -8,8 +8,8 @@ import java.util.TimeZone;
 
 /**
  * When to try again: capped exponential backoff with jitter, {@code delay_k = min(cap, base 2^k)
- * * U(0.5, 1.5)} (the Python SDK's rule), except that a server's {@code Retry-After} on 429, 503
- * or a retryable 409 is honoured as given. The whole request gives up after {@code maxElapsed}.
+ * * U(0.5, 1.5)} (the Python SDK's rule), except that a server's {@code Retry-After} is honoured
+ * as given. The whole request gives up after {@code maxElapsed}.
  */
 public final class RetryPolicy {
   public final long baseMillis;
@@ -37,16 +37,16 @@ public final class RetryPolicy {
   }
 
   /**
-   * The wait a {@code Retry-After} value asks for: delay-seconds or an HTTP date (RFC 9110);
-   * -1 when absent or unreadable (then the backoff applies).
+   * The wait a {@code Retry-After} value asks for: seconds (pfl-server may send a fraction) or
+   * an HTTP date (RFC 9110); -1 when absent or unreadable (then the backoff applies).
    */
   public static long retryAfterMillis(String value, long nowMillis) {
     if (value == null) {
       return -1;
     }
     String v = value.trim();
-    if (v.matches("\\d{1,9}")) {
-      return Long.parseLong(v) * 1000;
+    if (v.matches("\\d{1,9}(\\.\\d*)?")) {
+      return Math.round(Double.parseDouble(v) * 1000);
     }
     SimpleDateFormat http = new SimpleDateFormat("EEE, dd MMM yyyy HH:mm:ss zzz", Locale.US);
     http.setTimeZone(TimeZone.getTimeZone("GMT"));

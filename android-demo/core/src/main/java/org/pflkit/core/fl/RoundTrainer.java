@@ -35,7 +35,15 @@ public interface RoundTrainer {
       if (numSamples < 0) {
         throw new IllegalArgumentException("numSamples must be >= 0, found " + numSamples);
       }
+      if (metrics.size() > Wire.MAX_METRICS) {
+        throw new IllegalArgumentException(metrics.size() + " metrics: the server takes at most "
+            + Wire.MAX_METRICS);
+      }
       for (Map.Entry<String, Double> m : metrics.entrySet()) {
+        if (m.getKey().length() > Wire.MAX_METRIC_NAME) {
+          throw new IllegalArgumentException("metric name longer than " + Wire.MAX_METRIC_NAME
+              + " characters: " + m.getKey());
+        }
         if (m.getValue() == null || m.getValue().isNaN() || m.getValue().isInfinite()) {
           throw new IllegalArgumentException("metric " + m.getKey() + " is not finite");
         }

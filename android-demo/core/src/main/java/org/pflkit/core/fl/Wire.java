@@ -5,7 +5,7 @@ import java.util.Locale;
 /**
  * The HTTP protocol between a device and {@code pfl-server}, as the Python SDK speaks it: paths,
  * JSON keys, task statuses and the upload's metadata key. Written once here for Java; the
- * Python side's names live in the server's protocol and schema modules.
+ * Python side's names live in {@code pflkit.sdk.protocol} and the server's schemas.
  */
 public final class Wire {
   private Wire() {}
@@ -44,6 +44,13 @@ public final class Wire {
 
   /** Upload metadata key: JSON object of metric name to finite number. */
   public static final String METRICS = "metrics";
+  /** At most this many metrics per upload, names at most this long (else 400). */
+  public static final int MAX_METRICS = 64;
+  public static final int MAX_METRIC_NAME = 64;
+
+  /** Seconds to wait before repeating a refused request; its presence makes any refusal
+   * worth repeating. */
+  public static final String RETRY_AFTER_HEADER = "retry-after";
 
   // task statuses
   public static final String TRAIN = "train";

@@ -130,15 +130,16 @@ public class FederatedClientTest {
   }
 
   @Test
-  public void retryAfterIsHonouredOn503And429AndARetryable409() throws Exception {
+  public void retryAfterIsHonouredAndMakesA409Retryable() throws Exception {
     FederatedClient c = enrolled(RetryPolicy.defaults());
     script.add(new Answer(503, "{\"detail\": \"busy\"}", "Retry-After", "3"));
     script.add(new Answer(429, "{\"detail\": \"slow down\"}", "Retry-After", "7"));
     script.add(new Answer(409, "{\"detail\": \"ids taken, try again\"}", "Retry-After", "1"));
+    script.add(new Answer(500, "oops", "Retry-After", "0.25"));
     script.add(new Answer(200, task("wait", "")));
     assertEquals("wait", c.poll().status);
-    assertEquals(List.of(3000L, 7000L, 1000L), waits);
-    assertEquals(4, requests.size());
+    assertEquals(List.of(3000L, 7000L, 1000L, 250L), waits);
+    assertEquals(5, requests.size());
   }
 
   @Test
