@@ -154,8 +154,9 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
     }
 
     /**
-     * Take part in one round of a federated run with this device's samples (possible when the
-     * program's parameters are the run's update; the core refuses a personal part).
+     * Poll the federated run once and, when this device is sampled, train and upload its round
+     * with this device's samples (possible when the program's parameters are the run's update;
+     * the core refuses a personal part). One step, so the screen never waits on the server.
      */
     fun joinRound(server: String, token: String) = worker.execute {
         val c = card ?: return@execute
@@ -168,8 +169,8 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
             if (!client.isEnrolled()) client.enroll(token)
             val trainer = ProgramRoundTrainer(plan, s, imageShape(c), data.images(),
                 data.labels(), client.clientId())
-            val rounds = client.run(trainer, 1)
-            text(R.string.joined, rounds, client.clientId())
+            val step = client.step(trainer)
+            text(R.string.joined, client.clientId(), step.toString(), step.retryAfterSeconds)
         } catch (e: Exception) {
             text(R.string.join_failed, e.message)
         } finally {
