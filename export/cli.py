@@ -71,6 +71,8 @@ def main(
 
     logging.basicConfig(level=logging.WARNING)
     try:
+        if not 0.0 <= max_int8_drop <= 100.0:
+            raise ExportError(f"--max-int8-drop must be in [0, 100] points, got {max_int8_drop:g}")
         selection = Selection.parse(lam, head, class_counts, proportions)
         if run is not None and state_dir is None:
             source = load_run_source(run, client, round_done)
@@ -88,7 +90,7 @@ def main(
                               fmt or ("onnx", "executorch"), int8=int8, force_int8=force_int8,
                               max_int8_drop=max_int8_drop / 100,
                               golden=golden_samples if golden else 0, force=force)
-    except (ExportError, FileNotFoundError, ValueError, KeyError) as err:
+    except (ExportError, OSError, ValueError, KeyError) as err:
         raise _fail(err) from err
     for entry in result.card["parity"]:
         typer.echo(f"{entry['file']:<18} max|diff| {entry['max_abs_diff']:.2e}  top-1 "

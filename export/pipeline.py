@@ -7,7 +7,8 @@ a temporary sibling folder that replaces ``out_dir`` only when every check passe
 export leaves no half-written model behind.
 
 The card embedded in each artifact is the final card with empty ``artifacts`` and ``parity``
-(an artifact cannot contain its own hash, and parity is measured after writing it).
+(an artifact cannot contain its own hash, and parity is measured after writing it) and an
+``embedded_in`` entry naming that artifact's file, format and precision.
 """
 
 from __future__ import annotations
@@ -78,6 +79,22 @@ def base_card(source: Source, ex: Exportable, mixture: dict[str, Any] | None) ->
     }
 
 
+def embedded_card(card: dict[str, Any], file: str, fmt: Format, precision: str) -> str:
+    """The card stored inside ``file``: no artifacts or parity yet, and which file it is in."""
+    return json.dumps({**card, "artifacts": [], "parity": [], "embedded_in": {
+        "file": file, "format": fmt.name, "precision": precision}}, sort_keys=True)
+
+
+def _scratch_folder(out: Path) -> Path:
+    """A fresh hidden folder beside ``out`` (one line naming the folder when that fails)."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as err:
+        raise ExportError(f"cannot write the output {out}: {err.strerror or err} "
+                          f"({err.filename or out.parent})") from err
+
+
 def export_model(source: Source, selection: Selection, out_dir: Path,
                  formats: Sequence[str] = ("onnx", "executorch"), *, int8: bool = False,
                  force_int8: bool = False, max_int8_drop: float = MAX_INT8_DROP,
@@ -87,6 +104,9 @@ def export_model(source: Source, selection: Selection, out_dir: Path,
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown or not formats:
         raise ExportError(f"unknown format(s) {unknown or formats}; known: {', '.join(FORMATS)}")
+    if not 0.0 <= max_int8_drop <= 1.0:
+        raise ExportError(f"the int8 accuracy drop limit must be in [0, 100] points, got "
+                          f"{100 * max_int8_drop:g}")
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise ExportError(f"{out} already exists; use --force to replace it")
     if len(source.test) == 0:
@@ -99,17 +119,16 @@ def export_model(source: Source, selection: Selection, out_dir: Path,
     card = base_card(source, ex, mixture)
     if selection.class_distribution is not None:  # known only by its classes: a new client
         card["source"]["new_client"] = True
-    embedded = json.dumps({**card, "artifacts": [], "parity": []}, sort_keys=True)
     sample = source.test.x[:64]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = _scratch_folder(out)
     try:
         for name in formats:
             fmt = FORMATS[name]
             variants = [("fp32", None)] + ([("int8", source.calibration.x)] if int8 else [])
             for precision, calibration in variants:
                 file = f"model{'_int8' if calibration is not None else ''}.{fmt.suffix}"
-                fmt.write(ex, tmp / file, embedded, sample, calibration)
+                fmt.write(ex, tmp / file, embedded_card(card, file, fmt, precision), sample,
+                          calibration)
                 entry = verify(ex, fmt.load(tmp / file), source.test, file, precision)
                 drop = entry.get("accuracy_drop", 0.0)
                 if drop > max_int8_drop and not force_int8:

@@ -17,6 +17,7 @@ import torch
 from pflkit.export.contract import Exportable, ExportError, TensorSpec
 from pflkit.export.source import Source
 from pflkit.sdk.algorithms.base import Choice
+from pflkit.sdk.class_distribution import ClassDistributionError, parse_class_distribution
 
 HEADS = ("personalized", "generic")
 LAMBDA_WORDS = ("best", "runtime")
@@ -55,14 +56,12 @@ class Selection:
             except ValueError as err:
                 raise ExportError(f"lambda must be a number in [0, 1], 'best' or 'runtime', "
                                   f"got {lam!r}") from err
-        text = counts or proportions
         dist = None
-        if text:
+        if counts or proportions:
             try:
-                dist = tuple(float(v) for v in text.split(","))
-            except ValueError as err:
-                raise ExportError(f"class distribution must be comma-separated numbers, "
-                                  f"got {text!r}") from err
+                dist = parse_class_distribution(counts or proportions or "", bool(proportions))
+            except ClassDistributionError as err:
+                raise ExportError(str(err)) from err
         return cls(value, head, dist)
 
 

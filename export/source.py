@@ -26,7 +26,7 @@ from pflkit.sdk.data.datasets import DatasetSpec
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.run_config import ConfigError, SimConfig, build_run
 from pflkit.sdk.state_store import DeviceStateStore, RunClientStore, client_state_from_bytes
-from pflkit.sdk.tensorio import load_state, read_metadata
+from pflkit.sdk.tensorio import CorruptStateError, load_state, read_metadata
 
 CALIBRATION_ROWS = 512  # train rows used for int8 calibration
 
@@ -55,8 +55,22 @@ def _load_config(path: Path) -> SimConfig:
         raise ExportError(f"no run configuration at {path}")
     try:
         return SimConfig.load(path)
-    except ConfigError as err:
+    except ConfigError as err:  # name the file once, whether or not the message does
+        raise ExportError(str(err) if str(path) in str(err) else f"{path}: {err}") from err
+
+
+def checkpoint_round(path: Path) -> int | None:
+    """The ``rounds_done`` a global checkpoint records (None: not recorded); checks the file."""
+    try:
+        meta = read_metadata(path.read_bytes())
+    except CorruptStateError as err:
         raise ExportError(f"{path}: {err}") from err
+    text = meta.get("rounds_done")
+    if text is None:
+        return None
+    if not text.isdigit():
+        raise ExportError(f"{path}: its 'rounds_done' metadata is not a round count: {text!r}")
+    return int(text)
 
 
 def _global_checkpoint(run: Path, round_done: int | None) -> tuple[Path, int, int]:
@@ -64,7 +78,10 @@ def _global_checkpoint(run: Path, round_done: int | None) -> tuple[Path, int, in
     latest = run / "global" / "latest.safetensors"
     if not latest.is_file():
         raise ExportError(f"{run} has no committed round (no {latest.relative_to(run)})")
-    last = int(read_metadata(latest.read_bytes())["rounds_done"])
+    last = checkpoint_round(latest)
+    if last is None:
+        raise ExportError(f"{latest} is not a pfl-sim global checkpoint: its metadata has no "
+                          f"'rounds_done'")
     if round_done is None or round_done == last:
         return latest, last, last
     path = run / "global" / f"round_{round_done}.safetensors"
@@ -128,9 +145,10 @@ def load_device_source(state_dir: Path, global_file: Path, config_file: Path) ->
     dataset = load_dataset(config.data.dataset, config.data.root, size, seed=config.seed)
     model = ModelFactory(config.model, dataset.spec.input_shape, dataset.spec.num_classes)
     algorithm = make_algorithm(config.algorithm, model, config.training.local(), config.params)
-    meta = read_metadata(Path(global_file).read_bytes()) if Path(global_file).is_file() else {}
+    if not Path(global_file).is_file():
+        raise ExportError(f"no global state file at {global_file}")
     info = {"state_dir": str(state_dir), "global": str(global_file), "config": str(config_file),
-            "round": int(meta["rounds_done"]) if "rounds_done" in meta else None,
+            "round": checkpoint_round(Path(global_file)),
             "client": None, "new_client": False, "test_data": "dataset test split"}
     return Source(algorithm, dataset.spec, load_state(Path(global_file)), state, dataset.train,
                   dataset.test, info,

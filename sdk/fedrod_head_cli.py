@@ -17,24 +17,29 @@ from typing import Annotated
 import typer
 
 from pflkit.sdk.algorithms.base import ClientState, State
-from pflkit.sdk.algorithms.fedrod import (
-    COUNTS,
-    HYPER,
-    PHI,
+from pflkit.sdk.algorithms.fedrod import COUNTS, HYPER, PHI, zero_shot_head
+from pflkit.sdk.class_distribution import (
     ClassDistributionError,
     class_proportions,
-    zero_shot_head,
+    parse_class_distribution,
 )
 from pflkit.sdk.state_store import client_state_to_bytes
 from pflkit.sdk.tensorio import CorruptStateError, atomic_write_bytes, load_state
 
 app = typer.Typer(add_completion=False, help=__doc__)
 
-PROPORTION_TOLERANCE = 1e-3  # --proportions must sum to 1 within this
-
 
 class HeadError(ValueError):
     """The inputs do not allow a zero-shot head (message says which and why)."""
+
+
+def check_out(out: Path) -> None:
+    """Refuse an output path that cannot become a file before any work is done."""
+    if out.is_dir():
+        raise HeadError(f"--out {out} is a folder; give a file name (e.g. {out / 'head'}"
+                        ".safetensors)")
+    if out.parent.exists() and not out.parent.is_dir():
+        raise HeadError(f"--out {out}: {out.parent} is not a folder")
 
 
 def global_state_path(source: Path, round_index: int | None = None) -> Path:
@@ -53,29 +58,13 @@ def global_state_path(source: Path, round_index: int | None = None) -> Path:
     return path
 
 
-def parse_numbers(text: str, integers: bool) -> list[float]:
-    """'5,0,12' -> [5.0, 0.0, 12.0]; a non-number or (for counts) a fraction is an error."""
-    items = [t.strip() for t in text.split(",")]
-    try:
-        values = [float(t) for t in items]
-    except ValueError as err:
-        raise HeadError(f"not a comma-separated list of numbers: {text!r}") from err
-    if integers and any(v != int(v) for v in values if v == v):
-        raise HeadError(f"--class-counts must be whole numbers: {text!r}")
-    return values
-
-
-def make_head(state: State, distribution: list[float], proportions: bool) -> ClientState:
-    """Validate the distribution and return its zero-shot head as a FedRoD client state."""
+def make_head(state: State, distribution: tuple[float, ...], proportions: bool) -> ClientState:
+    """Return the zero-shot head of a parsed distribution as a FedRoD client state."""
     if not any(k.startswith(HYPER) for k in state):
         raise HeadError("this global state has no hypernetwork (hyper.* tensors): zero-shot "
                         "heads need a fedrod_hyper run (fedrod_linear's is the zero head)")
     num_classes = int(state[f"{HYPER}fc1.weight"].shape[1])
     a = class_proportions(distribution, num_classes)
-    if proportions and abs(sum(distribution) - 1.0) > PROPORTION_TOLERANCE:
-        raise ClassDistributionError(
-            f"--proportions must sum to 1 (got {sum(distribution):.6g}); use --class-counts "
-            "for counts")
     phi = zero_shot_head(state, a)
     meta = {"class_proportions": a.tolist(), "zero_shot": True}
     if not proportions:
@@ -95,15 +84,18 @@ def main(
     try:
         if (class_counts is None) == (proportions is None):
             raise HeadError("give exactly one of --class-counts or --proportions")
+        check_out(out)
         path = global_state_path(source, round_index)
         text = class_counts if class_counts is not None else proportions
-        values = parse_numbers(text or "", integers=class_counts is not None)
+        values = parse_class_distribution(text or "", proportions is not None)
         head = make_head(load_state(path), values, proportions is not None)
         head.meta["source"] = str(path)
+        try:
+            atomic_write_bytes(out, client_state_to_bytes(head))
+        except OSError as err:
+            raise HeadError(f"cannot write --out {out}: {err.strerror or err}") from err
     except (HeadError, ClassDistributionError, CorruptStateError) as err:
         typer.echo(f"Error: {err}", err=True)
         raise typer.Exit(2) from err
-    atomic_write_bytes(out, client_state_to_bytes(head))
     shapes = ", ".join(f"{k} {tuple(v.shape)}" for k, v in head.tensors.items())
     typer.echo(f"wrote {out}: {shapes}")
-

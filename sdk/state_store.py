@@ -26,8 +26,8 @@ META_KEY = "pflkit.client_meta"
 
 
 def client_state_to_bytes(state: ClientState) -> bytes:
-    """Tensors and metadata in one safetensors payload."""
-    return state_to_bytes(state.tensors, {META_KEY: state.meta_json()})
+    """Tensors and metadata in one safetensors payload (with its checksum: it is a file)."""
+    return state_to_bytes(state.tensors, {META_KEY: state.meta_json()}, checksum=True)
 
 
 def client_state_from_bytes(data: bytes, source: str = "client state") -> ClientState:

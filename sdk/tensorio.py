@@ -3,10 +3,16 @@
 A *state* is ``dict[str, Tensor]``. Files are written atomically (temp file, fsync, rename)
 so a crash leaves either the old file or the new one, never a torn one. Loading validates
 the bytes and raises :class:`CorruptStateError` with the path instead of a library trace.
+
+Files at rest (checkpoints, client states) carry the sha256 of their tensor data in the
+metadata (:data:`CHECKSUM_KEY`), checked on every load: a flipped bit on disk is an error
+naming the file, not a model that silently computes something else. Payloads without the key
+(older files, uploads) are read as they are.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -19,28 +25,30 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 State = dict[str, torch.Tensor]
+CHECKSUM_KEY = "pflkit.sha256"  # metadata: sha256 of the tensor data after the header
 
 
 class CorruptStateError(ValueError):
     """A safetensors payload could not be parsed (truncated, corrupt, or not safetensors)."""
 
 
-def state_to_bytes(state: State, metadata: dict[str, str] | None = None) -> bytes:
-    """Serialize a state to safetensors bytes (contiguous CPU copies)."""
+def state_to_bytes(state: State, metadata: dict[str, str] | None = None, *,
+                   checksum: bool = False) -> bytes:
+    """Serialize a state to safetensors bytes (contiguous CPU copies).
+
+    ``checksum``: also store the sha256 of the tensor data (:data:`CHECKSUM_KEY`).
+    """
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
-    return st_save(tensors, metadata=metadata)
+    data = st_save(tensors, metadata=metadata)
+    if not checksum:
+        return data
+    # The data section does not depend on the metadata, so the second pass only changes the
+    # header.
+    return st_save(tensors, metadata={**(metadata or {}), CHECKSUM_KEY: _data_digest(data)})
 
 
-def state_from_bytes(data: bytes, source: str = "payload") -> State:
-    """Parse safetensors bytes; raise :class:`CorruptStateError` naming ``source`` if invalid."""
-    try:
-        return dict(st_load(data))
-    except (SafetensorError, ValueError, RuntimeError, OverflowError) as err:
-        raise CorruptStateError(f"{source}: not a valid safetensors file ({err})") from err
-
-
-def read_metadata(data: bytes) -> dict[str, str]:
-    """The ``__metadata__`` header of safetensors bytes (empty if none)."""
+def _header(data: bytes) -> tuple[dict[str, Any], int]:
+    """(the parsed JSON header, where the tensor data starts)."""
     if len(data) < 8:
         raise CorruptStateError("payload shorter than a safetensors header")
     size = int.from_bytes(data[:8], "little")
@@ -48,10 +56,41 @@ def read_metadata(data: bytes) -> dict[str, str]:
         raise CorruptStateError("safetensors header length is out of range")
     try:
         header = json.loads(data[8 : 8 + size])
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CorruptStateError(f"safetensors header is not JSON ({err})") from err
-    meta = header.get("__metadata__", {})
-    return dict(meta) if isinstance(meta, dict) else {}
+    if not isinstance(header, dict):
+        raise CorruptStateError(f"safetensors header is a JSON {type(header).__name__}, not "
+                                f"an object")
+    return header, 8 + size
+
+
+def _data_digest(data: bytes) -> str:
+    return hashlib.sha256(memoryview(data)[_header(data)[1]:]).hexdigest()
+
+
+def state_from_bytes(data: bytes, source: str = "payload") -> State:
+    """Parse safetensors bytes; raise :class:`CorruptStateError` naming ``source`` if invalid.
+
+    A stored checksum must match the tensor data.
+    """
+    try:
+        expected = read_metadata(data).get(CHECKSUM_KEY)
+        if expected is not None and expected != _data_digest(data):
+            raise CorruptStateError("its tensor data does not match the sha256 stored in its "
+                                    "header (the file is corrupted)")
+        return dict(st_load(data))
+    except CorruptStateError as err:
+        raise CorruptStateError(f"{source}: {err}") from err
+    except (SafetensorError, ValueError, RuntimeError, OverflowError) as err:
+        raise CorruptStateError(f"{source}: not a valid safetensors file ({err})") from err
+
+
+def read_metadata(data: bytes) -> dict[str, str]:
+    """The ``__metadata__`` header of safetensors bytes (empty if none)."""
+    meta = _header(data)[0].get("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise CorruptStateError("safetensors __metadata__ is not an object of strings")
+    return dict(meta)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -76,8 +115,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def save_state(path: Path, state: State, metadata: dict[str, str] | None = None) -> None:
-    """Atomically write a state as a safetensors file."""
-    atomic_write_bytes(Path(path), state_to_bytes(state, metadata))
+    """Atomically write a state as a safetensors file (with its checksum)."""
+    atomic_write_bytes(Path(path), state_to_bytes(state, metadata, checksum=True))
 
 
 def load_state(path: Path) -> State:

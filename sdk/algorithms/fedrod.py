@@ -62,6 +62,8 @@ from pflkit.sdk.algorithms.base import (
     shared_lr,
 )
 from pflkit.sdk.batched_training import BatchPlan, stack, train_together
+from pflkit.sdk.class_distribution import ClassDistributionError as ClassDistributionError
+from pflkit.sdk.class_distribution import class_proportions
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import SplitModel
 from pflkit.sdk.seeding import seeded_torch
@@ -72,34 +74,6 @@ PHI = "phi."  # client-state prefix of the personalized head phi_m
 LOCAL = "local."  # client-state prefix of the local body and generic head after a final pass
 HYPER = "hyper."  # global-state prefix of the hypernetwork nu
 COUNTS = "class_counts"  # client-state metadata: the client's train class counts
-
-
-class ClassDistributionError(ValueError):
-    """A class distribution has the wrong length, a negative or non-finite entry, or sums to 0."""
-
-
-# -- pure maths ------------------------------------------------------------------------------------
-def class_proportions(distribution: torch.Tensor | Sequence[float], num_classes: int
-                      ) -> torch.Tensor:
-    """Validate class counts or proportions; return proportions a_m (float32, sum 1)."""
-    try:
-        a = torch.as_tensor(distribution, dtype=torch.float64)
-    except (TypeError, ValueError) as err:
-        raise ClassDistributionError(f"class distribution is not numeric: {err}") from err
-    if a.dim() != 1 or a.numel() != num_classes:
-        raise ClassDistributionError(
-            f"class distribution must have {num_classes} entries (one per class), "
-            f"got shape {tuple(a.shape)}"
-        )
-    if not bool(torch.isfinite(a).all()):
-        raise ClassDistributionError(
-            f"class distribution has NaN or infinite entries: {a.tolist()}")
-    if bool((a < 0).any()):
-        raise ClassDistributionError(f"class distribution has negative entries: {a.tolist()}")
-    total = float(a.sum())
-    if total <= 0:
-        raise ClassDistributionError("class distribution is all zero (no class has any sample)")
-    return (a / total).float()
 
 
 def log_prior(class_counts: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:

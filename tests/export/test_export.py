@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
@@ -14,6 +15,7 @@ from pflkit.export.cli import app
 from pflkit.export.formats import FORMATS
 from pflkit.export.golden import raw_images, raw_test_images
 from pflkit.sdk.algorithms import ALGORITHMS, Choice, ClientState
+from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.state_store import DeviceStateStore
 
 CLIENT = 1  # a training client of the conftest runs
@@ -39,9 +41,11 @@ def check_card(card: dict, out_dir) -> None:
         assert artifact["sha256"] == hashlib.sha256(data).hexdigest()
         assert artifact["bytes"] == len(data)
         fmt = FORMATS.get(artifact["format"])
-        if fmt is not None:  # the embedded card is the card without artifacts and parity
+        if fmt is not None:  # the embedded card: without artifacts and parity, says its file
             embedded = json.loads(fmt.embedded_card(out_dir / artifact["file"]))
-            assert embedded == {**card, "artifacts": [], "parity": []}
+            assert embedded == {**card, "artifacts": [], "parity": [], "embedded_in": {
+                "file": artifact["file"], "format": fmt.name,
+                "precision": artifact["precision"]}}
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
@@ -144,13 +148,19 @@ def test_int8_keeps_top1_agreement_on_a_real_batch(make_run, tmp_path):
         assert entry["accuracy_drop"] == entry["test_top1_eager"] - entry["test_top1_artifact"]
     fp32, quant = (tmp_path / "out" / "model.onnx"), (tmp_path / "out" / "model_int8.onnx")
     assert quant.stat().st_size < fp32.stat().st_size
+    check_card(card, tmp_path / "out")  # each file's embedded card names its own precision
+    assert {a["file"]: a["precision"] for a in card["artifacts"]}["model_int8.pte"] == "int8"
 
 
 def test_int8_above_the_drop_threshold_is_refused_and_nothing_is_written(make_run, tmp_path):
     source = load_run_source(make_run("fedavg"), CLIENT)
+    # One absurd calibration pixel stretches the input's int8 range until every real image
+    # quantizes to the same values: a real way to lose accuracy (bad calibration data).
+    x = source.train.x.clone()
+    x[0, 0, 0, 0] = 1e5
+    spoiled = dataclasses.replace(source, train=LabeledTensors(x, source.train.y))
     with pytest.raises(ExportError, match="int8 loses .* use --force-int8"):
-        export_model(source, Selection(), tmp_path / "out", ["onnx"], int8=True,
-                     max_int8_drop=-1.0)
+        export_model(spoiled, Selection(), tmp_path / "out", ["onnx"], int8=True)
     assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == []
 
 

@@ -287,6 +287,9 @@ def test_cli_writes_the_zero_shot_head_as_a_client_state(hyper_run):
     (["run", "--class-counts", "1.5,1,1,1,1,1,1,1,1,1"], "whole numbers"),
     (["run", "--proportions", "0.5,0.6,0,0,0,0,0,0,0,0"], "sum to 1"),
     (["run", "--proportions", "nan,1,0,0,0,0,0,0,0,0"], "NaN"),
+    (["run", "--class-counts", "inf,1,1,1,1,1,1,1,1,1"], "infinite"),
+    (["run", "--class-counts", "1e400,1,1,1,1,1,1,1,1,1"], "infinite"),
+    (["run", "--proportions", "1e400,0,0,0,0,0,0,0,0,0"], "infinite"),
     (["run"], "exactly one"),
     (["run", "--class-counts", "1,1,1,1,1,1,1,1,1,1", "--proportions", "1"], "exactly one"),
     (["missing", "--class-counts", "1,1,1,1,1,1,1,1,1,1"], "does not exist"),
@@ -324,3 +327,28 @@ def test_simulation_scores_generic_personalized_and_new_clients(tmp_path):
             assert 0 <= summary["class_weighted_mean"] <= 1
             assert 0 <= summary["own_top1_mean"] <= 1
     assert len(list((tmp_path / "run" / "personalized").glob("*.safetensors"))) == 6
+
+
+def test_cli_refuses_an_output_that_cannot_be_a_file(hyper_run):
+    tmp, _ = hyper_run
+    (tmp / "folder").mkdir()
+    (tmp / "plain.txt").write_text("x")
+    counts = ["--class-counts", "1,1,1,1,1,1,1,1,1,1"]
+    for out, message in ((tmp / "folder", "is a folder"),
+                         (tmp / "plain.txt" / "head.safetensors", "is not a folder")):
+        result = CliRunner().invoke(app, [str(tmp / "run"), *counts, "--out", str(out)])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1
+    assert list((tmp / "folder").iterdir()) == [] and (tmp / "plain.txt").read_text() == "x"
+
+
+def test_cli_refuses_a_corrupted_global_state(hyper_run):
+    tmp, _ = hyper_run
+    path = tmp / "run" / "global" / "latest.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x10  # one flipped bit in the tensor data
+    path.write_bytes(bytes(data))
+    result = CliRunner().invoke(app, [str(tmp / "run"), "--class-counts", "1,1,1,1,1,1,1,1,1,1",
+                                      "--out", str(tmp / "head.safetensors")])
+    assert result.exit_code == 2 and "corrupted" in result.output, result.output
+    assert not (tmp / "head.safetensors").exists()
