@@ -24,6 +24,7 @@ import org.junit.runners.MethodSorters;
 import org.pflkit.core.AtomicFiles;
 import org.pflkit.core.Safetensors;
 import org.pflkit.core.TensorData;
+import org.pflkit.core.personal.LabeledSamples;
 
 /**
  * Three Java clients take part in round 0 of a real SuPerFed run on a real {@code pfl-server}
@@ -31,7 +32,8 @@ import org.pflkit.core.TensorData;
  * server's answer and retries, one is killed between persisting and sending its upload and
  * resumes in a new client object. The round closes with each update counted once and the new
  * global state equal to the sample-weighted mean of the three uploads. The tests share the run
- * and run in name order.
+ * and run in name order. The last one checks with pflkit's own reader that the app's labelled
+ * samples are in the {@code pfl-client --data} layout.
  */
 @FixMethodOrder(MethodSorters.NAME_ASCENDING)
 public class FlServerTest {
@@ -281,6 +283,18 @@ public class FlServerTest {
       }
       assertEquals(want, new TreeMap<>(kept.tensors));
     }
+  }
+
+  @Test
+  public void e_labelledSamplesAreWhatPflClientReads() throws Exception {
+    File dir = new File(SERVER.root, "samples");
+    LabeledSamples samples = LabeledSamples.open(dir, new long[] {1, 2, 2}, 10);
+    samples.add(new float[] {0.5f, -1f, 2f, 0f}, 7);
+    samples.add(new float[] {1f, 1f, 1f, 1f}, 0);
+    String printed = SERVER.python("from pflkit.sdk.client import load_client_data\n"
+        + "d = load_client_data('" + dir.getPath() + "')\n"
+        + "print(tuple(d.x.shape), d.y.tolist(), d.x.flatten().tolist()[:4])");
+    assertEquals("(2, 1, 2, 2) [7, 0] [0.5, -1.0, 2.0, 0.0]", printed);
   }
 
   private static Map<String, Object> currentRound() throws IOException {

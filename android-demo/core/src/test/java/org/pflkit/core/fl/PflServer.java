@@ -154,6 +154,14 @@ final class PflServer extends ExternalResource {
     return pb;
   }
 
+  /** Run the venv's Python on {@code code}; returns what it printed. */
+  String python(String code) throws IOException, InterruptedException {
+    File log = new File(root, "python.log");
+    Files.deleteIfExists(log.toPath());
+    run(log, new File(venv(), "bin/python").getPath(), "-c", code);
+    return log("python.log").trim();
+  }
+
   private void run(File log, String... cmd) throws IOException, InterruptedException {
     Process p = builder(Arrays.asList(cmd), log).start();
     if (!p.waitFor(300, TimeUnit.SECONDS) || p.exitValue() != 0) {
