@@ -3,9 +3,9 @@
 # Kotlin compiler from PyPI's kotlin-jupyter-kernel (a dev dependency) compiles the app's
 # sources against the real core, an R class generated from res/ (make_r.py), and signature
 # stubs of the Android, AndroidX, ExecuTorch and ONNX Runtime APIs the app calls (stubs/,
-# kotlin-stubs/; signatures written from their public APIs, no code). It checks names, types, overloads and
-# resource ids; it does not check Android's nullability annotations, resource values, the
-# manifest or anything at run time (docs/android.md).
+# kotlin-stubs/: signatures written from their public APIs, no code). It checks names, types,
+# overloads and resource ids; it does not check Android's nullability annotations, resource
+# values, the manifest or anything at run time (docs/android.md).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 demo=$(cd "$here/../.." && pwd)
