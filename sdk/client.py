@@ -19,7 +19,9 @@ Everything the device keeps lives in ``state_dir`` and survives restarts:
 A round is committed on the device only when the server has answered the upload, so an app
 killed at any point re-sends the same bytes (the server treats that as an idempotent retry)
 instead of training twice. Network errors, 429 and 5xx are retried with capped exponential
-backoff and jitter; other 4xx answers raise :class:`ServerRefused` with the server's message.
+backoff and jitter, waiting what the server's ``Retry-After`` says when it sends one (it also
+marks a retryable 409 that way); other 4xx answers raise :class:`ServerRefused` with the
+server's message.
 The client imports nothing from ``pflkit.server``: the task payload carries the algorithm config.
 ``device`` ("cpu", "cuda", "auto") is where training and the post-federation stage run; the
 local data moves there once, downloaded states once per round, uploads leave as safetensors.
@@ -53,6 +55,7 @@ from pflkit.sdk.algorithms.base import (
 )
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import check_precision, data_to, resolve_device, state_to
+from pflkit.sdk.protocol import RETRY_AFTER
 from pflkit.sdk.seeding import numpy_rng
 from pflkit.sdk.state_store import DeviceStateStore
 from pflkit.sdk.tensorio import (
@@ -177,17 +180,20 @@ class FederatedClient:
             headers["Authorization"] = f"Bearer {self._credentials['secret']}"
         started, attempt = time.monotonic(), 0
         while True:
+            wait = None
             try:
                 response = self._http.request(method, path, headers=headers, **kwargs)
                 problem = f"HTTP {response.status_code}"
                 if response.status_code < 400:
                     return response
-                if response.status_code not in _RETRYABLE:
+                wait = _retry_after(response)
+                if response.status_code not in _RETRYABLE and wait is None:
                     raise ServerRefused(response.status_code, _detail(response))
             except httpx.TransportError as err:
                 problem = f"{type(err).__name__}: {err}"
-            delay = min(self.retry.cap, self.retry.base * 2**attempt) * \
+            backoff = min(self.retry.cap, self.retry.base * 2**attempt) * \
                 (0.5 + float(self._jitter.random()))
+            delay = backoff if wait is None else wait  # the server knows when to come back
             if time.monotonic() - started + delay > self.retry.max_elapsed:
                 raise ServerUnavailable(f"{method} {path}: gave up after {attempt + 1} "
                                         f"attempts ({problem})")
@@ -349,6 +355,16 @@ class FederatedClient:
     def close(self) -> None:
         """Close the HTTP connection pool."""
         self._http.close()
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The server's ``Retry-After`` in seconds (None: absent or an HTTP date, not honoured)."""
+    value = response.headers.get(RETRY_AFTER, "")
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def _detail(response: httpx.Response) -> str:

@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from pflkit.sdk.protocol import RETRY_AFTER
 from pflkit.server.api import clients, globals, heads, health, runs, tasks, tokens, updates
 from pflkit.server.blobs import BlobStore
 from pflkit.server.db import init_db, make_engine
@@ -130,7 +131,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
     @app.exception_handler(ServiceError)
     async def _refused(request: Request, err: ServiceError) -> JSONResponse:
-        return JSONResponse({"detail": err.message}, status_code=err.status)
+        headers = None if err.retry_after is None else {RETRY_AFTER: f"{err.retry_after:g}"}
+        return JSONResponse({"detail": err.message}, status_code=err.status, headers=headers)
 
     for module in (health, runs, tokens, clients, tasks, globals, updates, heads):
         app.include_router(module.router, prefix=f"/{API_VERSION}")

@@ -31,12 +31,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from sqlalchemy import func, select, update
+from sqlalchemy import exists, func, select, union_all, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from pflkit.sdk.algorithms.base import Algorithm, ModelFactory, State, make_algorithm
 from pflkit.sdk.data.datasets import dataset_spec
+from pflkit.sdk.protocol import MAX_ID
 from pflkit.sdk.run_config import ConfigError, Schedule, SimConfig
 from pflkit.sdk.tensorio import CorruptStateError, read_metadata, state_from_bytes, state_to_bytes
 from pflkit.server.aggregation import aggregator_factory
@@ -64,9 +65,10 @@ class ServiceError(Exception):
 
     status = 400
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.retry_after = retry_after  # set: the same request may succeed after this wait
 
 
 class BadRequest(ServiceError):
@@ -334,7 +336,8 @@ class FederationService:
     def enroll(self, token: str) -> tuple[int, str]:
         """Trade an enrollment token for a client id and a per-client secret.
 
-        A token without a reserved id gets the highest id in use plus one. SQLite serializes
+        A token without a reserved id gets the lowest id that no client holds and no unused
+        token reserves (always within ``MAX_ID``). SQLite serializes
         enrollments (the token claim takes its write lock), but under PostgreSQL's READ
         COMMITTED two can pick the same id: the loser's insert fails, its claim rolls back,
         and it tries again with the next id.
@@ -345,7 +348,7 @@ class FederationService:
             except _ClientIdTaken:
                 continue
         raise Conflict(f"{ENROLL_ATTEMPTS} concurrent enrollments took the client ids this one "
-                       "picked; the token is still valid: try again")
+                       "picked; the token is still valid: try again", retry_after=1.0)
 
     def _enroll_once(self, token: str) -> tuple[int, str]:
         secret = "pfc_" + secrets.token_urlsafe(32)
@@ -367,16 +370,16 @@ class FederationService:
             client_id = row.client_id
             reserved = client_id is not None
             if client_id is None:
-                highest = max(s.scalar(select(func.max(Client.id))) or -1,
-                              s.scalar(select(func.max(EnrollmentToken.client_id))) or -1)
-                client_id = highest + 1
+                client_id = _lowest_free_id(s)
+                if client_id is None:
+                    raise Conflict(f"every client id up to {MAX_ID} is taken")
             s.add(Client(id=client_id, secret_hash=hash_secret(secret)))
             try:
                 s.flush()
             except IntegrityError as err:
                 if not reserved:
                     raise _ClientIdTaken(client_id) from err
-                raise
+                raise Conflict(f"client id {client_id} is already enrolled") from err
         log.info("enrolled client %d", client_id)
         return client_id, secret
 
@@ -657,6 +660,21 @@ def build_setup(config_toml: str, settings: ServerSettings) -> RunSetup:
     if settings.clients_per_round is not None:
         schedule = replace(schedule, clients_per_round=settings.clients_per_round)
     return RunSetup(config, algorithm, schedule, spec.input_shape, spec.num_classes)
+
+
+def _lowest_free_id(s: Session) -> int | None:
+    """The lowest client id that no client holds and no unused token reserves (None: full)."""
+    taken = union_all(
+        select(Client.id.label("id")),
+        select(EnrollmentToken.client_id.label("id")).where(
+            EnrollmentToken.client_id.isnot(None), EnrollmentToken.used_at.is_(None),
+            EnrollmentToken.revoked_at.is_(None)),
+    ).cte("taken")
+    if s.scalar(select(taken.c.id).where(taken.c.id == 0).limit(1)) is None:
+        return 0
+    after = taken.alias("after")
+    return s.scalar(select(func.min(taken.c.id + 1)).where(
+        taken.c.id < MAX_ID, ~exists().where(after.c.id == taken.c.id + 1)))
 
 
 def _upload_metrics(body: bytes) -> dict[str, float]:

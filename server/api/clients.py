@@ -6,8 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
+from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.api.deps import AdminDep, CurrentClient, ServiceDep
-from pflkit.server.api.schemas import MAX_ID, ClientPublic, CredentialsPublic, EnrollIn
+from pflkit.server.api.schemas import ClientPublic, CredentialsPublic, EnrollIn
 
 router = APIRouter(prefix="/clients", tags=["clients"])
 

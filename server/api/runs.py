@@ -7,8 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 from fastapi.concurrency import run_in_threadpool
 
+from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.api.deps import AdminDep, ServiceDep
-from pflkit.server.api.schemas import MAX_ID, RunCreateIn, RunPublic
+from pflkit.server.api.schemas import RunCreateIn, RunPublic
 from pflkit.server.service import Invalid
 
 router = APIRouter(prefix="/runs", tags=["runs"])

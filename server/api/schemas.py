@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-MAX_ID = 2**31 - 1  # ids and round numbers fit a 32-bit signed column everywhere
+from pflkit.sdk.protocol import MAX_ID
 
 
 class HealthPublic(BaseModel):

@@ -6,8 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
+from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.api.deps import AdminDep, ServiceDep
-from pflkit.server.api.schemas import MAX_ID, TokenCreateIn, TokenPublic
+from pflkit.server.api.schemas import TokenCreateIn, TokenPublic
 
 router = APIRouter(prefix="/enrollment-tokens", tags=["enrollment"])
 

@@ -8,8 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
+from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.api.deps import CurrentClient, ServiceDep
-from pflkit.server.api.schemas import MAX_ID, ReceiptPublic
+from pflkit.server.api.schemas import ReceiptPublic
 from pflkit.server.service import TooLarge
 
 router = APIRouter(tags=["updates"])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import time
 
 import pytest
 import torch
@@ -10,6 +12,7 @@ import torch
 from pflkit.sdk.client import (
     FederatedClient,
     RetryPolicy,
+    ServerRefused,
     ServerUnavailable,
     load_client_data,
     save_client_data,
@@ -39,3 +42,66 @@ def test_unreachable_server_is_retried_with_backoff_then_given_up(tmp_path):
         FederatedClient(f"http://127.0.0.1:{port}", tmp_path, data, token="pfe_x",
                         retry=RetryPolicy(base=0.05, cap=0.2, max_elapsed=1.0))
     assert not (tmp_path / "credentials.json").exists()
+
+
+class ScriptedServer:
+    """uvicorn on loopback answering POST /v1/clients/enroll from a script of replies."""
+
+    def __init__(self, replies: list[tuple[int, dict[str, str]]]) -> None:
+        import threading
+
+        import uvicorn
+
+        self.replies = list(replies)
+        self.seen: list[float] = []
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="error",
+                                interface="asgi3")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.01)
+
+    async def app(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        self.seen.append(time.monotonic())
+        status, headers = self.replies.pop(0) if self.replies else (201, {})
+        body = json.dumps({"client_id": 7, "secret": "pfc_s"} if status < 300 else
+                          {"detail": f"scripted {status}"}).encode()
+        await send({"type": "http.response.start", "status": status, "headers": [
+            (b"content-type", b"application/json"),
+            *[(k.encode(), v.encode()) for k, v in headers.items()]]})
+        await send({"type": "http.response.body", "body": body})
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.mark.parametrize("status", [409, 429, 503])
+def test_retry_after_is_honoured_and_marks_a_409_retryable(tmp_path, status):
+    server = ScriptedServer([(status, {"Retry-After": "0.6"})])
+    try:
+        data = LabeledTensors(torch.rand(2, 1, 8, 8), torch.tensor([0, 1]))
+        client = FederatedClient(f"http://127.0.0.1:{server.port}", tmp_path, data,
+                                 token="pfe_x", retry=RetryPolicy(base=0.01, cap=0.02))
+        assert client.client_id == 7
+        assert len(server.seen) == 2
+        assert server.seen[1] - server.seen[0] >= 0.6  # waited what the server asked
+    finally:
+        server.stop()
+
+
+def test_a_409_without_retry_after_is_a_refusal(tmp_path):
+    server = ScriptedServer([(409, {})])
+    try:
+        data = LabeledTensors(torch.rand(2, 1, 8, 8), torch.tensor([0, 1]))
+        with pytest.raises(ServerRefused, match="409"):
+            FederatedClient(f"http://127.0.0.1:{server.port}", tmp_path, data, token="pfe_x")
+        assert len(server.seen) == 1
+    finally:
+        server.stop()
