@@ -55,7 +55,7 @@ from pflkit.sdk.algorithms.base import (
 )
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import check_precision, data_to, resolve_device, state_to
-from pflkit.sdk.protocol import RETRY_AFTER
+from pflkit.sdk.protocol import METRICS_KEY, RETRY_AFTER
 from pflkit.sdk.seeding import numpy_rng
 from pflkit.sdk.state_store import DeviceStateStore
 from pflkit.sdk.tensorio import (
@@ -70,7 +70,6 @@ from pflkit.sdk.training import autocast_training
 log = logging.getLogger(__name__)
 
 DATA_FILE = "data.safetensors"  # pfl-client --data DIR reads DIR/data.safetensors (x, y)
-METRICS_KEY = "metrics"  # upload metadata: JSON {name: number}
 _PENDING_META = "pflkit.pending"
 _UPLOAD = "upload"
 _STATE_PREFIX = "state/"

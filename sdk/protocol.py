@@ -11,3 +11,10 @@ MAX_ID = 2**31 - 1  # client, run, token ids and round numbers fit a 32-bit sign
 # status: 429 and 503 always may, a 409 only when the server sets it (e.g. an enrollment that
 # lost a race for a client id; the token is still valid).
 RETRY_AFTER = "Retry-After"
+
+# An upload's safetensors metadata may hold its training metrics under this key, as a JSON
+# object of at most MAX_METRICS names (each at most MAX_METRIC_NAME characters) to finite
+# numbers; anything else is refused with 400.
+METRICS_KEY = "metrics"
+MAX_METRICS = 64
+MAX_METRIC_NAME = 64

@@ -48,6 +48,8 @@ def serve(
     min_enrolled: Annotated[int | None, typer.Option()] = None,
     round_deadline: Annotated[float | None, typer.Option(help="seconds")] = None,
     max_upload_bytes: Annotated[int | None, typer.Option()] = None,
+    max_num_samples: Annotated[int | None, typer.Option(help="bound on an update's weight")
+                               ] = None,
     aggregation: Annotated[str | None, typer.Option(help="mean | median | trimmed_mean")
                            ] = None,
     clip_norm: Annotated[float | None, typer.Option()] = None,
@@ -60,7 +62,8 @@ def serve(
              "host": host, "port": port, "workers": workers,
              "clients_per_round": clients_per_round, "min_clients": min_clients,
              "min_enrolled": min_enrolled, "round_deadline": round_deadline,
-             "max_upload_bytes": max_upload_bytes, "aggregation": aggregation,
+             "max_upload_bytes": max_upload_bytes, "max_num_samples": max_num_samples,
+             "aggregation": aggregation,
              "clip_norm": clip_norm, "tls_certfile": tls_certfile, "tls_keyfile": tls_keyfile}
     if admin_token_file is not None:
         flags["admin_token"] = admin_token_file.read_text().strip()

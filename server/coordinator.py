@@ -75,7 +75,11 @@ class Coordinator:
         return self._open
 
     def validate(self, client_id: int, num_samples: int, update: State) -> None:
-        """Raise :class:`UpdateRejected` unless the update fits the open round's schema."""
+        """Raise :class:`UpdateRejected` unless the update has exactly the round's schema.
+
+        Every name of :meth:`Algorithm.update_schema` with its shape and dtype, nothing else:
+        a partial update would be averaged as if the missing tensors were unchanged.
+        """
         current = self.open_round()
         if client_id not in current.sampled:
             raise UpdateRejected(f"client {client_id} was not sampled in round {current.index}")
@@ -83,6 +87,11 @@ class Coordinator:
             raise UpdateRejected(f"client {client_id} already sent round {current.index}")
         if num_samples < 0:
             raise UpdateRejected(f"client {client_id}: negative sample count {num_samples}")
+        missing = sorted(set(self._schema) - set(update))
+        if missing:
+            shown = ", ".join(f"'{name}'" for name in missing[:5])
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            raise UpdateRejected(f"client {client_id}: update lacks tensor(s) {shown}{more}")
         for name, tensor in update.items():
             if name not in self._schema:
                 raise UpdateRejected(f"client {client_id}: unexpected tensor '{name}'")

@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pflkit.sdk.algorithms.base import Algorithm, ModelFactory, State, make_algorithm
 from pflkit.sdk.data.datasets import dataset_spec
-from pflkit.sdk.protocol import MAX_ID
+from pflkit.sdk.protocol import MAX_ID, MAX_METRIC_NAME, MAX_METRICS, METRICS_KEY
 from pflkit.sdk.run_config import ConfigError, Schedule, SimConfig
 from pflkit.sdk.tensorio import CorruptStateError, read_metadata, state_from_bytes, state_to_bytes
 from pflkit.server.aggregation import aggregator_factory
@@ -50,7 +50,6 @@ from pflkit.server.settings import ServerSettings
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-METRICS_KEY = "metrics"  # safetensors metadata key of an upload's JSON metrics
 LIVE = ("active", "paused")  # run statuses that block creating another run
 CLOSING_LEASE = 300.0  # seconds after which another worker may retake a stuck close
 ENROLL_ATTEMPTS = 50  # concurrent enrollments racing for the next free client id
@@ -482,6 +481,10 @@ class FederationService:
     def accept_upload(self, client_id: int, run_id: int, round_index: int, num_samples: int,
                       body: bytes) -> UploadReceipt:
         """Validate an update, store it durably, then acknowledge (or refuse, changing nothing)."""
+        limit = self.settings.max_num_samples
+        if num_samples > limit:
+            raise Invalid(f"num_samples {num_samples} exceeds this server's limit of {limit} "
+                          "(setting max_num_samples)")
         digest = sha256(body)
         with self._session() as s:
             run = self._get_run(s, run_id)
@@ -678,18 +681,31 @@ def _lowest_free_id(s: Session) -> int | None:
 
 
 def _upload_metrics(body: bytes) -> dict[str, float]:
+    """The metrics an upload reports (see ``protocol.METRICS_KEY``); CorruptStateError if bad.
+
+    Numbers are parsed as floats, so a 5000-digit integer becomes inf and is refused like
+    NaN, instead of overflowing; nesting is refused before it can exhaust the stack.
+    """
     raw = read_metadata(body).get(METRICS_KEY)
     if raw is None:
         return {}
+    problem = f"metadata '{METRICS_KEY}' must be a JSON object of at most {MAX_METRICS} " \
+              f"names (up to {MAX_METRIC_NAME} characters) to finite numbers"
+    if len(raw) > MAX_METRICS * (MAX_METRIC_NAME + 40):
+        raise CorruptStateError(f"{problem}; it has {len(raw)} characters")
     try:
-        metrics = json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise CorruptStateError(f"metadata '{METRICS_KEY}' is not JSON ({err})") from err
-    if not isinstance(metrics, dict) or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-            for v in metrics.values()):
-        raise CorruptStateError(f"metadata '{METRICS_KEY}' must map names to finite numbers")
-    return {str(k): float(v) for k, v in metrics.items()}
+        metrics = json.loads(raw, parse_int=float, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as err:
+        raise CorruptStateError(f"{problem} ({type(err).__name__}: {str(err)[:80]})") from err
+    if not isinstance(metrics, dict) or len(metrics) > MAX_METRICS or not all(
+            len(k) <= MAX_METRIC_NAME and isinstance(v, float) and math.isfinite(v)
+            for k, v in metrics.items()):
+        raise CorruptStateError(problem)
+    return metrics
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a finite number")
 
 
 def _round_metrics(updates: list[Update] | Any) -> dict[str, Any]:

@@ -42,6 +42,8 @@ class ServerSettings(BaseSettings):
     min_enrolled: int | None = Field(None, ge=1)  # enrolled clients before round 0 opens
     round_deadline: float = Field(600.0, gt=0)  # seconds; the round closes with what it has
     max_upload_bytes: int = Field(64 * 2**20, ge=1024)  # larger bodies get 413
+    # an update's weight in the mean is the sample count its client reports: larger get 422
+    max_num_samples: int = Field(100_000, ge=1)
     aggregation: Literal["mean", "median", "trimmed_mean"] = "mean"
     trim_fraction: float = Field(0.1, ge=0, lt=0.5)  # share cut at each end for trimmed_mean
     clip_norm: float | None = Field(None, gt=0)  # L2 bound on each update's change to the global

@@ -7,6 +7,7 @@ never changes.
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -45,6 +46,10 @@ class LocalOnly(Algorithm):
                           self.local.epochs, self.local.batch_size, ctx.generator("batches"))
         return FitResult({}, ClientState(float_state(model), client_state.meta), len(data),
                          {"train_loss": loss})
+
+    def update_schema(self, global_state: State) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """Nothing is uploaded: the update is empty."""
+        return {}
 
     def personalized_model(self, global_state: State, client_state: ClientState,
                            choice: Choice | None = None) -> nn.Module:

@@ -16,6 +16,7 @@ import pytest
 import schemathesis
 import torch
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from server_harness import ADMIN, Server, run_toml
 
 from pflkit.sdk.client import FederatedClient
@@ -23,6 +24,7 @@ from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
 
 LIMIT = 1_500_000  # bytes; a twonn update on 28x28 inputs is about 0.8 MB
+MAX_SAMPLES = 1000  # the server's bound on an update's self-reported sample count
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -36,7 +38,7 @@ def api(request, tmp_path_factory):
         database = ["--database-url", cluster.url(name)]
     server = Server(root / "server", run_toml("fedavg", rounds=50),
                     ["--min-enrolled", "3", "--min-clients", "1", "--max-upload-bytes",
-                     str(LIMIT), *database])
+                     str(LIMIT), "--max-num-samples", str(MAX_SAMPLES), *database])
     server.root.mkdir()
     server.start()
     secrets = {cid: server.enroll(cid)[1] for cid in range(3)}
@@ -83,6 +85,10 @@ def valid_update(rnd: dict, shift: float = 0.01) -> dict[str, torch.Tensor]:
     return {k: v + shift for k, v in rnd["global"].items()}
 
 
+def last(state: dict) -> str:
+    return list(state)[-1]  # e.g. head.bias
+
+
 def bad_updates(rnd: dict) -> dict[str, bytes]:
     good = valid_update(rnd)
     first = next(iter(good))
@@ -94,6 +100,8 @@ def bad_updates(rnd: dict) -> dict[str, bytes]:
     body = state_to_bytes(good)
     return {
         "wrong shape": state_to_bytes({**good, first: torch.zeros(3, 3)}),
+        "missing tensor": state_to_bytes({k: v for k, v in good.items() if k != last(good)}),
+        "no tensors": state_to_bytes({}),
         "wrong dtype": state_to_bytes({**good, first: good[first].double()}),
         "unknown tensor": state_to_bytes({**good, "extra.weight": torch.zeros(2)}),
         "nan": state_to_bytes(nan),
@@ -104,10 +112,23 @@ def bad_updates(rnd: dict) -> dict[str, bytes]:
         "empty": b"",
         "bad metrics": state_to_bytes(good, {"metrics": "{not json"}),
         "nan metric": state_to_bytes(good, {"metrics": json.dumps({"loss": float("nan")})}),
+        **{name: state_to_bytes(good, {"metrics": raw}) for name, raw in BAD_METRICS.items()},
     }
 
 
-EXPECTED = {"wrong shape": 422, "wrong dtype": 422, "unknown tensor": 422, "nan": 422,
+BAD_METRICS = {  # each crashed the handler (500) or was stored as is
+    "400-digit metric": '{"loss": 1' + "0" * 400 + "}",
+    "5000-digit metric": '{"loss": ' + "9" * 5000 + "}",
+    "metrics nested 200k deep": "[" * 200_000 + "]" * 200_000,
+    "metric nested 2000 deep": '{"loss": ' + "[" * 2000 + "]" * 2000 + "}",
+    "metrics not an object": "[1, 2]",
+    "boolean metric": '{"ok": true}',
+    "infinite metric": '{"loss": 1e400}',
+    "too many metrics": json.dumps({f"m{i}": 1.0 for i in range(1000)}),
+    "long metric name": json.dumps({"x" * 1000: 1.0}),
+}
+EXPECTED = {**dict.fromkeys(BAD_METRICS, 400), "wrong shape": 422, "missing tensor": 422,
+            "no tensors": 422, "wrong dtype": 422, "unknown tensor": 422, "nan": 422,
             "inf": 422, "truncated": 400, "corrupt header": 400, "not safetensors": 400,
             "empty": 400, "bad metrics": 400, "nan metric": 400}
 
@@ -133,7 +154,9 @@ def test_oversized_body_is_refused_with_413(api):
 
 
 @pytest.mark.parametrize(("where", "status"), [("future round", 409), ("unknown run", 404),
-                                               ("unsampled", 403), ("negative count", 422)])
+                                               ("unsampled", 403), ("negative count", 422),
+                                               ("count over the limit", 422),
+                                               ("empty with a huge count", 422)])
 def test_misaddressed_upload_is_refused_and_changes_nothing(api, where, status):
     server, secrets = api
     rnd = open_round(server, secrets)
@@ -145,6 +168,10 @@ def test_misaddressed_upload_is_refused_and_changes_nothing(api, where, status):
         reply = upload(server, rnd, rnd["sampled"][0], body, run=999)
     elif where == "unsampled":
         reply = upload(server, rnd, rnd["unsampled"][0], body)
+    elif where == "count over the limit":
+        reply = upload(server, rnd, rnd["sampled"][0], body, num_samples=MAX_SAMPLES + 1)
+    elif where == "empty with a huge count":
+        reply = upload(server, rnd, rnd["sampled"][0], state_to_bytes({}), num_samples=2**40)
     else:
         reply = upload(server, rnd, rnd["sampled"][0], body, num_samples=-1)
     assert reply.status_code == status, reply.text
@@ -295,3 +322,52 @@ def test_no_generated_request_makes_the_server_fail(api):
         fuzz(operation, auth(ADMIN if admin else secrets[2]), failures, seen)
     assert not failures
     assert len(seen) >= 30 and any(code < 300 for code in seen), sorted(set(seen))
+
+
+def malformed_metrics() -> st.SearchStrategy[str]:
+    """JSON texts for the ``metrics`` metadata that are never a valid metrics object."""
+    digits = st.integers(310, 6000)  # integers beyond float range (and Python's str limit)
+    beyond_float = st.tuples(st.sampled_from("123456789"), digits).map(lambda t: t[0] * t[1])
+    deep = st.integers(1_000, 250_000)
+    bad_value = st.one_of(
+        beyond_float, beyond_float.map(lambda v: "-" + v),
+        st.sampled_from(["NaN", "Infinity", "-Infinity", "true", "null", "1e400", '"1.5"',
+                         "[]", "{}", "[1.0]"]),
+        deep.map(lambda n: "[" * n + "]" * n),
+        deep.map(lambda n: '{"a": ' * n + "1" + "}" * n))
+    name = st.text(max_size=12)
+    fine = st.floats(allow_nan=False, allow_infinity=False).map(json.dumps)
+    with_a_bad_value = st.tuples(st.lists(st.tuples(name, fine), max_size=3), name, bad_value).map(
+        lambda t: "{" + ", ".join(f"{json.dumps(k)}: {v}" for k, v in [*t[0], t[1:]]) + "}")
+    not_an_object = st.one_of(bad_value, st.text(max_size=40)).filter(
+        lambda text: not text.strip().startswith("{"))
+    too_big = st.integers(65, 500).map(lambda n: json.dumps({f"m{i}": 1.0 for i in range(n)}))
+    return st.one_of(with_a_bad_value, not_an_object, too_big)
+
+
+def test_generated_malformed_metrics_are_refused_with_400(api):
+    """Schemathesis on the upload operation, its body drawn from malformed metrics."""
+    server, secrets = api
+    rnd = open_round(server, secrets)
+    good = valid_update(rnd)
+    schemathesis.openapi.media_type(
+        "application/octet-stream",
+        malformed_metrics().map(lambda text: state_to_bytes(good, {"metrics": text})))
+    schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json")
+    operation = schema["/v1/runs/{run_id}/rounds/{round_index}/update"]["PUT"]
+    before = snapshot(server)
+    statuses: list[int] = []
+
+    @given(case=operation.as_strategy(path_parameters={"run_id": rnd["run"],
+                                                       "round_index": rnd["round"]},
+                                      query={"num_samples": 10}))
+    @settings(max_examples=40, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    def check(case):
+        response = case.call(headers=auth(rnd["sampled"][0]), timeout=60)
+        statuses.append(response.status_code)
+        assert response.status_code == 400, (case.body[:300], response.text[:300])
+
+    check()
+    assert len(statuses) >= 40
+    assert snapshot(server) == before

@@ -45,6 +45,8 @@ def test_round_aggregates_submitted_updates_weighted_by_samples():
         (lambda u: u.update({"head.bias": torch.zeros(3)}), "expected"),
         (lambda u: u.update({"head.bias": torch.full((10,), float("nan"))}), "NaN or Inf"),
         (lambda u: u.update({"intruder": torch.zeros(1)}), "unexpected tensor"),
+        (lambda u: u.pop("head.bias"), "lacks tensor"),
+        (lambda u: u.clear(), "lacks tensor"),
         (lambda u: u.update({"head.bias": torch.zeros(10, dtype=torch.float64)}), "float64"),
     ],
 )
@@ -62,11 +64,12 @@ def test_unsampled_and_duplicate_clients_are_rejected():
     coord = coordinator()
     plan = coord.open_round()
     outsider = next(c for c in range(10) if c not in plan.sampled)
+    update = {k: v.clone() for k, v in coord.global_state.items()}
     with pytest.raises(UpdateRejected, match="not sampled"):
-        coord.submit(outsider, 1, {})
-    coord.submit(plan.sampled[0], 1, {})
+        coord.submit(outsider, 1, update)
+    coord.submit(plan.sampled[0], 1, update)
     with pytest.raises(UpdateRejected, match="already sent"):
-        coord.submit(plan.sampled[0], 1, {})
+        coord.submit(plan.sampled[0], 1, update)
 
 
 def test_run_finishes_after_its_rounds():
