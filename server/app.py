@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import ctypes
 import logging
+import math
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -26,8 +27,11 @@ from pflkit.sdk.protocol import RETRY_AFTER
 from pflkit.server.api import clients, globals, heads, health, runs, tasks, tokens, updates
 from pflkit.server.blobs import BlobStore
 from pflkit.server.db import init_db, make_engine
-from pflkit.server.service import FederationService, ServiceError
+from pflkit.server.errors import ServiceError
+from pflkit.server.http_protocol import BoundedHeadProtocol
+from pflkit.server.service import FederationService
 from pflkit.server.settings import ServerSettings
+from pflkit.server.throttle import FailedAuthThrottle
 
 log = logging.getLogger(__name__)
 API_VERSION = "v1"
@@ -110,6 +114,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     """Build the ASGI app (settings default to environment + config file)."""
     settings = settings or ServerSettings.load()
     return_large_buffers_to_the_os()
+    BoundedHeadProtocol.max_head_bytes = settings.max_header_bytes
     service = build_service(settings)
 
     @contextlib.asynccontextmanager
@@ -127,11 +132,17 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                   description="Personalized federated learning: enroll, poll, download the "
                               "global state, upload updates. Tensors travel as safetensors.")
     app.state.service = service
+    app.state.auth_throttle = FailedAuthThrottle(settings.auth_failure_limit,
+                                                 settings.auth_failure_window)
     app.add_middleware(ServerTiming)
 
     @app.exception_handler(ServiceError)
     async def _refused(request: Request, err: ServiceError) -> JSONResponse:
-        headers = None if err.retry_after is None else {RETRY_AFTER: f"{err.retry_after:g}"}
+        headers = {}
+        if err.retry_after is not None:  # whole seconds, as HTTP defines the header
+            headers[RETRY_AFTER] = str(math.ceil(err.retry_after))
+        if err.status == 401:
+            headers["WWW-Authenticate"] = "Bearer"
         return JSONResponse({"detail": err.message}, status_code=err.status, headers=headers)
 
     for module in (health, runs, tokens, clients, tasks, globals, updates, heads):

@@ -20,7 +20,8 @@ import uvicorn
 from pydantic import ValidationError
 
 from pflkit.server.app import build_service
-from pflkit.server.service import ServiceError
+from pflkit.server.errors import ServiceError
+from pflkit.server.http_protocol import BoundedHeadProtocol
 from pflkit.server.settings import ENV_PREFIX, ServerSettings
 
 app = typer.Typer(add_completion=False, help=__doc__)
@@ -50,6 +51,11 @@ def serve(
     max_upload_bytes: Annotated[int | None, typer.Option()] = None,
     max_num_samples: Annotated[int | None, typer.Option(help="bound on an update's weight")
                                ] = None,
+    max_header_bytes: Annotated[int | None, typer.Option(help="longer request heads: 431")
+                                ] = None,
+    auth_failure_limit: Annotated[int | None, typer.Option(
+        help="failed authentications per address and window before 429")] = None,
+    auth_failure_window: Annotated[float | None, typer.Option(help="seconds")] = None,
     aggregation: Annotated[str | None, typer.Option(help="mean | median | trimmed_mean")
                            ] = None,
     clip_norm: Annotated[float | None, typer.Option()] = None,
@@ -63,7 +69,8 @@ def serve(
              "clients_per_round": clients_per_round, "min_clients": min_clients,
              "min_enrolled": min_enrolled, "round_deadline": round_deadline,
              "max_upload_bytes": max_upload_bytes, "max_num_samples": max_num_samples,
-             "aggregation": aggregation,
+             "max_header_bytes": max_header_bytes, "auth_failure_limit": auth_failure_limit,
+             "auth_failure_window": auth_failure_window, "aggregation": aggregation,
              "clip_norm": clip_norm, "tls_certfile": tls_certfile, "tls_keyfile": tls_keyfile}
     if admin_token_file is not None:
         flags["admin_token"] = admin_token_file.read_text().strip()
@@ -86,6 +93,7 @@ def serve(
     if reopened:
         logging.getLogger(__name__).warning("reopened %d round(s) a crash left closing", reopened)
     uvicorn.run("pflkit.server.app:create_app", factory=True, host=settings.host,
+                http=BoundedHeadProtocol,
                 port=settings.port, workers=settings.workers, log_level=log_level,
                 ssl_certfile=settings.tls_certfile, ssl_keyfile=settings.tls_keyfile,
                 timeout_graceful_shutdown=5,

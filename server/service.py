@@ -43,6 +43,15 @@ from pflkit.sdk.tensorio import CorruptStateError, read_metadata, state_from_byt
 from pflkit.server.aggregation import aggregator_factory
 from pflkit.server.blobs import BlobStore, sha256
 from pflkit.server.coordinator import Coordinator, UpdateRejected
+from pflkit.server.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Gone,
+    Invalid,
+    NotFound,
+    Unauthorized,
+)
 from pflkit.server.faults import crash_point
 from pflkit.server.orm import Client, EnrollmentToken, Round, Run, Update
 from pflkit.server.settings import ServerSettings
@@ -57,63 +66,6 @@ ENROLL_ATTEMPTS = 50  # concurrent enrollments racing for the next free client i
 
 class _ClientIdTaken(Exception):
     """A concurrent enrollment took the client id this one picked (PostgreSQL)."""
-
-
-class ServiceError(Exception):
-    """A refused request; ``status`` is the HTTP status the API answers with."""
-
-    status = 400
-
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retry_after = retry_after  # set: the same request may succeed after this wait
-
-
-class BadRequest(ServiceError):
-    """Malformed input (corrupt safetensors, bad metadata)."""
-
-
-class Unauthorized(ServiceError):
-    """Missing or unknown credentials."""
-
-    status = 401
-
-
-class Forbidden(ServiceError):
-    """Known credentials that may not do this (revoked, not sampled)."""
-
-    status = 403
-
-
-class NotFound(ServiceError):
-    """No such run, round, client or blob."""
-
-    status = 404
-
-
-class Conflict(ServiceError):
-    """The request contradicts the current state (paused run, different second upload)."""
-
-    status = 409
-
-
-class Gone(ServiceError):
-    """Too late: the round (or run) has closed."""
-
-    status = 410
-
-
-class TooLarge(ServiceError):
-    """The body exceeds the upload limit."""
-
-    status = 413
-
-
-class Invalid(ServiceError):
-    """Well-formed but does not fit the round (names, shapes, dtypes, NaN/Inf)."""
-
-    status = 422
 
 
 def hash_secret(secret: str) -> str:
@@ -478,31 +430,48 @@ class FederationService:
         return state_to_bytes(head, {"global_hash": digest})
 
     # -- uploads ----------------------------------------------------------------------------------
-    def accept_upload(self, client_id: int, run_id: int, round_index: int, num_samples: int,
-                      body: bytes) -> UploadReceipt:
-        """Validate an update, store it durably, then acknowledge (or refuse, changing nothing)."""
+    def admit_upload(self, client_id: int, run_id: int, round_index: int,
+                     num_samples: int) -> None:
+        """Refuse an upload before its body is read, if its address or count already says so.
+
+        A refused client then costs the server its headers, not ``max_upload_bytes`` of body.
+        :meth:`accept_upload` repeats these checks in its transaction (they may change).
+        """
+        with self._session() as s:
+            self._admit(s, client_id, run_id, round_index, num_samples)
+
+    def _admit(self, s: Session, client_id: int, run_id: int, round_index: int,
+               num_samples: int) -> tuple[Run, Round, Update | None]:
+        """The run, the round and this client's earlier update of it, if the upload may come."""
         limit = self.settings.max_num_samples
         if num_samples > limit:
             raise Invalid(f"num_samples {num_samples} exceeds this server's limit of {limit} "
                           "(setting max_num_samples)")
-        digest = sha256(body)
-        with self._session() as s:
-            run = self._get_run(s, run_id)
-            rnd = self._round(s, run, round_index)
-            if rnd is None:
-                raise Conflict(f"round {round_index} of run {run_id} has not opened "
-                               f"(the current round is {run.rounds_done})")
-            if client_id not in rnd.sampled:
-                raise Forbidden(f"client {client_id} was not sampled in round {round_index}")
-            prior = s.scalar(select(Update).where(Update.round_id == rnd.id,
-                                                  Update.client_id == client_id))
-            if prior is not None:
-                return self._replay(prior, run_id, round_index, digest, num_samples)
+        run = self._get_run(s, run_id)
+        rnd = self._round(s, run, round_index)
+        if rnd is None:
+            raise Conflict(f"round {round_index} of run {run_id} has not opened "
+                           f"(the current round is {run.rounds_done})")
+        if client_id not in rnd.sampled:
+            raise Forbidden(f"client {client_id} was not sampled in round {round_index}")
+        prior = s.scalar(select(Update).where(Update.round_id == rnd.id,
+                                              Update.client_id == client_id))
+        if prior is None:  # a replay is answered whatever the round's state now
             if rnd.status != "open":
                 raise Gone(f"round {round_index} of run {run_id} is {rnd.status}; "
                            "late uploads are refused")
             if run.status != "active":
                 raise Conflict(f"run {run_id} is {run.status}; uploads are not accepted")
+        return run, rnd, prior
+
+    def accept_upload(self, client_id: int, run_id: int, round_index: int, num_samples: int,
+                      body: bytes) -> UploadReceipt:
+        """Validate an update, store it durably, then acknowledge (or refuse, changing nothing)."""
+        digest = sha256(body)
+        with self._session() as s:
+            run, rnd, prior = self._admit(s, client_id, run_id, round_index, num_samples)
+            if prior is not None:
+                return self._replay(prior, run_id, round_index, digest, num_samples)
         try:
             update_state = state_from_bytes(body, "upload")
             metrics = _upload_metrics(body)

@@ -42,6 +42,10 @@ class ServerSettings(BaseSettings):
     min_enrolled: int | None = Field(None, ge=1)  # enrolled clients before round 0 opens
     round_deadline: float = Field(600.0, gt=0)  # seconds; the round closes with what it has
     max_upload_bytes: int = Field(64 * 2**20, ge=1024)  # larger bodies get 413
+    # failed authentications per client address and window before it gets 429 (per worker)
+    auth_failure_limit: int = Field(30, ge=1)
+    auth_failure_window: float = Field(60.0, gt=0)  # seconds
+    max_header_bytes: int = Field(16 * 1024, ge=1024)  # longer request heads get 431
     # an update's weight in the mean is the sample count its client reports: larger get 422
     max_num_samples: int = Field(100_000, ge=1)
     aggregation: Literal["mean", "median", "trimmed_mean"] = "mean"

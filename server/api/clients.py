@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Request, Response
 
 from pflkit.sdk.protocol import MAX_ID
-from pflkit.server.api.deps import AdminDep, CurrentClient, ServiceDep
+from pflkit.server.api.deps import AdminDep, CurrentClient, ServiceDep, throttled
 from pflkit.server.api.schemas import ClientPublic, CredentialsPublic, EnrollIn
 
 router = APIRouter(prefix="/clients", tags=["clients"])
 
 
 @router.post("/enroll", status_code=201)
-def enroll(body: EnrollIn, service: ServiceDep) -> CredentialsPublic:
+def enroll(body: EnrollIn, request: Request, service: ServiceDep) -> CredentialsPublic:
     """Trade a one-time enrollment token for a client id and secret (shown once)."""
-    client_id, secret = service.enroll(body.token)
+    client_id, secret = throttled(request, lambda: service.enroll(body.token))
     return CredentialsPublic(client_id=client_id, secret=secret)
 
 

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
-from typing import Annotated
+from collections.abc import Callable, Iterator
+from typing import Annotated, TypeVar
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
+from pflkit.server.errors import Unauthorized
 from pflkit.server.service import FederationService
 from pflkit.server.settings import ServerSettings
+from pflkit.server.throttle import FailedAuthThrottle
+
+T = TypeVar("T")
 
 _bearer = HTTPBearer(auto_error=False, description="client secret or admin token")
 
@@ -40,20 +44,38 @@ Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 def _token(credentials: HTTPAuthorizationCredentials | None) -> str:
     if credentials is None or not credentials.credentials:
-        raise HTTPException(401, "missing bearer token", {"WWW-Authenticate": "Bearer"})
+        raise Unauthorized("missing bearer token")
     return credentials.credentials
 
 
-def current_client(service: ServiceDep, credentials: Bearer) -> int:
+def throttled(request: Request, check: Callable[[], T]) -> T:
+    """Run a credentials check, counting its failure against the caller's address.
+
+    An address over the failure limit gets 429 before the check runs (see ``throttle.py``).
+    """
+    throttle: FailedAuthThrottle = request.app.state.auth_throttle
+    address = request.client.host if request.client else "unknown"
+    throttle.check(address)
+    try:
+        return check()
+    except Unauthorized:
+        throttle.failed(address)
+        raise
+
+
+def current_client(request: Request, service: ServiceDep, credentials: Bearer) -> int:
     """Return the id of the enrolled, unrevoked client whose secret is the bearer token."""
-    return service.authenticate(_token(credentials))
+    return throttled(request, lambda: service.authenticate(_token(credentials)))
 
 
-def require_admin(settings: SettingsDep, credentials: Bearer) -> None:
+def require_admin(request: Request, settings: SettingsDep, credentials: Bearer) -> None:
     """Refuse unless the bearer token is the admin token (constant-time comparison)."""
-    token = _token(credentials).encode()
-    if not hmac.compare_digest(token, settings.admin_token.get_secret_value().encode()):
-        raise HTTPException(401, "not the admin token", {"WWW-Authenticate": "Bearer"})
+    def check() -> None:
+        token = _token(credentials).encode()
+        if not hmac.compare_digest(token, settings.admin_token.get_secret_value().encode()):
+            raise Unauthorized("not the admin token")
+
+    throttled(request, check)
 
 
 CurrentClient = Annotated[int, Depends(current_client)]

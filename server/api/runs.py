@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.api.deps import AdminDep, ServiceDep
 from pflkit.server.api.schemas import RunCreateIn, RunPublic
-from pflkit.server.service import Invalid
+from pflkit.server.errors import Invalid
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 RunId = Annotated[int, Path(ge=0, le=MAX_ID)]

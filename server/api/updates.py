@@ -11,7 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.api.deps import CurrentClient, ServiceDep
 from pflkit.server.api.schemas import ReceiptPublic
-from pflkit.server.service import TooLarge
+from pflkit.server.errors import TooLarge
 
 router = APIRouter(tags=["updates"])
 _BODY = {"requestBody": {"required": True, "content": {"application/octet-stream": {
@@ -49,6 +49,7 @@ async def upload_update(
     validating and storing (``accept``) the update, in milliseconds.
     """
     started = time.perf_counter()
+    await run_in_threadpool(service.admit_upload, client_id, run_id, round_index, num_samples)
     body = await read_body(request, service.settings.max_upload_bytes)
     received = time.perf_counter()
     receipt = await run_in_threadpool(service.accept_upload, client_id, run_id, round_index,

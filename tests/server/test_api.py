@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 
 import httpx
 import pytest
@@ -38,7 +39,8 @@ def api(request, tmp_path_factory):
         database = ["--database-url", cluster.url(name)]
     server = Server(root / "server", run_toml("fedavg", rounds=50),
                     ["--min-enrolled", "3", "--min-clients", "1", "--max-upload-bytes",
-                     str(LIMIT), "--max-num-samples", str(MAX_SAMPLES), *database])
+                     str(LIMIT), "--max-num-samples", str(MAX_SAMPLES),
+                     "--auth-failure-limit", "100000", *database])
     server.root.mkdir()
     server.start()
     secrets = {cid: server.enroll(cid)[1] for cid in range(3)}
@@ -178,6 +180,21 @@ def test_misaddressed_upload_is_refused_and_changes_nothing(api, where, status):
     assert snapshot(server) == before
 
 
+def test_a_refused_upload_is_refused_before_its_body_is_read(api):
+    """The server answers an unsampled client at once, not after buffering the body."""
+    server, secrets = api
+    rnd = open_round(server, secrets)
+    head = (f"PUT /v1/runs/{rnd['run']}/rounds/{rnd['round']}/update?num_samples=10 HTTP/1.1\r\n"
+            f"Host: x\r\nAuthorization: Bearer {rnd['unsampled'][0]}\r\n"
+            f"Content-Type: application/octet-stream\r\nContent-Length: {LIMIT}\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
+        sock.sendall(head.encode() + b"\0" * 1024)  # then nothing: the rest never comes
+        reply = b""
+        while b"}" not in reply:  # the whole JSON answer
+            reply += sock.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 403 ") and b"not sampled" in reply
+
+
 def test_replay_is_idempotent_second_update_conflicts_late_upload_is_gone(api):
     server, secrets = api
     rnd = open_round(server, secrets)
@@ -293,37 +310,6 @@ def test_device_killed_after_training_resends_the_same_bytes(api, tmp_path):
     assert status["history"][rnd["round"]]["metrics"]["participants"] == 1
 
 
-ADMIN_PATHS = ("/v1/runs", "/v1/enrollment-tokens", "/v1/clients/{client_id}/revoke")
-
-
-def fuzz(operation, headers: dict[str, str], failures: list, seen: list) -> None:
-    @given(case=operation.as_strategy())
-    @settings(max_examples=12, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    def check(case):
-        response = case.call(headers=headers, timeout=30)
-        seen.append(response.status_code)
-        if response.status_code >= 500:
-            failures.append((case.method, case.path, case.path_parameters, response.text[:200]))
-
-    check()
-
-
-def test_no_generated_request_makes_the_server_fail(api):
-    """Schemathesis: examples of every operation of the OpenAPI schema; never a 5xx."""
-    server, secrets = api
-    schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json")
-    failures: list = []
-    seen: list = []
-    for result in schema.get_all_operations():
-        operation = result.ok()
-        admin = operation.path.startswith(ADMIN_PATHS) and "/rounds/" not in operation.path \
-            or (operation.path, operation.method.upper()) == ("/v1/clients", "GET")
-        fuzz(operation, auth(ADMIN if admin else secrets[2]), failures, seen)
-    assert not failures
-    assert len(seen) >= 30 and any(code < 300 for code in seen), sorted(set(seen))
-
-
 def malformed_metrics() -> st.SearchStrategy[str]:
     """JSON texts for the ``metrics`` metadata that are never a valid metrics object."""
     digits = st.integers(310, 6000)  # integers beyond float range (and Python's str limit)
@@ -371,3 +357,35 @@ def test_generated_malformed_metrics_are_refused_with_400(api):
     check()
     assert len(statuses) >= 40
     assert snapshot(server) == before
+
+
+ADMIN_PATHS = ("/v1/runs", "/v1/enrollment-tokens", "/v1/clients/{client_id}/revoke")
+
+
+def fuzz(operation, headers: dict[str, str], failures: list, seen: list) -> None:
+    @given(case=operation.as_strategy())
+    @settings(max_examples=12, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    def check(case):
+        response = case.call(headers=headers, timeout=30)
+        seen.append(response.status_code)
+        if response.status_code >= 500:
+            failures.append((case.method, case.path, case.path_parameters, response.text[:200]))
+
+    check()
+
+
+def test_no_generated_request_makes_the_server_fail(api):
+    """Schemathesis: examples of every operation of the OpenAPI schema; never a 5xx."""
+    server, secrets = api
+    schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json")
+    failures: list = []
+    seen: list = []
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        admin = operation.path.startswith(ADMIN_PATHS) and "/rounds/" not in operation.path \
+            or (operation.path, operation.method.upper()) == ("/v1/clients", "GET")
+        fuzz(operation, auth(ADMIN if admin else secrets[2]), failures, seen)
+    assert not failures
+    assert len(seen) >= 30 and any(code < 300 for code in seen), sorted(set(seen))
+

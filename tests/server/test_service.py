@@ -16,8 +16,8 @@ from sqlalchemy import select, update
 
 from pflkit.sdk.tensorio import state_to_bytes
 from pflkit.server.app import build_service, return_large_buffers_to_the_os
+from pflkit.server.errors import Conflict, Forbidden, Gone, Invalid, Unauthorized
 from pflkit.server.orm import Round
-from pflkit.server.service import Conflict, Forbidden, Gone, Invalid, Unauthorized
 from pflkit.server.settings import ServerSettings
 
 
