@@ -162,9 +162,13 @@ def test_credentials_and_sampling_are_enforced(tmp_path, database_url):
     body = shifted(service, status["global_hash"], 1)
     with pytest.raises(Forbidden, match="not sampled"):
         service.accept_upload(outsider, status["id"], 0, 10, body)
+    full = service.global_state(status["global_hash"])
     with pytest.raises(Invalid, match="expected"):
         service.accept_upload(rnd["sampled"][0], status["id"], 0, 10,
-                              state_to_bytes({"body.0.weight": torch.zeros(2, 2)}))
+                              state_to_bytes({**full, "head.bias": torch.zeros(2, 2)}))
+    with pytest.raises(Invalid, match="lacks tensor"):
+        service.accept_upload(rnd["sampled"][0], status["id"], 0, 10,
+                              state_to_bytes({"head.bias": full["head.bias"]}))
     with pytest.raises(Unauthorized):
         service.authenticate("pfc_nobody")
     assert service.authenticate(clients[outsider]) == outsider
