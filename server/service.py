@@ -574,7 +574,12 @@ class FederationService:
         return rnd
 
     def close_round(self, round_id: int) -> None:
-        """Fold the round's accepted blobs (client-id order), store the result, commit."""
+        """Fold the round's accepted blobs (client-id order), store the result, commit.
+
+        A close that raises (a blob unreadable, the disk full, the database gone) gives its
+        claim back at once, so the next tick of any worker retries it, instead of the round
+        staying ``closing`` until the lease expires.
+        """
         with self._session() as s:
             rnd = s.get(Round, round_id)
             assert rnd is not None
@@ -582,6 +587,18 @@ class FederationService:
             assert run is not None
             updates = s.scalars(select(Update).where(Update.round_id == round_id)
                                 .order_by(Update.client_id)).all()
+        try:
+            self._close_claimed(run, rnd, list(updates))
+        except Exception:
+            with self._session() as s:
+                s.execute(update(Round).where(Round.id == round_id, Round.status == "closing",
+                                              Round.claimed_at == rnd.claimed_at)
+                          .values(status="open", claimed_at=None))
+            log.warning("run %d: closing round %d failed; it is open again", run.id, rnd.index)
+            raise
+
+    def _close_claimed(self, run: Run, rnd: Round, updates: list[Update]) -> None:
+        round_id = rnd.id
         started = time.perf_counter()
         coord = self._coordinator(run, rnd, robust=True)
         plan = coord.open_round()

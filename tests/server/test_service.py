@@ -207,3 +207,25 @@ def test_large_buffers_go_back_to_the_os_on_glibc():
 
     expected = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
     assert return_large_buffers_to_the_os() is expected
+
+
+def test_a_close_that_raises_reopens_the_round_and_the_next_tick_closes_it(tmp_path,
+                                                                          database_url):
+    """An unreadable blob makes the close raise: the round must not stay ``closing`` until
+    the 300 s lease expires, but be retried by the next tick once the blob is back."""
+    service, _ = service_for(tmp_path, database_url)
+    status, rnd = current(service)
+    bodies = {cid: shifted(service, status["global_hash"], cid + 1) for cid in rnd["sampled"]}
+    receipts = [service.accept_upload(cid, status["id"], 0, 10, body)
+                for cid, body in bodies.items()]
+    blob = service.blobs.path(receipts[0].sha256)
+    hidden = blob.with_name("hidden")
+    blob.rename(hidden)
+    with pytest.raises(FileNotFoundError):
+        service.tick()
+    status, rnd = current(service)
+    assert status["rounds_done"] == 0 and rnd["status"] == "open"
+    hidden.rename(blob)
+    service.tick()
+    status, _ = current(service)
+    assert status["rounds_done"] == 1 and status["history"][0]["metrics"]["participants"] == 2
