@@ -9,6 +9,10 @@ and card handling, not accuracy), exports one model with
 ``android-demo/core/src/test/resources/fixtures/<case>/``. The card still lists the .pte and
 .onnx it was written with, and golden.json's sha256, which the Java tests check.
 
+``--only trainer`` writes ``trainer/<method>/``: the card and ``personal_init.safetensors`` of a
+``pfl-export --trainer`` export per method (SuPerFed-MM, FedRoD-linear with
+``ft_scope = "personal_head"``, PFL-MFE), from docs/on-device.md's seconds-long digits run.
+
 ``--only safetensors`` writes ``safetensors/python.safetensors``: a few tensors of several
 dtypes and string metadata, serialized by the Python ``safetensors`` library, which the core's
 reader must parse to the values ``safetensors_fixture`` documents.
@@ -139,6 +143,35 @@ def preprocess_cases(seed: int) -> dict[str, Any]:
             "luma": [[*map(int, c), int(v)] for c, v in zip(rgb, luma, strict=True)]}
 
 
+TRAINER_CONFIG = ROOT / "docs/configs/on-device.toml"
+TRAINER_CASES = {  # fixture name -> the on-device config's [algorithm] section
+    "superfed_mm": None,  # as written
+    "fedrod_linear": 'name = "fedrod_linear"\n[algorithm.params]\nft_epochs = 2\n'
+                     'ft_scope = "personal_head"\n',
+    "pflmoe_mfe": 'name = "pflmoe"\n[algorithm.params]\nvariant = "mfe"\nepochs = 1\n',
+}
+
+
+def trainer_cases(work: Path) -> None:
+    """Export a training program per method; copy its card and initial weights."""
+    base = TRAINER_CONFIG.read_text()
+    head, _, rest = base.partition("[algorithm]\n")
+    tail = rest[rest.index("[training]"):]
+    for name, algorithm in TRAINER_CASES.items():
+        config = work / f"{name}.toml"
+        config.write_text(base if algorithm is None else f"{head}[algorithm]\n{algorithm}{tail}")
+        run([str(BIN / "pfl-sim"), "--config", str(config), "--out", str(work / name)])
+        out = work / f"{name}-app"
+        run([str(BIN / "pfl-export"), "--run", str(work / name), "--client", "1", "--format",
+             "executorch", "--trainer", "--out", str(out)])
+        target = FIXTURES / "trainer" / name
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        for file in ("model_card.json", "personal_init.safetensors"):
+            shutil.copyfile(out / file, target / file)
+        sys.stdout.write(f"{name}: {target.relative_to(ROOT)}\n")
+
+
 def safetensors_fixture() -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """The tensors and metadata of ``safetensors/python.safetensors`` (SafetensorsTest)."""
     tensors = {
@@ -156,7 +189,7 @@ def main() -> None:
     """Write the fixtures selected on the command line (default: all)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", metavar="CASE",
-                        help="'preprocess', 'safetensors' and/or case names: "
+                        help="'preprocess', 'safetensors', 'trainer' and/or case names: "
                              f"{[c.name for c in CASES]}")
     parser.add_argument("--work", type=Path, help="keep runs and exports here (default: temp)")
     args = parser.parse_args()
@@ -167,7 +200,10 @@ def main() -> None:
         (FIXTURES / "safetensors").mkdir(exist_ok=True)
         tensors, metadata = safetensors_fixture()
         save_file(tensors, FIXTURES / "safetensors/python.safetensors", metadata=metadata)
-    only = only - {"preprocess", "safetensors"} if only else None
+    if only is None or "trainer" in only:
+        with tempfile.TemporaryDirectory(prefix="pflkit-android-trainer-") as tmp:
+            trainer_cases(args.work or Path(tmp))
+    only = only - {"preprocess", "safetensors", "trainer"} if only else None
     if only is None or only:
         with tempfile.TemporaryDirectory(prefix="pflkit-android-fixtures-") as tmp:
             export_cases(args.work or Path(tmp), only)

@@ -44,6 +44,8 @@ public final class TrainingSection {
   public final LambdaInput lambda;
   /** The split on whose rows lambda is re-chosen after training, or null. */
   public final String chooseLambdaOn;
+  /** The lambdas the re-choice compares (the card's {@code lambda_grid}; 0, 0.1, ..., 1). */
+  public final float[] lambdaGrid;
 
   TrainingSection(Object node) {
     String p = "training";
@@ -101,6 +103,8 @@ public final class TrainingSection {
     lambda = lam == null ? null : new LambdaInput(lam, p + ".lambda");
     Object choose = Fields.optional(map, "choose_lambda_on");
     chooseLambdaOn = choose == null ? null : Fields.string(choose, p + ".choose_lambda_on");
+    Object grid = Fields.optional(map, "lambda_grid");
+    lambdaGrid = grid == null ? defaultGrid() : readGrid(grid, p + ".lambda_grid");
     checkConsistency();
   }
 
@@ -183,6 +187,29 @@ public final class TrainingSection {
       throw Fields.fail("training.inputs", "expected one label input and a lambda input exactly "
           + "when training.lambda is set");
     }
+  }
+
+  private static float[] defaultGrid() {
+    float[] grid = new float[11];
+    for (int i = 0; i < grid.length; i++) {
+      grid[i] = i / 10f;
+    }
+    return grid;
+  }
+
+  private static float[] readGrid(Object node, String path) {
+    double[] values = Fields.numbers(node, path);
+    if (values.length == 0) {
+      throw Fields.fail(path, "expected at least one lambda");
+    }
+    float[] grid = new float[values.length];
+    for (int i = 0; i < grid.length; i++) {
+      if (!(values[i] >= 0 && values[i] <= 1)) {
+        throw Fields.fail(path + "[" + i + "]", "must be in [0, 1], found " + values[i]);
+      }
+      grid[i] = (float) values[i];
+    }
+    return grid;
   }
 
   private interface Reader<T> {

@@ -18,8 +18,6 @@ import org.pflkit.core.TrainingSection;
 public final class PlanRunner {
   /** Rows per logits call (the program's batch dimension is bounded). */
   static final int PREDICT_CHUNK = 64;
-  /** SuPerFed's lambda grid: 0, 0.1, ..., 1 (pflkit's LAMBDA_GRID). */
-  static final int LAMBDA_GRID_STEPS = 10;
 
   private final TrainingSection plan;
   private final TrainingSession session;
@@ -181,12 +179,14 @@ public final class PlanRunner {
     return Scores.of(logits(data, rows, lambda), labels(data, rows)).top1;
   }
 
-  /** SuPerFed's rule: the grid lambda with the best top-1 on {@code rows}, ties to lower NLL. */
+  /**
+   * SuPerFed's rule: the lambda of the card's grid with the best top-1 on {@code rows}, ties to
+   * the lower NLL, then to the earlier grid entry.
+   */
   public float chooseLambda(Data data, int[] rows) throws Exception {
     float best = 0;
     Scores bestScores = null;
-    for (int i = 0; i <= LAMBDA_GRID_STEPS; i++) {
-      float lam = i / (float) LAMBDA_GRID_STEPS;
+    for (float lam : plan.lambdaGrid) {
       Scores s = Scores.of(logits(data, rows, lam), labels(data, rows));
       if (bestScores == null || s.top1 > bestScores.top1
           || (s.top1 == bestScores.top1 && s.nll < bestScores.nll)) {
