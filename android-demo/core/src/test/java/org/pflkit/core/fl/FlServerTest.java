@@ -28,7 +28,8 @@ import org.pflkit.core.personal.LabeledSamples;
 
 /**
  * Three Java clients take part in round 0 of a real SuPerFed run on a real {@code pfl-server}
- * (loopback, SQLite): one has a corrupt and a wrong-shaped update refused first, one loses the
+ * (loopback, SQLite): one has a corrupt, a wrong-shaped, an incomplete and an overweight
+ * update refused first, one loses the
  * server's answer and retries, one is killed between persisting and sending its upload and
  * resumes in a new client object. The round closes with each update counted once and the new
  * global state equal to the sample-weighted mean of the three uploads. The tests share the run
@@ -138,7 +139,7 @@ public class FlServerTest {
   }
 
   @Test
-  public void a_corruptAndWrongShapedUpdatesAreRefusedAndChangeNothing() throws Exception {
+  public void a_corruptWrongShapedIncompleteAndOverweightUpdatesAreRefused() throws Exception {
     FederatedClient client = client(DIRS.get(0), real());
     Task task = awaitTrain(client);
     Map<String, TensorData> good = goldenResult(0, client.globalState(task.globalHash)).update;
@@ -151,7 +152,7 @@ public class FlServerTest {
 
     Map<String, TensorData> wrongShape = new LinkedHashMap<>(good);
     wrongShape.put("head.bias", TensorData.ofFloats(new long[] {9}, new float[9]));
-    refused = stepWith(client, wrongShape);
+    refused = stepWith(client, wrongShape, 10);
     assertEquals(422, refused.status);
     assertTrue(refused.detail, refused.detail.contains("head.bias"));
     assertFalse("a refused update is not kept for resending",
@@ -159,7 +160,15 @@ public class FlServerTest {
 
     Map<String, TensorData> extra = new LinkedHashMap<>(good);
     extra.put("head.extra", TensorData.ofFloats(new long[] {1}, new float[1]));
-    assertEquals(422, stepWith(client, extra).status);
+    assertEquals(422, stepWith(client, extra, 10).status);
+    Map<String, TensorData> missing = new LinkedHashMap<>(good);
+    missing.remove("head.weight");
+    refused = stepWith(client, missing, 10);
+    assertEquals(422, refused.status);
+    assertTrue(refused.detail, refused.detail.contains("lacks"));
+    refused = stepWith(client, good, 100_001);  // the server's default max_num_samples: 100000
+    assertEquals(422, refused.status);
+    assertTrue(refused.detail, refused.detail.contains("max_num_samples"));
 
     Map<String, Object> round = currentRound();
     assertEquals("nothing was counted", new ArrayList<>(), round.get("received"));
@@ -314,10 +323,10 @@ public class FlServerTest {
     throw new AssertionError("the server accepted " + body.length + " bytes it should refuse");
   }
 
-  private static ServerRefused stepWith(FederatedClient client, Map<String, TensorData> update)
-      throws Exception {
+  private static ServerRefused stepWith(FederatedClient client, Map<String, TensorData> update,
+      long numSamples) throws Exception {
     try {
-      client.step((task, global, state) -> new RoundTrainer.Result(update, 10,
+      client.step((task, global, state) -> new RoundTrainer.Result(update, numSamples,
           new LinkedHashMap<>(), null));
     } catch (ServerRefused refused) {
       return refused;
