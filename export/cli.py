@@ -7,6 +7,7 @@ Examples::
     pfl-export --run RUN --head generic                          # FedRoD generic model
     pfl-export --run RUN --class-counts 5,0,12,0,0,3,0,0,9,1     # FedRoD new client
     pfl-export --state-dir APP_STATE --global global.safetensors --config run.toml
+    pfl-export --run RUN --client 3 --trainer                    # + the on-device trainer
     pfl-export classify runs/demo/exports/client17               # run the files on real images
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -58,6 +59,11 @@ def main(
     golden: Annotated[bool, typer.Option(help="also write golden.json (real test images)")
                       ] = False,
     golden_samples: Annotated[int, typer.Option(help="images in golden.json")] = 5,
+    trainer: Annotated[bool, typer.Option(
+        help="also write the personal part's training program (docs/on-device.md)")] = False,
+    trainer_param: Annotated[list[str] | None, typer.Option(
+        help="override an algorithm hyperparameter for the training program, KEY=VALUE")
+                             ] = None,
     out: Annotated[Path | None, typer.Option(
         help="output folder (default: RUN/exports/<client|generic>)")] = None,
     force: Annotated[bool, typer.Option(help="replace an existing output folder")] = False,
@@ -89,14 +95,35 @@ def main(
         result = export_model(source, selection, out or default_out,
                               fmt or ("onnx", "executorch"), int8=int8, force_int8=force_int8,
                               max_int8_drop=max_int8_drop / 100,
-                              golden=golden_samples if golden else 0, force=force)
+                              golden=golden_samples if golden else 0, force=force,
+                              trainer=trainer, trainer_params=_key_values(trainer_param or []))
     except (ExportError, OSError, ValueError, KeyError) as err:
         raise _fail(err) from err
     for entry in result.card["parity"]:
+        if entry.get("kind") == "training":
+            typer.echo(f"{entry['file']:<18} {entry['steps']} SGD steps, personal weights "
+                       f"within {entry['max_rel_weight_diff']:.2e} (relative) of eager PyTorch")
+            continue
         typer.echo(f"{entry['file']:<18} max|diff| {entry['max_abs_diff']:.2e}  top-1 "
                    f"{entry['test_top1_artifact']:.4f} (eager {entry['test_top1_eager']:.4f}, "
                    f"{entry['test_rows']} rows)")
     typer.echo(f"model card: {result.path('model_card.json')}")
+
+
+def _key_values(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` flags as a mapping; values parse as TOML scalars, else stay text."""
+    import tomllib
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise _fail(ExportError(f"--trainer-param expects KEY=VALUE, got {item!r}"))
+        try:
+            out[key.strip()] = tomllib.loads(f"v = {text.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key.strip()] = text.strip()
+    return out
 
 
 @app.command()

@@ -29,6 +29,12 @@ from pflkit.export.formats import FORMATS, Format
 from pflkit.export.golden import golden_document
 from pflkit.export.selection import Selection, build_exportable
 from pflkit.export.source import Source
+from pflkit.export.training_program import (
+    PROGRAM_FILE,
+    PROGRAM_FORMAT,
+    plan_trainer,
+    write_trainer,
+)
 from pflkit.export.verify import verify
 from pflkit.sdk.tensorio import save_json
 
@@ -50,9 +56,10 @@ class ExportResult:
         return self.out_dir / name
 
 
-def _artifact(path: Path, fmt: Format | None, precision: str | None) -> dict[str, Any]:
+def _artifact(path: Path, fmt: Format | None, precision: str | None,
+              kind: str = "golden") -> dict[str, Any]:
     data = path.read_bytes()
-    entry: dict[str, Any] = {"file": path.name, "format": fmt.name if fmt else "golden",
+    entry: dict[str, Any] = {"file": path.name, "format": fmt.name if fmt else kind,
                              "precision": precision, "sha256": hashlib.sha256(data).hexdigest(),
                              "bytes": len(data)}
     if fmt is not None and fmt.max_batch is not None:
@@ -79,10 +86,10 @@ def base_card(source: Source, ex: Exportable, mixture: dict[str, Any] | None) ->
     }
 
 
-def embedded_card(card: dict[str, Any], file: str, fmt: Format, precision: str) -> str:
+def embedded_card(card: dict[str, Any], file: str, fmt: str, precision: str) -> str:
     """The card stored inside ``file``: no artifacts or parity yet, and which file it is in."""
     return json.dumps({**card, "artifacts": [], "parity": [], "embedded_in": {
-        "file": file, "format": fmt.name, "precision": precision}}, sort_keys=True)
+        "file": file, "format": fmt, "precision": precision}}, sort_keys=True)
 
 
 def _scratch_folder(out: Path) -> Path:
@@ -98,8 +105,13 @@ def _scratch_folder(out: Path) -> Path:
 def export_model(source: Source, selection: Selection, out_dir: Path,
                  formats: Sequence[str] = ("onnx", "executorch"), *, int8: bool = False,
                  force_int8: bool = False, max_int8_drop: float = MAX_INT8_DROP,
-                 golden: int = 0, force: bool = False) -> ExportResult:
-    """Export, verify and describe one model; returns the card written to ``out_dir``."""
+                 golden: int = 0, force: bool = False, trainer: bool = False,
+                 trainer_params: dict[str, Any] | None = None) -> ExportResult:
+    """Export, verify and describe one model; returns the card written to ``out_dir``.
+
+    ``trainer``: also the personal part's training program (:mod:`.training_program`), built
+    with the algorithm's hyperparameters overridden by ``trainer_params``.
+    """
     out = Path(out_dir)
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown or not formats:
@@ -119,6 +131,9 @@ def export_model(source: Source, selection: Selection, out_dir: Path,
     card = base_card(source, ex, mixture)
     if selection.class_distribution is not None:  # known only by its classes: a new client
         card["source"]["new_client"] = True
+    program = plan_trainer(source, trainer_params) if trainer else None
+    if program is not None:
+        card["training"] = program.section
     sample = source.test.x[:64]
     tmp = _scratch_folder(out)
     try:
@@ -127,7 +142,7 @@ def export_model(source: Source, selection: Selection, out_dir: Path,
             variants = [("fp32", None)] + ([("int8", source.calibration.x)] if int8 else [])
             for precision, calibration in variants:
                 file = f"model{'_int8' if calibration is not None else ''}.{fmt.suffix}"
-                fmt.write(ex, tmp / file, embedded_card(card, file, fmt, precision), sample,
+                fmt.write(ex, tmp / file, embedded_card(card, file, fmt.name, precision), sample,
                           calibration)
                 entry = verify(ex, fmt.load(tmp / file), source.test, file, precision)
                 drop = entry.get("accuracy_drop", 0.0)
@@ -140,6 +155,13 @@ def export_model(source: Source, selection: Selection, out_dir: Path,
                         f"use --force-int8 to keep it")
                 card["artifacts"].append(_artifact(tmp / file, fmt, precision))
                 card["parity"].append(entry)
+        if program is not None:
+            files, entry = write_trainer(program, tmp, source, embedded_card(
+                card, PROGRAM_FILE, PROGRAM_FORMAT, "fp32"))
+            card["artifacts"] += [_artifact(f, None, "fp32" if f.suffix == ".pte" else None,
+                                            PROGRAM_FORMAT if f.suffix == ".pte" else "safetensors")
+                                  for f in files]
+            card["parity"].append(entry)
         if golden:
             save_json(tmp / GOLDEN_FILE, golden_document(source, ex, golden, CARD_FILE))
             card["artifacts"].append(_artifact(tmp / GOLDEN_FILE, None, None))

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from pflkit.export.contract import ExportError
-from pflkit.sdk.algorithms.base import Algorithm, ClientState, State
+from pflkit.sdk.algorithms.base import Algorithm, ClientState, RoundContext, State
 from pflkit.sdk.data.datasets import DatasetSpec
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.run_config import ConfigError, SimConfig, build_run
@@ -43,6 +43,7 @@ class Source:
     test: LabeledTensors  # verification and accuracy rows
     info: dict[str, Any]  # the card's "source"
     dataset: dict[str, Any] = field(default_factory=dict)  # name/root/seed: to reload raw images
+    stage: RoundContext | None = None  # the context of the post-federation stage (trainer)
 
     @property
     def calibration(self) -> LabeledTensors:
@@ -120,7 +121,14 @@ def load_run_source(run_dir: Path, client: int | None, round_done: int | None = 
             test = federation.test
             info["test_data"] = "global test set"
     return Source(algorithm, federation.spec, load_state(path), state, train, test, info,
-                  {"name": config.data.dataset, "root": config.data.root, "seed": config.seed})
+                  {"name": config.data.dataset, "root": config.data.root, "seed": config.seed},
+                  _stage(config, round_done, client or 0))
+
+
+def _stage(config: SimConfig, rounds_done: int, client: int) -> RoundContext:
+    """The context the simulator gives a client's post-federation stage after that round."""
+    return RoundContext(rounds_done, config.rounds, config.schedule().lr_at(rounds_done),
+                        config.seed, client)
 
 
 def _client_state(run: Path, algorithm: Algorithm, client: int, round_done: int, last: int,
@@ -152,4 +160,5 @@ def load_device_source(state_dir: Path, global_file: Path, config_file: Path) ->
             "client": None, "new_client": False, "test_data": "dataset test split"}
     return Source(algorithm, dataset.spec, load_state(Path(global_file)), state, dataset.train,
                   dataset.test, info,
-                  {"name": config.data.dataset, "root": config.data.root, "seed": config.seed})
+                  {"name": config.data.dataset, "root": config.data.root, "seed": config.seed},
+                  _stage(config, info["round"] or 0, 0))

@@ -63,6 +63,9 @@ class Schedule:
         return self.lr * self.lr_decay**round_index
 
 
+PERSONALIZE_ENGINES = ("eager", "executorch")  # executorch: docs/on-device.md
+
+
 class ConfigError(ValueError):
     """The run configuration has an unknown key or a bad value."""
 
@@ -97,7 +100,7 @@ class TrainingConfig:
 
 @dataclass(frozen=True)
 class ExecutionConfig:
-    """Where client work runs. Only ``device`` and ``precision`` can change the numbers."""
+    """Where client work runs; only device, precision and personalize_on move the numbers."""
 
     executor: str = "sequential"  # sequential | batched | ray: see server/executors.py
     device: str = "cpu"  # auto | cpu | cuda | cuda:N (auto: CUDA when present)
@@ -106,8 +109,12 @@ class ExecutionConfig:
     num_cpus: float = 1.0  # Ray: CPUs per client fit (= torch threads of a worker)
     num_gpus: float = 0.0  # Ray: GPUs per client fit (fractions share one GPU)
     workers: int | None = None  # Ray: worker processes (None: as many as the cluster fits)
+    personalize_on: str = "eager"  # post-federation stage: eager | executorch (docs/on-device.md)
 
     def __post_init__(self) -> None:
+        if self.personalize_on not in PERSONALIZE_ENGINES:
+            raise ValueError(f"personalize_on must be one of {', '.join(PERSONALIZE_ENGINES)}, "
+                             f"got {self.personalize_on!r}")
         check_device(self.device)
         check_precision(self.precision)
         if self.num_cpus <= 0 or self.num_gpus < 0:

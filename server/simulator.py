@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from pflkit.sdk.algorithms.base import (
     State,
 )
 from pflkit.sdk.data.federation import ClientData, partition_table, plot_partition
+from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import federation_to, resolve_device
 from pflkit.sdk.evaluation import ClientReport, evaluate_client, summarize
 from pflkit.sdk.metrics import scores_from_logits
@@ -78,6 +79,7 @@ class Simulation:
         device = resolve_device(config.execution.device)  # fail before loading any data
         federation, self.algorithm = build_run(config)
         self.federation = federation_to(federation, device)
+        self.on_device = self._on_device_engine()
         self.store = RunClientStore(self.run_dir / "clients")
         start_round, global_state = 0, None
         if resume:
@@ -97,6 +99,25 @@ class Simulation:
     def close(self) -> None:
         """Release the executor's workers (a Ray cluster started for this run stops)."""
         self.executor.close()
+
+    def _on_device_engine(self) -> Callable[[State, ClientState, LabeledTensors, RoundContext],
+                                            ClientState] | None:
+        """The ExecuTorch engine of the post-federation stage, or None for eager PyTorch.
+
+        ``[execution] personalize_on = "executorch"`` runs each client's stage on its training
+        program (docs/on-device.md). A method without such a stage is refused here, before any
+        round, with the reason.
+        """
+        if self.config.execution.personalize_on == "eager":
+            return None
+        from pflkit.export.on_device import OnDevicePersonalizer  # lowering needs the exporter
+
+        engine = OnDevicePersonalizer(self.algorithm, self.federation.spec.input_shape)
+        cid, client = next(iter(self.federation.all_clients.items()))
+        state = self.algorithm.init_global(self.config.seed)
+        engine.part(state, self.algorithm.init_client(cid, self.config.seed, client.train),
+                    client.train, self.context(cid, self.config.rounds))
+        return engine
 
     # -- run directory ----------------------------------------------------------------------------
     @classmethod
@@ -283,6 +304,13 @@ class Simulation:
         out["rounds"] = self.coordinator.round
         return out
 
+    def _personalize_on_device(self, tasks: list[ClientTask]) -> Iterator[ClientState]:
+        """Every task's stage on its training program, one client after another."""
+        assert self.on_device is not None
+        for task in tasks:
+            yield self.on_device(self.coordinator.global_state, task.state, task.data,
+                                 task.context)
+
     def _final_states(self, members: dict[int, ClientData]) -> Iterator[ClientState]:
         """Each member's state for the final evaluation, after the method's stage if any."""
         if not self.algorithm.has_personalization_stage:
@@ -291,8 +319,9 @@ class Simulation:
         tasks = [ClientTask(cid, self.client_state(cid), client.train,
                             self.context(cid, self.config.rounds))
                  for cid, client in members.items()]
-        for task, cstate in zip(tasks, self.executor.personalize(
-                self.coordinator.global_state, tasks), strict=True):
+        stage = self.executor.personalize(self.coordinator.global_state, tasks) \
+            if self.on_device is None else self._personalize_on_device(tasks)
+        for task, cstate in zip(tasks, stage, strict=True):
             atomic_write_bytes(self.run_dir / "personalized" / f"{task.client_id}.safetensors",
                                client_state_to_bytes(cstate))
             yield cstate

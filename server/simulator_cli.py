@@ -72,6 +72,8 @@ def main(
     precision: Annotated[str | None, typer.Option(help="fp32 | bf16 (training autocast)")
                          ] = None,
     ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
+    personalize_on: Annotated[str | None, typer.Option(
+        help="post-federation stage engine: eager | executorch (docs/on-device.md)")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
 ) -> None:
     """Run (or resume) a simulation and write its run directory and report."""
@@ -79,7 +81,8 @@ def main(
 
     logging.basicConfig(level=logging.WARNING)
     execution_flags = {"execution.executor": executor, "execution.device": device,
-                       "execution.precision": precision, "execution.ray_address": ray_address}
+                       "execution.precision": precision, "execution.ray_address": ray_address,
+                       "execution.personalize_on": personalize_on}
     try:
         if resume is not None:
             stored = SimConfig.load(resume / "config.toml") if (resume / "config.toml").is_file() \

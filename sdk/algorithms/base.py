@@ -16,7 +16,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -25,6 +25,9 @@ from pflkit.sdk.batched_training import batching_blocker
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import SplitModel, build_model, float_state
 from pflkit.sdk.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from pflkit.sdk.algorithms.personal import PersonalTraining
 
 State = dict[str, torch.Tensor]
 
@@ -262,6 +265,15 @@ class Algorithm(ABC):
                     ctx: RoundContext) -> ClientState:
         """A post-federation stage (fine-tuning, PFL-MoE stage 2); default: none."""
         return client_state
+
+    def personal_training(self, global_state: State, client_state: ClientState,
+                          data: LabeledTensors, ctx: RoundContext) -> PersonalTraining | None:
+        """The post-federation stage as a trainable personal part a device can run.
+
+        None: the method has no such stage (or its configured stage trains federated weights).
+        See :mod:`pflkit.sdk.algorithms.personal`.
+        """
+        return None
 
     @property
     def has_personalization_stage(self) -> bool:

@@ -61,6 +61,15 @@ from pflkit.sdk.algorithms.base import (
     register,
     shared_lr,
 )
+from pflkit.sdk.algorithms.personal import (
+    TRAIN_ROWS,
+    EagerSession,
+    Optimizer,
+    PersonalTraining,
+    Phase,
+    Plan,
+    personalize_with,
+)
 from pflkit.sdk.batched_training import BatchPlan, stack, train_together
 from pflkit.sdk.class_distribution import ClassDistributionError as ClassDistributionError
 from pflkit.sdk.class_distribution import class_proportions
@@ -74,6 +83,7 @@ PHI = "phi."  # client-state prefix of the personalized head phi_m
 LOCAL = "local."  # client-state prefix of the local body and generic head after a final pass
 HYPER = "hyper."  # global-state prefix of the hypernetwork nu
 COUNTS = "class_counts"  # client-state metadata: the client's train class counts
+FT_SCOPES = ("model", "personal_head")
 
 
 def log_prior(class_counts: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
@@ -160,6 +170,34 @@ class PersonalizedOnly(nn.Module):
         return self.net.logits_from_features(features)[0]
 
 
+class FrozenFeatures(nn.Module):
+    """Images in, (features z, generic logits h_G(z)) out: what the personalized head reads."""
+
+    def __init__(self, body: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.body = body
+        self.head = head
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, D) features and (B, C) generic logits."""
+        z = self.body(x)
+        return z, self.head(z)
+
+
+class PersonalHeadProgram(nn.Module):
+    """L_m on frozen inputs: phi (``phi.*``, the client-state names) is the only parameter."""
+
+    def __init__(self, phi: nn.Module) -> None:
+        super().__init__()
+        self.phi = phi
+
+    def forward(self, features: torch.Tensor, generic_logits: torch.Tensor, label: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, personalized logits h_G(z) + h_P(z)) of one batch."""
+        logits = generic_logits + self.phi(features)  # (B, C)
+        return F.cross_entropy(logits, label), logits.detach()
+
+
 Forward = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -221,10 +259,14 @@ class FedRoDParams:
     gamma: float = 1.0  # BSM exponent on the class counts (fixed to 1 in the paper)
     ft_epochs: int = 0  # epochs of the post-federation local pass (0: none, see module doc)
     ft_lr: float | None = None  # its learning rate (None: the lr of the round after the last)
+    ft_scope: str = "model"  # model: eq. 14 on body, heads | personal_head: L_m on phi only
 
     def __post_init__(self) -> None:
         if self.ft_epochs < 0:
             raise HyperparameterError("fedrod: hyperparameter 'ft_epochs' must be >= 0")
+        if self.ft_scope not in FT_SCOPES:
+            raise HyperparameterError(f"fedrod: hyperparameter 'ft_scope' must be one of "
+                                      f"{', '.join(FT_SCOPES)}, got {self.ft_scope!r}")
         if self.gamma < 0:
             raise HyperparameterError("fedrod: hyperparameter 'gamma' must be >= 0")
 
@@ -409,11 +451,44 @@ class FedRoD(Algorithm):
         """
         if self.params.ft_epochs == 0 or len(data) == 0:
             return client_state
+        part = self.personal_training(global_state, client_state, data, ctx)
+        if part is not None:
+            return personalize_with(part, EagerSession(part), data)
         lr = ctx.lr if self.params.ft_lr is None else self.params.ft_lr
         net, _ = self._train(global_state, client_state, data, self.params.ft_epochs, lr,
                              ctx.generator("fedrod-final-pass"))
         return self._client_state(net, data, {**client_state.meta, "fine_tuned_round": ctx.round},
                                   ("phead.", "body.", "head."))
+
+    def personal_training(self, global_state: State, client_state: ClientState,
+                          data: LabeledTensors, ctx: RoundContext) -> PersonalTraining | None:
+        """``ft_scope = "personal_head"``: L_m on phi alone, body and generic head frozen.
+
+        phi starts from the client's own (linear), else H(a_m; nu-bar) (hyper), else zero.
+        """
+        p = self.params
+        if p.ft_epochs == 0 or p.ft_scope != "personal_head":
+            return None
+        counts = data.class_counts(self.model_factory.num_classes).tolist()
+        state = ClientState(client_state.tensors, {COUNTS: counts, **client_state.meta})
+        net = self._net(global_state, self._phi(global_state, state),
+                        _prefixed(state.tensors, LOCAL)).eval()
+        program = PersonalHeadProgram(net.phead)
+        names = tuple(n for n, _ in program.named_parameters())
+        lr = ctx.lr if p.ft_lr is None else p.ft_lr
+        plan = Plan(
+            (Optimizer("phi", names, lr, self.local.momentum, self.local.weight_decay),),
+            (Phase("phi", purpose="fedrod-final-pass"),), p.ft_epochs, self.local.batch_size,
+            "cross_entropy(generic_logits + h_P(features; phi), label): FedRoD's personalized "
+            "loss L_m; body and generic head frozen")
+        meta = {**state.meta, "fine_tuned_round": ctx.round}
+
+        def finish(weights: State, chosen: dict, losses: dict[str, float]) -> ClientState:
+            return ClientState({**state.tensors, **weights}, meta)
+
+        return PersonalTraining(plan, program, FrozenFeatures(net.body, net.head),
+                                {TRAIN_ROWS: torch.arange(len(data))}, ctx.generator, finish,
+                                ("features", "generic_logits"))
 
     # -- inference ----------------------------------------------------------------------------
     def generic_and_personalized_model(self, global_state: State, client_state: ClientState,

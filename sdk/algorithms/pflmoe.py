@@ -22,7 +22,11 @@ Choices where the paper and its public code differ or say nothing (the paper win
   deterministic). Mixed are the two classifiers' logits, as in eq. 15 and the public code.
 - "Frozen" experts run in eval mode, so the extractor's activations are computed once per
   client and stage 2 trains only small heads (cheap on a phone); the result is the same as
-  re-running a dropout/BatchNorm-free extractor every batch.
+  re-running a dropout/BatchNorm-free extractor every batch. Stage 2 is one
+  :class:`~pflkit.sdk.algorithms.personal.PersonalTraining` (:class:`FrozenExperts` computes
+  what it reads, :class:`GatedProgram` trains), so the same steps run eagerly or as an
+  ExecuTorch training program on a device; ``meta["loss_<optimizer>"]`` is the program's loss
+  (both terms) over the last epoch's pass of that optimizer.
 - The public code's training-time augmentation (random crop / flip) is not applied.
 
 Tiny clients (documented rule, never a crash): D_gate = floor(gate_fraction * n) rows, the rest
@@ -50,10 +54,19 @@ from pflkit.sdk.algorithms.base import (
     register,
 )
 from pflkit.sdk.algorithms.fedavg import FedAvg
+from pflkit.sdk.algorithms.personal import (
+    TRAIN_ROWS,
+    EagerSession,
+    Optimizer,
+    PersonalTraining,
+    Phase,
+    Plan,
+    Split,
+    personalize_with,
+)
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import SplitModel
 from pflkit.sdk.seeding import derive_seed, torch_generator
-from pflkit.sdk.training import run_epochs, sgd
 
 VARIANTS = ("fb", "mf", "mfe")
 GATE_OPTIMIZERS = ("sgd", "adam")
@@ -140,26 +153,61 @@ def split_for_gate(n: int, gate_fraction: float, seed: int) -> tuple[torch.Tenso
     return order[cut:], order[:cut]
 
 
-def fit_classifier_epoch(head: nn.Module, optimizer: torch.optim.Optimizer,
-                         features: LabeledTensors, batch_size: int,
-                         generator: torch.Generator) -> float:
-    """One PFL-FB pass over D_per: cross-entropy of ``head`` on frozen activations."""
-    head.train()
-    return run_epochs(optimizer, lambda a, y: F.cross_entropy(head(a), y), features, 1,
-                      batch_size, generator)
+class FrozenExperts(nn.Module):
+    """Images in, what stage 2 reads out: activations a, global logits C(a), the gate input.
+
+    PFL-FB: ``(a,)``; PFL-MF / -MFE: ``(a, C(a), u)`` with u = the flattened x or a.
+    """
+
+    def __init__(self, body: nn.Module, head: nn.Module, variant: str) -> None:
+        super().__init__()
+        self.body = body
+        self.head = head
+        self.variant = variant
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Frozen per-row tensors of a batch of images."""
+        a = self.body(x)  # (B, feature_dim)
+        if self.variant == "fb":
+            return (a,)
+        return a, self.head(a), a if self.variant == "mfe" else x.flatten(1)
 
 
-def fit_gate_epoch(gate: nn.Linear, optimizer: torch.optim.Optimizer, gate_inputs: torch.Tensor,
-                   global_logits: torch.Tensor, personal_logits: torch.Tensor, y: torch.Tensor,
-                   batch_size: int, generator: torch.Generator) -> float:
-    """One mixing pass over D_gate: only the gate learns; the experts' logits are constants."""
-    rows = LabeledTensors(torch.arange(len(y), device=y.device), y)  # batches of row indices
+class ClassifierProgram(nn.Module):
+    """PFL-FB: ``personal.head.*`` trained with cross-entropy on frozen activations."""
 
-    def loss_fn(idx: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        g = gate_value(gate, gate_inputs[idx])
-        return F.cross_entropy(mix_experts(g, global_logits[idx], personal_logits[idx]), yb)
+    def __init__(self, head: nn.Module) -> None:
+        super().__init__()
+        self.personal = nn.ModuleDict({"head": head})
 
-    return run_epochs(optimizer, loss_fn, rows, 1, batch_size, generator)
+    def forward(self, features: torch.Tensor, label: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, personal logits)."""
+        logits = self.personal["head"](features)  # (B, C)
+        return F.cross_entropy(logits, label), logits.detach()
+
+
+class GatedProgram(ClassifierProgram):
+    """PFL-MF / -MFE: the classifier's loss plus the gate's loss with both experts frozen.
+
+    The two terms share no parameter (the gate term sees the personal logits detached), so
+    each optimizer's step follows its own term: stepping ``personal_head`` on D_per rows and
+    ``gate`` on D_gate rows is Algorithm 2's two passes.
+    """
+
+    def __init__(self, head: nn.Module, gate: nn.Linear) -> None:
+        super().__init__(head)
+        self.gate = gate
+
+    def forward(self, features: torch.Tensor, global_logits: torch.Tensor,  # type: ignore[override]
+                gate_input: torch.Tensor, label: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(classifier CE + gate CE, mixed logits g C(a) + (1 - g) C_i(a))."""
+        personal = self.personal["head"](features)  # (B, C)
+        g = gate_value(self.gate, gate_input)  # (B, 1)
+        gate_loss = F.cross_entropy(mix_experts(g, global_logits, personal.detach()), label)
+        loss = F.cross_entropy(personal, label) + gate_loss
+        return loss, mix_experts(g, global_logits, personal).detach()
 
 
 @register
@@ -183,52 +231,53 @@ class PFLMoE(FedAvg):
     def personalize(self, global_state: State, client_state: ClientState, data: LabeledTensors,
                     ctx: RoundContext) -> ClientState:
         """Stage 2 (Algorithm 2); the global state is only read, never changed."""
+        part = self.personal_training(global_state, client_state, data, ctx)
+        return personalize_with(part, EagerSession(part), data)
+
+    def personal_training(self, global_state: State, client_state: ClientState,
+                          data: LabeledTensors, ctx: RoundContext) -> PersonalTraining:
+        """Stage 2 as a program: C_i from a copy of C, the gate from zero, E and C frozen."""
         p = self.params
         seed = int(client_state.meta.get("split_seed", ctx.rng_seed("pflmoe-split")))
         per_idx, gate_idx = split_for_gate(len(data), p.gate_fraction, seed)
         model = self.template(global_state).eval()  # frozen extractor E and classifier C
-        with torch.no_grad():
-            a = model.body(data.x)  # (n, feature_dim)
-        personal = copy.deepcopy(model.head)
-        head_opt = sgd(personal.parameters(), p.head_lr, p.momentum, p.weight_decay)
-        per = LabeledTensors(a[per_idx], data.y[per_idx])
-        head_gen = ctx.generator("pflmoe-classifier")
-        gate: nn.Linear | None = None
-        if p.variant != "fb":
+        prepare = FrozenExperts(copy.deepcopy(model.body), copy.deepcopy(model.head), p.variant)
+        head = copy.deepcopy(model.head).requires_grad_(True)
+        program: ClassifierProgram
+        if p.variant == "fb":
+            program = ClassifierProgram(head)
+        else:
             gate = nn.Linear(self.gate_input_dim(model), 1).to(self.device)
             nn.init.zeros_(gate.weight)
             nn.init.zeros_(gate.bias)
-            u = a if p.variant == "mfe" else data.x.flatten(1)
-            gate_u, gate_y = u[gate_idx], data.y[gate_idx]
-            with torch.no_grad():
-                global_logits = model.head(a[gate_idx])
-            gate_opt = self._gate_optimizer(gate)
-            gate_gen = ctx.generator("pflmoe-gate")
-        head_loss = gate_loss = float("nan")
-        for _ in range(p.epochs):
-            head_loss = fit_classifier_epoch(personal, head_opt, per, p.batch_size, head_gen)
-            if gate is not None and len(gate_idx):
-                personal.eval()
-                with torch.no_grad():
-                    personal_logits = personal(a[gate_idx])
-                gate_loss = fit_gate_epoch(gate, gate_opt, gate_u, global_logits,
-                                           personal_logits, gate_y, p.batch_size, gate_gen)
-        tensors = {PERSONAL + "head." + k: v.detach().clone()
-                   for k, v in personal.state_dict().items()}
-        if gate is not None:
-            tensors.update({GATE + k: v.detach().clone() for k, v in gate.state_dict().items()})
+            program = GatedProgram(head, gate)
+        names = [n for n, _ in program.named_parameters()]
+        optimizers = [Optimizer("personal_head", tuple(n for n in names if n.startswith(PERSONAL)),
+                                p.head_lr, p.momentum, p.weight_decay)]
+        phases = [Phase("personal_head", purpose="pflmoe-classifier")]
+        if p.variant != "fb":
+            optimizers.append(Optimizer("gate", tuple(n for n in names if n.startswith(GATE)),
+                                        p.gate_lr, p.momentum, p.weight_decay,
+                                        kind=p.gate_optimizer))
+            phases.append(Phase("gate", "gate", purpose="pflmoe-gate"))
+        plan = Plan(tuple(optimizers), tuple(phases), p.epochs, p.batch_size,
+                    "personal_head: cross_entropy(C_i(a), label) on the train rows; gate: "
+                    "cross_entropy(g C(a) + (1 - g) C_i(a), label) with both experts frozen, on "
+                    "the gate rows (the program's loss is the sum; each optimizer steps its own "
+                    "term)", (Split("gate", p.gate_fraction, "skip"),))
         meta = {**client_state.meta, "split_seed": seed, "variant": p.variant,
                 "gate_input": {"fb": None, "mf": "x", "mfe": "a"}[p.variant],
                 "n_per": len(per_idx), "n_gate": len(gate_idx), "epochs": p.epochs,
-                "personalized_round": ctx.round, "classifier_loss": _finite(head_loss),
-                "gate_loss": _finite(gate_loss)}
-        return ClientState(tensors, meta)
+                "personalized_round": ctx.round}
 
-    def _gate_optimizer(self, gate: nn.Linear) -> torch.optim.Optimizer:
-        p = self.params
-        if p.gate_optimizer == "adam":
-            return torch.optim.Adam(gate.parameters(), lr=p.gate_lr, weight_decay=p.weight_decay)
-        return sgd(gate.parameters(), p.gate_lr, p.momentum, p.weight_decay)
+        def finish(weights: State, chosen: dict, losses: dict[str, float]) -> ClientState:
+            return ClientState(dict(weights), {**meta, **{f"loss_{k}": v
+                                                          for k, v in losses.items()}})
+
+        prepared = ("features",) if p.variant == "fb" else \
+            ("features", "global_logits", "gate_input")
+        return PersonalTraining(plan, program, prepare, {TRAIN_ROWS: per_idx, "gate": gate_idx},
+                                ctx.generator, finish, prepared)
 
     def personalized_model(self, global_state: State, client_state: ClientState,
                            choice: Choice | None = None) -> nn.Module:
@@ -252,7 +301,3 @@ class PFLMoE(FedAvg):
         return GatedExperts(base.body, base.head, fb_model.head, gate,
                             variant == "mfe").eval()
 
-
-def _finite(value: float) -> float | None:
-    """JSON-safe loss (None when no batch ran)."""
-    return value if math.isfinite(value) else None

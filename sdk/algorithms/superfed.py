@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
@@ -59,6 +60,20 @@ from pflkit.sdk.algorithms.base import (
 )
 from pflkit.sdk.algorithms.fedavg import train_proximal, train_proximal_batch
 from pflkit.sdk.algorithms.mixing import RuntimeMixture, float_buffers, mix, mix_states
+from pflkit.sdk.algorithms.personal import (  # noqa: F401 (LAMBDA_GRID, choose_lambda: API)
+    LAMBDA_GRID,
+    TRAIN_ROWS,
+    EagerSession,
+    LambdaInput,
+    Optimizer,
+    PersonalTraining,
+    Phase,
+    Plan,
+    Split,
+    choose_lambda,
+    choose_lambda_from,
+    personalize_with,
+)
 from pflkit.sdk.batched_training import BatchPlan, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.metrics import Scores, predict, scores_from_logits
@@ -66,7 +81,6 @@ from pflkit.sdk.models import float_state
 from pflkit.sdk.seeding import derive_seed, torch_generator
 from pflkit.sdk.training import Batch, run_epochs, sgd
 
-LAMBDA_GRID: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(11))
 LOCAL = "local."  # client-state key prefix of w_l and the client's own running statistics
 
 
@@ -79,8 +93,15 @@ class SuPerFedParams:
     start_fraction: float = 0.4  # L = floor(start_fraction * R): mixing starts at round L
     holdout_fraction: float = 0.1  # train rows kept out of fit to choose each client's lambda
     sweep: bool = True  # after the last round, also score every grid lambda (11 evaluations)
+    ft_epochs: int = 0  # epochs of local-model training after federation (0: lambda choice only)
+    ft_lr: float | None = None  # its learning rate (None: the lr of the round after the last)
+    ft_lambda: float | None = None  # its lambda: a fixed value, or None to draw as in fit
 
     def __post_init__(self) -> None:
+        if self.ft_epochs < 0:
+            raise HyperparameterError("superfed: hyperparameter 'ft_epochs' must be >= 0")
+        if self.ft_lambda is not None and not 0.0 <= self.ft_lambda <= 1.0:
+            raise HyperparameterError("superfed: hyperparameter 'ft_lambda' must be in [0, 1]")
         for name in ("mu", "nu"):
             if getattr(self, name) < 0:
                 raise HyperparameterError(f"superfed: hyperparameter '{name}' must be >= 0")
@@ -212,12 +233,16 @@ class SuPerFed(Algorithm):
     def split(self, data: LabeledTensors, seed: int, client_id: int
               ) -> tuple[LabeledTensors, LabeledTensors]:
         """(rows fit trains on, held-out rows for choosing lambda), fixed per client for the run."""
-        n_hold = int(self.params.holdout_fraction * len(data))
+        train, held_out = self.split_rows(len(data), seed, client_id)
+        return data.subset(train), data.subset(held_out)
+
+    def split_rows(self, n: int, seed: int, client_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row indices of :meth:`split`; nothing held out: lambda is chosen on the train rows."""
+        n_hold = int(self.params.holdout_fraction * n)
         if n_hold == 0:
-            return data, data  # nothing held out: lambda is chosen on the training rows
-        order = torch.randperm(len(data), generator=torch_generator(seed, "superfed-holdout",
-                                                                    client_id))
-        return data.subset(order[n_hold:].sort().values), data.subset(order[:n_hold])
+            return torch.arange(n), torch.arange(n)
+        order = torch.randperm(n, generator=torch_generator(seed, "superfed-holdout", client_id))
+        return order[n_hold:].sort().values, order[:n_hold]
 
     def start_round(self, total_rounds: int) -> int:
         """L: the first round that mixes."""
@@ -337,13 +362,53 @@ class SuPerFed(Algorithm):
 
     def personalize(self, global_state: State, client_state: ClientState, data: LabeledTensors,
                     ctx: RoundContext) -> ClientState:
-        """Choose this client's lambda on its held-out train rows; store it in ``meta``."""
+        """Train w_l (``ft_epochs > 0``), then choose lambda on held-out train rows (``meta``)."""
+        part = self.personal_training(global_state, client_state, data, ctx)
+        if part is not None:
+            return personalize_with(part, EagerSession(part), data)
         _, held_out = self.split(data, ctx.seed, ctx.client_id)
-        sweep = lambda_sweep(self, global_state, client_state, held_out)
-        best = choose_lambda(sweep)
-        meta = {**client_state.meta, "lambda": best, "lambda_holdout_top1": sweep[best].top1,
-                "lambda_holdout_rows": len(held_out)}
-        return ClientState(client_state.tensors, meta)
+        chosen = choose_lambda_from(
+            lambda lam: predict(self.personalized_model(global_state, client_state,
+                                                        Choice(lam=lam)), held_out), held_out.y)
+        return ClientState(client_state.tensors, {**client_state.meta, **chosen})
+
+    def personal_training(self, global_state: State, client_state: ClientState,
+                          data: LabeledTensors, ctx: RoundContext) -> PersonalTraining | None:
+        """``ft_epochs > 0``: w_l trained against the frozen final global model w_f.
+
+        The objective of a mixing round with w_f frozen: CE(W(lambda)) + nu cos^2(w_f, w_l)
+        (mu ||w_f - w_g||^2 is the constant 0), lambda drawn per batch as in :meth:`fit` or
+        fixed (``ft_lambda``). Rows as in fit; lambda is re-chosen on the held-out rows after.
+        """
+        p = self.params
+        if p.ft_epochs == 0:
+            return None
+        federated, local, _ = self._endpoints(global_state, client_state)
+        if float_buffers(federated):
+            raise ValueError(f"{self.name}: on-device local training needs a model without "
+                             f"normalization statistics ({self.model_factory.name} has them)")
+        program = LocalMixtureProgram(federated, local, p.nu)
+        layout = FlatLayout.of(dict(program.local.named_parameters()))
+        layer, _ = layout.layers()
+        trainable = tuple(n for n, _ in program.named_parameters() if n.startswith(LOCAL))
+        train, held_out = self.split_rows(len(data), ctx.seed, ctx.client_id)
+        plan = Plan(
+            (Optimizer("local", trainable, ctx.lr if p.ft_lr is None else p.ft_lr,
+                       self.local.momentum, self.local.weight_decay),),
+            (Phase("local", purpose="superfed-final-pass"),), p.ft_epochs, self.local.batch_size,
+            "cross_entropy(W(lam) logits, label) + nu * cos^2(w_f, w_l) with W(lam) = "
+            f"(1 - lam) w_f + lam w_l, w_f frozen; nu = {p.nu}",
+            (Split("holdout", p.holdout_fraction, "all"),),
+            LambdaInput(len(trainable), None if self.mixing == "model" else
+                        tuple(int(i) for i in layer), p.ft_lambda), "holdout")
+        meta = {**client_state.meta, "fine_tuned_round": ctx.round}
+
+        def finish(weights: State, chosen: dict[str, Any], losses: dict[str, float]
+                   ) -> ClientState:
+            return ClientState({**client_state.tensors, **weights}, {**meta, **chosen})
+
+        return PersonalTraining(plan, program, None, {TRAIN_ROWS: train, "holdout": held_out},
+                                ctx.generator, finish)
 
     def evaluation_choices(self, client_state: ClientState) -> dict[str, Choice | None]:
         """Score the chosen lambda first (the headline), then every lambda of the grid."""
@@ -415,9 +480,31 @@ def lambda_sweep(algorithm: SuPerFed, global_state: State, client_state: ClientS
         global_state, client_state, Choice(lam=lam)), data), data.y) for lam in LAMBDA_GRID}
 
 
-def choose_lambda(sweep: Mapping[float, Scores]) -> float:
-    """The grid lambda with the best held-out top-1; ties go to the lower NLL."""
-    return max(LAMBDA_GRID, key=lambda lam: (sweep[lam].top1, -sweep[lam].nll))
+class LocalMixtureProgram(nn.Module):
+    """The local model ``local.*`` trained inside W(lam) against the frozen ``federated`` model.
+
+    ``forward(image, label, lam) -> (loss, logits)``; ``lam`` holds one value per local tensor.
+    """
+
+    def __init__(self, federated: nn.Module, local: nn.Module, nu: float) -> None:
+        super().__init__()
+        self.federated = federated.requires_grad_(False)
+        self.local = local.train()
+        self.names = [n for n, _ in local.named_parameters()]
+        self.nu = nu
+
+    def forward(self, image: torch.Tensor, label: torch.Tensor, lam: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """CE of W(lam) plus nu cos^2(w_f, w_l) (one cosine over all tensors)."""
+        wf, wl = dict(self.federated.named_parameters()), dict(self.local.named_parameters())
+        mixed = {n: mix(wf[n], wl[n], lam[i]) for i, n in enumerate(self.names)}
+        logits = functional_call(self.federated, mixed, (image,))  # (B, C)
+        loss = F.cross_entropy(logits, label)
+        if self.nu:
+            flat_f = torch.cat([wf[n].reshape(-1) for n in self.names])
+            flat_l = torch.cat([wl[n].reshape(-1) for n in self.names])
+            loss = loss + self.nu * cosine(flat_f, flat_l) ** 2
+        return loss, logits.detach()
 
 
 @register

@@ -39,3 +39,9 @@ def make_run(tmp_path_factory):
         return runs[algorithm]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def config_for():
+    """``config_for(algorithm, **params)`` -> the SimConfig of :func:`run_config`."""
+    return run_config

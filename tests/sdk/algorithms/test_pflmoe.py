@@ -16,7 +16,7 @@ from pflkit.sdk.algorithms.pflmoe import (
     GATE,
     PERSONAL,
     GatedExperts,
-    fit_gate_epoch,
+    GatedProgram,
     gate_value,
     mix_experts,
     split_for_gate,
@@ -116,17 +116,27 @@ def test_stage_two_leaves_extractor_and_global_classifier_bit_identical(variant)
     assert (GATE + "weight" in state.tensors) == (variant != "fb")
 
 
-def test_the_gate_phase_changes_only_the_gate():
-    torch.manual_seed(0)
-    gate = torch.nn.Linear(6, 1)
-    gate_before = {k: v.clone() for k, v in gate.state_dict().items()}
-    u, lg, lp = torch.randn(20, 6), torch.randn(20, 4), torch.randn(20, 4)
-    y = torch.randint(0, 4, (20,))
-    frozen = [t.clone() for t in (u, lg, lp, y)]
-    fit_gate_epoch(gate, torch.optim.SGD(gate.parameters(), lr=0.5), u, lg, lp, y, 8,
-                   torch.Generator().manual_seed(0))
-    assert all(torch.equal(a, b) for a, b in zip((u, lg, lp, y), frozen, strict=True))
-    assert any(not torch.equal(v, gate_before[k]) for k, v in gate.state_dict().items())
+def test_the_gate_step_changes_only_the_gate_and_the_head_step_only_the_head():
+    from pflkit.sdk.algorithms.personal import EagerSession
+
+    algo = algorithm("mfe")
+    glob = trained_global(algo)
+    local = data()
+    part = algo.personal_training(glob, algo.init_client(0, 0, local), local, ctx())
+    assert isinstance(part.program, GatedProgram)
+    session = EagerSession(part)
+    prepared = session.prepare(local.x[:20])
+    frozen = [t.clone() for t in prepared]
+    inputs = (*prepared, local.y[:20])
+    # The head first: while C_i equals C the gate's gradient is exactly zero.
+    for stepped, other in (("personal_head", GATE), ("gate", PERSONAL)):
+        before = session.weights()
+        session.step(stepped, inputs)
+        after = session.weights()
+        assert all(torch.equal(after[k], before[k]) for k in after if k.startswith(other))
+        assert any(not torch.equal(after[k], before[k]) for k in after
+                   if not k.startswith(other))
+    assert all(torch.equal(a, b) for a, b in zip(prepared, frozen, strict=True))
 
 
 def test_fb_mf_and_mfe_share_the_same_personal_classifier():

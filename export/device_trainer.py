@@ -1,0 +1,155 @@
+"""Run a personal-part training program in the ExecuTorch runtime (the one a phone runs).
+
+:class:`DeviceTrainer` loads a ``personal_train.pte`` written by
+:mod:`pflkit.export.training_program` with ``executorch.extension.training`` and implements the
+:class:`~pflkit.sdk.algorithms.personal.Session` interface, so the same plan walk that trains
+the eager stage trains the program: ``prepare`` (frozen, XNNPACK) once per row, then the joint
+forward/backward method ``train`` and one ExecuTorch SGD optimizer per parameter group, exactly
+what ``org.pytorch.executorch.training.TrainingModule`` and ``SGD`` do in the app.
+
+Two quirks of the runtime (executorch 1.5.1) shape the code: ``named_parameters()`` exists only
+after a first ``forward_backward``, so loading runs one on zero inputs (it computes gradients
+but changes no weight); and the parameters it returns alias the program's memory, so loading
+weights is an in-place copy and every optimizer step is visible to the next call.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pflkit.sdk.algorithms.personal import (
+    PREDICT_CHUNK,
+    Plan,
+    PlanResult,
+    run_plan,
+)
+from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.tensorio import State, load_state, save_state
+
+TRAIN_METHOD = "train"
+PREPARE_METHOD = "prepare"
+CARD_FILE = "model_card.json"
+
+
+class TrainingProgramError(ValueError):
+    """A training program and its description do not fit together (names, shapes, optimizers)."""
+
+
+class DeviceTrainer:
+    """A loaded training program: prepare, step, predict, read and write its personal weights."""
+
+    def __init__(self, program: bytes | Path, section: dict[str, Any],
+                 image_shape: tuple[int, ...], threads: int = 1) -> None:
+        from executorch.extension.pybindings import portable_lib
+        from executorch.extension.training import (
+            _load_for_executorch_for_training_from_buffer,
+            get_sgd_optimizer,
+        )
+
+        if hasattr(portable_lib, "_unsafe_reset_threadpool"):  # XNNPACK threads (prepare)
+            portable_lib._unsafe_reset_threadpool(threads)
+        # The runtime reads the program from this buffer for its whole life: keep it referenced.
+        self._buffer = program if isinstance(program, bytes) else Path(program).read_bytes()
+        self.section = section
+        self.plan = Plan.from_card(section)
+        self.image_shape = tuple(image_shape)
+        with warnings.catch_warnings():  # the training API is marked experimental: known
+            warnings.filterwarnings("ignore", message="This API is experimental")
+            self.module = _load_for_executorch_for_training_from_buffer(self._buffer)
+        self.has_prepare = section.get("prepare_method") is not None
+        warmup = self.prepare(torch.zeros(1, *self.image_shape))
+        self.module.forward_backward(TRAIN_METHOD, self._train_inputs(
+            warmup, torch.zeros(1, dtype=torch.long)))
+        self.parameters = self.module.named_parameters()
+        declared = [p["name"] for p in section["parameters"]]
+        if sorted(self.parameters) != sorted(declared):
+            raise TrainingProgramError(f"program parameters {sorted(self.parameters)} differ "
+                                       f"from the card's {sorted(declared)}")
+        self.optimizers = {}
+        for spec in self.plan.optimizers:
+            if spec.kind != "sgd":
+                raise TrainingProgramError(f"optimizer '{spec.name}' is {spec.kind}: ExecuTorch's "
+                                           f"training runtime offers SGD only")
+            self.optimizers[spec.name] = get_sgd_optimizer(
+                {n: self.parameters[n] for n in spec.parameters}, spec.lr, spec.momentum,
+                spec.dampening, spec.weight_decay, spec.nesterov)
+
+    @classmethod
+    def from_export(cls, export_dir: str | Path, threads: int = 1) -> DeviceTrainer:
+        """Load ``<export_dir>/personal_train.pte`` as its model card describes it."""
+        folder = Path(export_dir)
+        card = json.loads((folder / CARD_FILE).read_text())
+        section = card.get("training")
+        if not section:
+            raise TrainingProgramError(f"{folder}: the model card has no training section "
+                                       f"(export with --trainer)")
+        trainer = cls(folder / section["program"], section,
+                      tuple(card["inputs"][0]["shape"][1:]), threads)
+        trainer.load_weights(load_state(folder / section["initial_weights"]))
+        return trainer
+
+    # -- the Session interface ------------------------------------------------------------------
+    def prepare(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The ``prepare`` method over all rows in chunks (the images themselves without one)."""
+        if not self.has_prepare:
+            return (images,)
+        parts = [self.module.model.run_method(PREPARE_METHOD, (chunk.contiguous(),))
+                 for chunk in images.split(PREDICT_CHUNK)]
+        return tuple(torch.cat([p[k].clone() for p in parts]) for k in range(len(parts[0])))
+
+    def step(self, optimizer: str, inputs: tuple[torch.Tensor, ...]) -> float:
+        """One ``forward_backward`` of ``train`` and one SGD step of ``optimizer``."""
+        loss = self.module.forward_backward(TRAIN_METHOD, _contiguous(inputs))[0]
+        self.optimizers[optimizer].step(self.module.named_gradients())
+        return float(loss)
+
+    def logits(self, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The ``logits`` output (the gradients computed on the way are dropped)."""
+        return self.module.forward_backward(TRAIN_METHOD, _contiguous(inputs))[1]
+
+    def weights(self) -> State:
+        """Copies of the personal weights."""
+        return {n: p.clone() for n, p in self.parameters.items()}
+
+    # -- weights at rest ------------------------------------------------------------------------
+    def load_weights(self, state: State) -> None:
+        """Copy named personal weights into the program (names and shapes must match)."""
+        missing = sorted(set(self.parameters) - set(state))
+        if missing:
+            raise TrainingProgramError(f"weights lack {', '.join(missing)}")
+        for name, param in self.parameters.items():
+            if tuple(state[name].shape) != tuple(param.shape):
+                raise TrainingProgramError(f"weight {name} has shape {tuple(state[name].shape)}, "
+                                           f"the program expects {tuple(param.shape)}")
+            param.copy_(state[name])
+
+    def save_weights(self, path: str | Path) -> None:
+        """Write the personal weights as safetensors (the names the client state uses)."""
+        save_state(Path(path), self.weights())
+
+    # -- a device's whole stage -----------------------------------------------------------------
+    def personalize(self, images: torch.Tensor, labels: torch.Tensor, seed: int = 0
+                    ) -> PlanResult:
+        """Run the card's stage on labelled rows: split them, train, choose lambda if asked.
+
+        What an app does with the user's samples; rows are split by the card's ``splits``
+        with a generator seeded by ``seed``.
+        """
+        data = LabeledTensors(images, labels.long())
+        gen = torch.Generator().manual_seed(seed)
+        rows = self.plan.split_rows(len(data), gen)
+        return run_plan(self.plan, self, data, rows, lambda _purpose: gen)
+
+    def _train_inputs(self, prepared: tuple[torch.Tensor, ...], labels: torch.Tensor
+                      ) -> tuple[torch.Tensor, ...]:
+        lam = () if self.plan.lam is None else (self.plan.lam.constant(0.0),)
+        return (*prepared, labels, *lam)
+
+
+def _contiguous(inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return tuple(t.contiguous() for t in inputs)
