@@ -73,7 +73,11 @@ class OnDevicePersonalizer:
         """The client's new state after its stage ran on the training program."""
         if len(data) == 0:  # nothing to train on: the stage's own rule for empty clients
             return self.algorithm.personalize(global_state, client_state, data, ctx)
+        data = LabeledTensors(data.x.cpu(), data.y.cpu())  # the runtime is a CPU one
         part = self.part(global_state, client_state, data, ctx)
+        part.program.cpu()
+        if part.prepare is not None:
+            part.prepare.cpu()
         section = training_section(part, self.image_shape, data.x[:1])
         key = frozen_key(part, section)
         if key not in self._programs:

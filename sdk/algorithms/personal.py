@@ -293,7 +293,7 @@ def run_plan(plan: Plan, session: Session, data: LabeledTensors, rows: dict[str,
             for idx in _phase_batches(rows[phase.rows], plan.batch_size, gens[phase.purpose]):
                 if max_steps is not None and steps >= max_steps:
                     return PlanResult(steps, losses, {})
-                extra = () if plan.lam is None else (plan.lam.draw(lam_gen),)
+                extra = () if plan.lam is None else (plan.lam.draw(lam_gen).to(data.x.device),)
                 inputs = (*(t[idx] for t in prepared), data.y[idx], *extra)
                 total += session.step(phase.optimizer, inputs)
                 count, steps = count + 1, steps + 1
@@ -305,8 +305,8 @@ def run_plan(plan: Plan, session: Session, data: LabeledTensors, rows: dict[str,
         lam_input = plan.lam
 
         def logits_at(value: float) -> torch.Tensor:
-            return torch.cat([session.logits((*(t[i] for t in prepared), data.y[i],
-                                              lam_input.constant(value)))
+            lam = lam_input.constant(value).to(data.x.device)
+            return torch.cat([session.logits((*(t[i] for t in prepared), data.y[i], lam))
                               for i in held.split(PREDICT_CHUNK)])
 
         chosen = choose_lambda_from(logits_at, data.y[held])
