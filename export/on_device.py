@@ -21,14 +21,16 @@ import torch
 
 from pflkit.export.contract import EXAMPLE_BATCH, ExportError
 from pflkit.export.device_trainer import DeviceTrainer
-from pflkit.export.training_program import TrainerExport, program_bytes, training_section
+from pflkit.export.training_program import (
+    OnDeviceStageError,
+    TrainerExport,
+    device_stage,
+    program_bytes,
+    training_section,
+)
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, RoundContext, State
 from pflkit.sdk.algorithms.personal import PersonalTraining, personalize_with
 from pflkit.sdk.data.tensors import LabeledTensors
-
-
-class OnDeviceStageError(ValueError):
-    """The algorithm (with its hyperparameters) has no stage a device can run."""
 
 
 def frozen_key(part: PersonalTraining, section: dict) -> str:
@@ -56,17 +58,8 @@ class OnDevicePersonalizer:
 
     def part(self, global_state: State, client_state: ClientState, data: LabeledTensors,
              ctx: RoundContext) -> PersonalTraining:
-        """The client's stage, or a one-line error naming what a device cannot run."""
-        part = self.algorithm.personal_training(global_state, client_state, data, ctx)
-        if part is None:
-            raise OnDeviceStageError(
-                f"{self.algorithm.name}: these hyperparameters give no post-federation stage a "
-                f"device can run (docs/on-device.md lists the ones that do)")
-        not_sgd = [o.name for o in part.plan.optimizers if o.kind != "sgd"]
-        if not_sgd:
-            raise OnDeviceStageError(f"{self.algorithm.name}: optimizer {', '.join(not_sgd)} is "
-                                     f"not SGD; ExecuTorch's training runtime offers SGD only")
-        return part
+        """The client's stage, or a one-line :class:`OnDeviceStageError` saying why not."""
+        return device_stage(self.algorithm, global_state, client_state, data, ctx)
 
     def __call__(self, global_state: State, client_state: ClientState, data: LabeledTensors,
                  ctx: RoundContext) -> ClientState:

@@ -33,8 +33,9 @@ from pflkit.export.contract import EXAMPLE_BATCH, ExportError
 from pflkit.export.device_trainer import PREPARE_METHOD, TRAIN_METHOD, DeviceTrainer
 from pflkit.export.formats import CARD_METHOD, PTE_MAX_BATCH
 from pflkit.export.source import Source
-from pflkit.sdk.algorithms.base import make_algorithm
+from pflkit.sdk.algorithms.base import Algorithm, ClientState, RoundContext, make_algorithm
 from pflkit.sdk.algorithms.personal import EagerSession, PersonalTraining, run_plan
+from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.tensorio import State, atomic_write_bytes, save_state
 
 SCHEMA = "pflkit.training/1"
@@ -43,6 +44,25 @@ WEIGHTS_FILE = "personal_init.safetensors"
 PROGRAM_FORMAT = "executorch-training"
 VERIFY_STEPS = 20
 RELATIVE_TOLERANCE = 1e-4
+
+
+class OnDeviceStageError(ValueError):
+    """The algorithm (with its hyperparameters) has no stage a device can run."""
+
+
+def device_stage(algorithm: Algorithm, global_state: State, client_state: ClientState,
+                 data: LabeledTensors, ctx: RoundContext) -> PersonalTraining:
+    """The algorithm's post-federation stage for one client, if a device can run it."""
+    part = algorithm.personal_training(global_state, client_state, data, ctx)
+    if part is None:
+        raise OnDeviceStageError(f"{algorithm.name}: these hyperparameters give no "
+                                 f"post-federation stage a device can run (docs/on-device.md "
+                                 f"lists the ones that do)")
+    not_sgd = [o.name for o in part.plan.optimizers if o.kind != "sgd"]
+    if not_sgd:
+        raise OnDeviceStageError(f"{algorithm.name}: optimizer {', '.join(not_sgd)} is not SGD; "
+                                 f"ExecuTorch's training runtime offers SGD only")
+    return part
 
 
 @dataclass
@@ -69,18 +89,13 @@ def plan_trainer(source: Source, params: dict[str, Any] | None = None) -> Traine
     if len(source.train) == 0:
         raise ExportError("no training rows to trace and verify the training program with")
     try:
-        part = algorithm.personal_training(source.global_state, source.client_state,
-                                           source.train, source.stage)
+        part = device_stage(algorithm, source.global_state, source.client_state, source.train,
+                            source.stage)
+    except OnDeviceStageError as err:
+        raise ExportError(f"{err} (--trainer-param KEY=VALUE overrides the run's settings)"
+                          ) from err
     except ValueError as err:
         raise ExportError(f"cannot build the training program: {err}") from err
-    if part is None:
-        raise ExportError(f"{algorithm.name}: these hyperparameters give no post-federation "
-                          f"stage a device can run (docs/on-device.md says which do; override "
-                          f"them with --trainer-param KEY=VALUE)")
-    unsupported = [o.name for o in part.plan.optimizers if o.kind != "sgd"]
-    if unsupported:
-        raise ExportError(f"{algorithm.name}: optimizer {', '.join(unsupported)} is not SGD; "
-                          f"ExecuTorch's training runtime offers SGD only")
     shape = tuple(source.spec.input_shape)
     return TrainerExport(part, training_section(part, shape, source.train.x[:1]), shape)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 
 import pytest
 import torch
@@ -28,7 +29,10 @@ def personalized_states(run) -> dict[int, object]:
 def test_every_client_is_personalized_on_the_program_like_eager(config_for, tmp_path):
     config = config_for("superfed_mm", ft_epochs=1, start_fraction=0.5)
     eager = Simulation(config, tmp_path / "eager", progress=False).run()
-    device = Simulation(on_device(config), tmp_path / "device", progress=False).run()
+    # The finished run's stage again, on the programs: --resume with the other engine.
+    shutil.copytree(tmp_path / "eager", tmp_path / "device")
+    execution = on_device(config).execution
+    device = Simulation.resume(tmp_path / "device", progress=False, execution=execution).run()
     assert "personalize_on = \"executorch\"" in (tmp_path / "device" / "config.toml").read_text()
     want, got = personalized_states(tmp_path / "eager"), personalized_states(tmp_path / "device")
     assert sorted(got) == sorted(want) == [0, 1, 2, 3]
