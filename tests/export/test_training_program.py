@@ -93,7 +93,8 @@ def test_card_files_and_embedded_card(case, exported):
 
     program = Runtime.get().load_program(out / PROGRAM_FILE)
     embedded = json.loads(bytes(program.load_method("model_card").execute([])[0].tolist()))
-    assert embedded == {**card, "artifacts": [], "parity": []}
+    assert embedded == {**card, "artifacts": [], "parity": [], "embedded_in": {
+        "file": PROGRAM_FILE, "format": "executorch-training", "precision": "fp32"}}
 
 
 def test_initial_weights_are_where_each_stage_starts(make_run):
