@@ -41,3 +41,15 @@ def test_the_java_clients_json_keys_are_the_schemas_fields() -> None:
     wire = wire_strings()
     for constant, schema in KEYS.items():
         assert wire[constant] in schema.model_fields, (constant, schema.__name__)
+
+
+def test_the_java_client_uses_the_protocol_modules_names_and_limits() -> None:
+    from pflkit.sdk import protocol
+
+    text = WIRE.read_text()
+    wire = wire_strings()
+    ints = dict(re.findall(r"public static final int (\w+) = (\d+);", text))
+    assert wire["METRICS"] == protocol.METRICS_KEY
+    assert wire["RETRY_AFTER_HEADER"] == protocol.RETRY_AFTER.lower()
+    assert int(ints["MAX_METRICS"]) == protocol.MAX_METRICS
+    assert int(ints["MAX_METRIC_NAME"]) == protocol.MAX_METRIC_NAME
