@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pflkit.sdk.protocol import RETRY_AFTER
 from pflkit.server.api import clients, globals, heads, health, runs, tasks, tokens, updates
-from pflkit.server.blobs import BlobStore
+from pflkit.server.blobs import BlobStore, private_dir
 from pflkit.server.db import init_db, make_engine
 from pflkit.server.errors import ServiceError
 from pflkit.server.http_protocol import BoundedHeadProtocol
@@ -92,7 +92,7 @@ class ServerTiming:
 
 def build_service(settings: ServerSettings) -> FederationService:
     """Database, blob store and service for these settings (tables created if missing)."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_dir)
     sessions = init_db(make_engine(settings.db_url))
     return FederationService(settings, sessions, BlobStore(settings.blobs))
 

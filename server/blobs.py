@@ -16,6 +16,17 @@ from pflkit.sdk.tensorio import State, atomic_write_bytes, state_from_bytes
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 
 
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) if needed and make it 0700: only the server user reads it.
+
+    Blobs are clients' updates and the run's models; the database holds secrets' hashes.
+    """
+    path = Path(path)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
 def sha256(data: bytes) -> str:
     """Hex SHA-256 of ``data``."""
     return hashlib.sha256(data).hexdigest()
@@ -30,8 +41,7 @@ class BlobStore:
     """Immutable blobs on a (possibly shared) file system."""
 
     def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = private_dir(root)  # blob files themselves are written 0600 (mkstemp)
 
     def path(self, digest: str) -> Path:
         """Where a blob lives (``digest`` must be a SHA-256 hex string)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         database = url.split("///", 1)[-1]
         if database and database != ":memory:":
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+            _private_sqlite_file(Path(database))
         engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")
@@ -32,6 +33,18 @@ def make_engine(url: str) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+def _private_sqlite_file(path: Path) -> None:
+    """Create the database file 0600 before SQLite does (it would use the umask, 0644).
+
+    SQLite gives its -wal and -shm files the database file's permissions.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    for sibling in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if sibling.exists():
+            sibling.chmod(0o600)
 
 
 def init_db(engine: Engine) -> sessionmaker[Session]:
