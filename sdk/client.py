@@ -281,13 +281,10 @@ class FederatedClient:
         task = self._request("GET", "/v1/task").json()
         path = self.state_dir / "pending.safetensors"
         pending = path.read_bytes() if path.is_file() else None
-        if pending is not None:
-            meta = json.loads(read_metadata(pending)[_PENDING_META])
-            same = task["status"] == "train" and \
-                (meta["run_id"], meta["round"]) == (task["run_id"], task["round"])
-            if not same:  # its round is over (counted or late): keep the trained state
-                self._commit_pending(pending)
-                pending = None
+        if pending is not None and _round_is_over(json.loads(
+                read_metadata(pending)[_PENDING_META]), task):
+            self._commit_pending(pending)  # counted or late: keep the trained state
+            pending = None
         retry = float(task["retry_after"])
         if task["status"] == "finished" and task.get("config"):
             self._finish(task)
@@ -303,6 +300,9 @@ class FederatedClient:
                           params={"num_samples": meta["num_samples"]}, content=upload,
                           headers={"Content-Type": "application/octet-stream"})
         except ServerRefused as err:
+            if err.status == 409:  # e.g. paused meanwhile: keep the pending round, poll again
+                log.warning("round %s: upload deferred: %s", meta["round"], err.detail)
+                return StepResult("wait", retry, meta["round"])
             if err.status != 410:
                 raise
             status = "late"
@@ -354,6 +354,20 @@ class FederatedClient:
     def close(self) -> None:
         """Close the HTTP connection pool."""
         self._http.close()
+
+
+def _round_is_over(pending: dict[str, Any], task: dict[str, Any]) -> bool:
+    """Whether the task shows that the server is done with the pending round's upload.
+
+    Only then is the trained state committed; until then (a pause, a wait while the round
+    closes or reopens) the pending bytes are kept and re-sent, so a round is never trained
+    twice.
+    """
+    if task["status"] in ("finished", "stopped") or task.get("run_id") != pending["run_id"]:
+        return True
+    current = task.get("round")
+    return current is not None and (current > pending["round"] or (
+        current == pending["round"] and task["status"] == "uploaded"))
 
 
 def _retry_after(response: httpx.Response) -> float | None:

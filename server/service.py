@@ -371,7 +371,10 @@ class FederationService:
             run = self._current_run(s)
             if run is None:
                 return {"status": "wait", "retry_after": retry}
-            base = {"run_id": run.id, "retry_after": retry, "global_hash": run.global_hash}
+            # "round" is the run's current round whatever the status: a client holding a
+            # trained round keeps it until the run has moved past it (a pause does not)
+            base = {"run_id": run.id, "round": run.rounds_done, "retry_after": retry,
+                    "global_hash": run.global_hash}
             if run.status == "finished":
                 return {**base, "status": "finished",
                         "config": self._task_config(run, run.rounds_total)}
@@ -383,7 +386,7 @@ class FederationService:
             sent = s.scalar(select(Update.id).where(Update.round_id == rnd.id,
                                                     Update.client_id == client_id))
             return {**base, "status": "uploaded" if sent is not None else "train",
-                    "round": rnd.index, "deadline": rnd.deadline_at,
+                    "deadline": rnd.deadline_at,
                     "global_hash": rnd.global_hash, "config": self._task_config(run, rnd.index)}
 
     def _task_config(self, run: Run, round_index: int) -> dict[str, Any]:

@@ -122,7 +122,7 @@ class TaskPublic(BaseModel):
     status: Literal["train", "uploaded", "wait", "paused", "stopped", "finished"]
     retry_after: float  # seconds until the next poll is useful
     run_id: int | None = None
-    round: int | None = None
+    round: int | None = None  # the run's current round (the one to train for ``train``)
     deadline: float | None = None
     global_hash: str | None = None
     config: TaskConfigPublic | None = None
