@@ -136,6 +136,9 @@ def train_together(loss_fn: ClientLoss, params: Stacked, plan: BatchPlan, lr: fl
         return loss_fn(p, Batch(x, y, w), inputs)
 
     losses_of = vmap(client_loss)
+    import os
+    if os.environ.get("PFL_COMPILE"):
+        losses_of = torch.compile(losses_of, dynamic=bool(os.environ.get("PFL_DYN")))
     dtype = training_autocast()  # bf16 forward passes, as run_epochs does
     autocast = (torch.autocast(plan.x.device.type, dtype=dtype) if dtype is not None
                 else contextlib.nullcontext())
