@@ -14,7 +14,7 @@ one by one, as :func:`pflkit.sdk.training.run_epochs` does (up to float rounding
 - Short batches: every batch is padded to B rows; real rows weigh 1/b (b = the batch's true
   size, smaller for an epoch's last batch) and padding rows 0, so :meth:`Batch.cross_entropy`
   is each client's mean over its own rows.
-- SGD: torch's fused SGD (the same arithmetic as ``torch.optim.SGD``: d = g + wd w,
+- SGD: torch's fused SGD kernel (the arithmetic of ``torch.optim.SGD``: d = g + wd w,
   buf = m buf + d, w -= lr buf). Buffers start at zero, and m * 0 + d = d is torch's first step.
 
 Models whose training forward mixes rows of a batch or draws random numbers (batch norm,
@@ -32,7 +32,6 @@ from torch import nn
 from torch.func import vmap
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.dropout import _DropoutNd
-from torch.optim.sgd import sgd as sgd_step
 
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.training import Batch, training_autocast
@@ -99,13 +98,33 @@ class BatchPlan:
         return cls(x, torch.cat([d.y for d in datas]), rows.to(device), weight.to(device), steps)
 
 
-def _layout_of(weight: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-    """Return ``grad`` in ``weight``'s memory layout.
+def _sgd(weights: list[torch.Tensor], grads: list[torch.Tensor], buffers: list[torch.Tensor],
+         lr: float, momentum: float, weight_decay: float) -> None:
+    """torch.optim.SGD's fused kernel on the active clients' rows, in place.
 
-    torch's fused CPU SGD reads raw memory and ignores strides, and vmapped linear layers
-    return transposed weight gradients.
+    Called directly (torch.optim's wrapper regroups the tensors by device on every call). The
+    kernel reads raw memory and ignores strides, so each gradient is first brought to its
+    weight's layout (vmapped linear layers return transposed weight gradients; the stack
+    adopts that layout after the first step, see :func:`_adopt_layout`).
     """
-    return grad if grad.stride() == weight.stride() else torch.empty_like(weight).copy_(grad)
+    grads = [g if g.stride() == w.stride() else torch.empty_like(w).copy_(g)
+             for w, g in zip(weights, grads, strict=True)]
+    torch._fused_sgd_(weights, grads, buffers if momentum else [], weight_decay=weight_decay,
+                      momentum=momentum, lr=lr, dampening=0.0, nesterov=False, maximize=False,
+                      is_first_step=False)
+
+
+def _adopt_layout(stack: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """``stack`` (K, ...) re-laid out like ``grad`` (a, ...) row by row, when that is possible.
+
+    Weights and gradients in one layout spare a copy per tensor per step.
+    """
+    first = grad[0]
+    dense = torch.empty_like(first).stride() == first.stride()  # empty_like keeps dense layouts
+    if not (dense and grad.stride()[0] == first.numel()) or grad.stride() == stack.stride():
+        return stack
+    return torch.empty_strided(stack.shape, grad.stride(), dtype=stack.dtype,
+                               device=stack.device).copy_(stack)
 
 
 def train_together(loss_fn: ClientLoss, params: Stacked, plan: BatchPlan, lr: float,
@@ -123,8 +142,9 @@ def train_together(loss_fn: ClientLoss, params: Stacked, plan: BatchPlan, lr: fl
     count = len(plan.steps)
     order = sorted(range(count), key=lambda k: -plan.steps[k])  # longest first: active = prefix
     perm = torch.tensor(order, device=plan.rows.device)
-    weights = {n: t.index_select(0, perm).contiguous() for n, t in params.items()}
-    buffers = {n: torch.zeros_like(t) for n, t in weights.items()}
+    names = list(params)
+    weights = [params[n].index_select(0, perm) for n in names]
+    buffers = [torch.zeros_like(w) for w in weights]
     per_client = {n: t.index_select(0, perm) for n, t in (client_inputs or {}).items()}
     per_step = {n: t.index_select(0, perm) for n, t in (step_inputs or {}).items()}
     rows, share = plan.rows.index_select(0, perm), plan.weight.index_select(0, perm)
@@ -136,33 +156,31 @@ def train_together(loss_fn: ClientLoss, params: Stacked, plan: BatchPlan, lr: fl
         return loss_fn(p, Batch(x, y, w), inputs)
 
     losses_of = vmap(client_loss)
-    import os
-    if os.environ.get("PFL_COMPILE"):
-        losses_of = torch.compile(losses_of, dynamic=bool(os.environ.get("PFL_DYN")))
     dtype = training_autocast()  # bf16 forward passes, as run_epochs does
     autocast = (torch.autocast(plan.x.device.type, dtype=dtype) if dtype is not None
                 else contextlib.nullcontext())
-    names = list(weights)
     active = count
     for t in range(max(steps, default=0)):
         while steps[active - 1] <= t:  # clients are sorted: the finished ones are at the end
             active -= 1
         index = rows[:active, t]  # (a, B)
-        leaves = {n: weights[n][:active].detach().requires_grad_() for n in names}
+        leaves = [w[:active].detach().requires_grad_() for w in weights]
         inputs = {n: v[:active] for n, v in per_client.items()}
         inputs |= {n: v[:active, t] for n, v in per_step.items()}
         with autocast:
-            losses = losses_of(leaves, plan.x[index], plan.y[index], share[:active, t], inputs)
-        grads = torch.autograd.grad(losses.sum(), [leaves[n] for n in names])
+            losses = losses_of(dict(zip(names, leaves, strict=True)), plan.x[index],
+                               plan.y[index], share[:active, t], inputs)
+        grads = torch.autograd.grad(losses.sum(), leaves)
         with torch.no_grad():
+            if t == 0:
+                weights = [_adopt_layout(w, g) for w, g in zip(weights, grads, strict=True)]
+                buffers = [torch.zeros_like(w) for w in weights]
             totals[:active] += losses.detach()
-            sgd_step([weights[n][:active] for n in names],
-                     [_layout_of(leaves[n], g) for n, g in zip(names, grads, strict=True)],
-                     [buffers[n][:active] for n in names], fused=True, lr=lr,
-                     momentum=momentum, weight_decay=weight_decay, dampening=0.0,
-                     nesterov=False, maximize=False)
+            _sgd([w[:active] for w in weights], list(grads), [b[:active] for b in buffers],
+                 lr, momentum, weight_decay)
     back = torch.empty_like(perm)
     back[perm] = torch.arange(count, device=perm.device)
     counts = torch.tensor(steps, dtype=torch.float64, device=totals.device)
     means = torch.where(counts > 0, totals / counts.clamp_min(1), torch.nan)
-    return {n: t.index_select(0, back) for n, t in weights.items()}, means.index_select(0, back)
+    trained = {n: w.index_select(0, back).contiguous() for n, w in zip(names, weights, strict=True)}
+    return trained, means.index_select(0, back)
