@@ -28,9 +28,9 @@ import org.pflkit.core.Sha256;
  *   pending.safetensors         a trained, unacknowledged round: the exact upload bytes
  * </pre>
  *
- * <p>A round is committed on the device only once the server has answered the upload, so an app
- * killed at any point re-sends the same bytes (counted once by the server) instead of training
- * twice. Network errors, 429 and 5xx, and any answer carrying {@code Retry-After} (the server's
+ * <p>A round is committed on the device only once the server is done with it (it answered the
+ * upload, or the run moved on), so an app killed at any point, or a run paused between training
+ * and upload, re-sends the same bytes (counted once by the server) instead of training twice. Network errors, 429 and 5xx, and any answer carrying {@code Retry-After} (the server's
  * mark of a refusal worth repeating, e.g. a 409 for an enrollment that lost a race) are retried
  * per {@link RetryPolicy}, waiting what {@code Retry-After} says when present; other 4xx
  * answers raise {@link ServerRefused}. Not thread-safe: one client object per folder, used from one thread.
@@ -168,11 +168,8 @@ public final class FederatedClient {
   public StepResult step(RoundTrainer trainer) throws Exception {
     Task task = poll();
     PendingRound pending = readPending();
-    if (pending != null && !sameRound(pending, task)) {
-      if (Wire.PAUSED.equals(task.status)) {  // the round may go on after resume: keep it
-        return new StepResult(task.status, task.retryAfterSeconds, pending.round, false);
-      }
-      commit(pending);  // its round is over (counted, or late): keep the trained state
+    if (pending != null && roundIsOver(pending, task)) {
+      commit(pending);  // counted, or late: keep the trained state
       pending = null;
     }
     if (!task.isTrain()) {
@@ -188,6 +185,9 @@ public final class FederatedClient {
       duplicate = Boolean.TRUE.equals(json(request("PUT", path, pending.upload,
           Wire.OCTET_STREAM, true)).get(Wire.DUPLICATE));
     } catch (ServerRefused refused) {
+      if (refused.status == 409) {  // e.g. paused meanwhile: keep the round, poll again
+        return new StepResult(Wire.WAIT, task.retryAfterSeconds, pending.round, false);
+      }
       if (refused.status != 410) {  // the update itself was refused: training it again is
         AtomicFiles.delete(new File(dir, PendingRound.FILE));  // the app's call, not a retry
         throw refused;
@@ -216,8 +216,19 @@ public final class FederatedClient {
     return rounds;
   }
 
-  private static boolean sameRound(PendingRound pending, Task task) {
-    return task.isTrain() && task.runId == pending.runId && task.round == pending.round;
+  /**
+   * Whether the task shows the server is done with the pending round (the Python SDK's rule):
+   * the run ended or changed, it moved past the round, or it has this client's upload. Until
+   * then (a pause, a wait while the round closes) the pending bytes are kept and re-sent, so a
+   * round is never trained twice.
+   */
+  static boolean roundIsOver(PendingRound pending, Task task) {
+    if (Wire.FINISHED.equals(task.status) || Wire.STOPPED.equals(task.status)
+        || task.runId == null || task.runId != pending.runId) {
+      return true;
+    }
+    return task.round != null && (task.round > pending.round
+        || (task.round == pending.round && Wire.UPLOADED.equals(task.status)));
   }
 
   private PendingRound train(Task task, RoundTrainer trainer) throws Exception {

@@ -220,12 +220,13 @@ public class FederatedClientTest {
   }
 
   @Test
-  public void aPausedRoundKeepsThePendingUploadAndResendsItWithoutTraining() throws Exception {
+  public void aPauseBeforeTheUploadKeepsTheRoundAndResendsItWithoutTraining() throws Exception {
     FederatedClient c = enrolled(RetryPolicy.defaults());
     byte[] global = Safetensors.write(Collections.singletonMap("w",
         TensorData.ofFloats(new long[] {1}, new float[] {0.5f})), null);
     String train = task("train", ", \"run_id\": 1, \"round\": 4, \"global_hash\": \""
         + Sha256.hex(global) + "\", \"config\": {\"lr\": 0.1}");
+    String paused = task("paused", ", \"run_id\": 1, \"round\": 4");
     int[] trained = {0};
     RoundTrainer trainer = (task, g, state) -> {
       trained[0]++;
@@ -235,50 +236,49 @@ public class FederatedClientTest {
     };
     script.add(new Answer(200, train));
     script.add(new Answer(200, global));
-    script.add(new Answer(409, "{\"detail\": \"run 1 is paused\"}"));
-    try {
-      c.step(trainer);
-      fail();
-    } catch (ServerRefused e) {
-      assertEquals(409, e.status);
-    }
-    // a refused update is dropped: train again; the app is killed before the upload
-    script.add(new Answer(200, train));
-    HttpTransport killedAfterPersist = (m, u, h, b) -> {
-      if (m.equals("PUT")) {
-        throw new FlServerTest.Killed();
-      }
-      return new UrlConnectionTransport(2_000, 5_000).send(m, u, h, b);
-    };
-    try {
-      new FederatedClient(url(), tmp.getRoot(), killedAfterPersist, RetryPolicy.defaults(),
-          waits::add).step(trainer);
-      fail();
-    } catch (FlServerTest.Killed expected) {
-      // the pending round is on disk
-    }
-    assertEquals(2, trained[0]);
+    script.add(new Answer(409, "{\"detail\": \"run 1 is paused; uploads are not accepted\"}"));
+    StepResult deferred = c.step(trainer);
+    assertEquals("the run was paused between training and upload", Wire.WAIT, deferred.status);
     File pending = new File(tmp.getRoot(), PendingRound.FILE);
+    assertTrue(pending.exists());
     byte[] upload = PendingRound.fromBytes(Files.readAllBytes(pending.toPath()), "p").upload;
 
-    script.add(new Answer(200, task("paused", ", \"run_id\": 1")));
+    script.add(new Answer(200, paused));
     assertEquals("paused", c.step(trainer).status);
     assertTrue("a pause keeps the pending round", pending.exists());
 
     bodies.clear();
-    script.add(new Answer(200, train));
+    script.add(new Answer(200, train));  // resumed: the same round is open again
     script.add(new Answer(200, "{\"run_id\": 1, \"round\": 4, \"sha256\": \"x\", "
         + "\"duplicate\": false}"));
     StepResult result = c.step(trainer);
     assertEquals(StepResult.TRAINED, result.status);
-    assertEquals(2, trained[0]);
+    assertEquals("trained once", 1, trained[0]);
     assertArrayEquals(upload, bodies.get(1));
     assertTrue(requests.get(requests.size() - 1).endsWith("/v1/runs/1/rounds/4/update?"
         + "num_samples=12"));
     assertFalse(pending.exists());
-    assertArrayEquals(new float[] {9},
-        c.clientState(1).tensors.get("p").floats(), 0);
+    assertArrayEquals(new float[] {9}, c.clientState(1).tensors.get("p").floats(), 0);
     Safetensors sent = Safetensors.parse(upload, "upload");
     assertEquals("{\"loss\":0.5}", sent.metadata.get(Wire.METRICS));
+  }
+
+  @Test
+  public void thePendingRoundIsCommittedOnlyOnceTheServerIsDoneWithIt() {
+    PendingRound pending = new PendingRound(1, 4, 12, new byte[0], null);
+    String[][] cases = {  // task JSON extra, status, over?
+        {", \"run_id\": 1, \"round\": 4", "paused", "false"},
+        {", \"run_id\": 1, \"round\": 4", "wait", "false"},
+        {", \"run_id\": 1, \"round\": 4", "uploaded", "true"},
+        {", \"run_id\": 1, \"round\": 5", "wait", "true"},
+        {", \"run_id\": 2, \"round\": 0", "wait", "true"},
+        {", \"run_id\": 1, \"round\": 4", "stopped", "true"},
+        {", \"run_id\": 1, \"round\": 4", "finished", "true"},
+    };
+    for (String[] c : cases) {
+      Task t = Task.parse(task(c[1], c[0]).getBytes(StandardCharsets.UTF_8));
+      assertEquals(c[1] + c[0], Boolean.parseBoolean(c[2]),
+          FederatedClient.roundIsOver(pending, t));
+    }
   }
 }
