@@ -37,9 +37,10 @@ from typing import Any
 
 from common import RESULTS, pct, run, save, set_threads, subset
 
+from pflkit.sdk.builder import build_run
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.evaluation import evaluate_client, summarize
-from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig, build_run
+from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
 from pflkit.sdk.tensorio import load_state
 from pflkit.server.coordinator import UpdateRejected
 

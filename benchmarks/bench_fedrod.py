@@ -45,7 +45,8 @@ from fedrod_common import (
 
 from pflkit.sdk.algorithms.base import State
 from pflkit.sdk.algorithms.fedrod import PHI, _prefixed
-from pflkit.sdk.run_config import SimConfig, build_run
+from pflkit.sdk.builder import build_run
+from pflkit.sdk.run_config import SimConfig
 from pflkit.sdk.state_store import RunClientStore
 from pflkit.sdk.tensorio import load_state, read_metadata
 

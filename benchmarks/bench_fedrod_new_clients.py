@@ -31,7 +31,7 @@ from fedrod_common import (
     stop_time,
 )
 
-from pflkit.sdk.run_config import build_run
+from pflkit.sdk.builder import build_run
 from pflkit.sdk.tensorio import load_state
 
 NAME = "fedrod_new_clients"

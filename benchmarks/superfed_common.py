@@ -11,9 +11,10 @@ from typing import Any
 from common import run
 
 from pflkit.sdk.algorithms.superfed import LAMBDA_GRID, SuPerFed, choose_lambda, lambda_sweep
+from pflkit.sdk.builder import build_run
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.metrics import Scores, mean_std
-from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig, build_run
+from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
 from pflkit.sdk.state_store import client_state_from_bytes
 from pflkit.sdk.tensorio import load_state
 

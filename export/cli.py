@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from pflkit.export.contract import ExportError
+from pflkit.sdk.registry import add_project_path
 
 app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=False)
 
@@ -69,6 +70,7 @@ def main(
     force: Annotated[bool, typer.Option(help="replace an existing output folder")] = False,
 ) -> None:
     """Export, verify in onnxruntime and the ExecuTorch runtime, write model_card.json."""
+    add_project_path()  # a run's module:attr model, dataset or algorithm may live here
     if ctx.invoked_subcommand is not None:
         return
     from pflkit.export.pipeline import export_model

@@ -1,11 +1,12 @@
 """Where the weights and the data for an export come from: a run directory or a device folder.
 
-A ``pfl-sim`` run directory is rebuilt from its ``config.toml`` with the simulator's own
-``build_run`` (same seed, so the same partition and the client's very rows; there is no
-partition index on disk to read instead). The global state is ``global/round_<r>`` or
-``global/latest``; the client state is ``personalized/<id>`` (post-federation stage, valid for
-the last round only) else the newest ``clients/<id>.r<k>`` written before round r, else the
-algorithm's fresh ``init_client`` (a client never sampled, or a new client).
+A ``pfl-sim`` run directory (:class:`~pflkit.sdk.rundir.RunDir`) gives the config, the
+stored partition (the client's very rows, without re-dealing the dataset; directories written
+before it was stored are re-dealt from the seed) and the states. The global state is
+``global/round_<r>`` or ``global/latest``; the client state is ``personalized/<id>``
+(post-federation stage, valid for the last round only) else the newest ``clients/<id>.r<k>``
+written before round r, else the algorithm's fresh ``init_client`` (a client never sampled,
+or a new client).
 
 An on-device folder (:class:`~pflkit.sdk.state_store.DeviceStateStore`) plus a global state
 file and the run's TOML config: the device's own rows are not on the host, so verification
@@ -22,11 +23,14 @@ import torch
 
 from pflkit.export.contract import ExportError
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, RoundContext, State
+from pflkit.sdk.builder import build_algorithm, load_data, partition_of
 from pflkit.sdk.data.datasets import DatasetSpec
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.run_config import ConfigError, SimConfig, build_run
-from pflkit.sdk.state_store import DeviceStateStore, RunClientStore, client_state_from_bytes
-from pflkit.sdk.tensorio import CorruptStateError, load_state, read_metadata
+from pflkit.sdk.run_config import ConfigError, SimConfig
+from pflkit.sdk.rundir import RunDir
+from pflkit.sdk.rundir import checkpoint_round as recorded_round
+from pflkit.sdk.state_store import DeviceStateStore, client_state_from_bytes
+from pflkit.sdk.tensorio import CorruptStateError, load_state
 
 CALIBRATION_ROWS = 512  # train rows used for int8 calibration
 
@@ -63,31 +67,25 @@ def _load_config(path: Path) -> SimConfig:
 def checkpoint_round(path: Path) -> int | None:
     """The ``rounds_done`` a global checkpoint records (None: not recorded); checks the file."""
     try:
-        meta = read_metadata(path.read_bytes())
+        return recorded_round(path)
     except CorruptStateError as err:
-        raise ExportError(f"{path}: {err}") from err
-    text = meta.get("rounds_done")
-    if text is None:
-        return None
-    if not text.isdigit():
-        raise ExportError(f"{path}: its 'rounds_done' metadata is not a round count: {text!r}")
-    return int(text)
+        raise ExportError(str(err)) from err
 
 
-def _global_checkpoint(run: Path, round_done: int | None) -> tuple[Path, int, int]:
+def _global_checkpoint(run: RunDir, round_done: int | None) -> tuple[Path, int, int]:
     """(path, its round, the run's last committed round)."""
-    latest = run / "global" / "latest.safetensors"
-    if not latest.is_file():
-        raise ExportError(f"{run} has no committed round (no {latest.relative_to(run)})")
-    last = checkpoint_round(latest)
+    if not run.latest.is_file():
+        raise ExportError(f"{run} has no committed round (no "
+                          f"{run.latest.relative_to(run.path)})")
+    last = checkpoint_round(run.latest)
     if last is None:
-        raise ExportError(f"{latest} is not a pfl-sim global checkpoint: its metadata has no "
+        raise ExportError(f"{run.latest} is not a pfl-sim global checkpoint: its metadata has no "
                           f"'rounds_done'")
     if round_done is None or round_done == last:
-        return latest, last, last
-    path = run / "global" / f"round_{round_done}.safetensors"
+        return run.latest, last, last
+    path = run.checkpoint(round_done)
     if not path.is_file():
-        have = sorted(int(p.stem.removeprefix("round_")) for p in (run / "global").glob("round_*"))
+        have = run.checkpoints()
         raise ExportError(f"{run}: no checkpoint of round {round_done}; "
                           f"available: {', '.join(map(str, have)) or 'none'} (latest: {last})")
     return path, round_done, last
@@ -95,32 +93,34 @@ def _global_checkpoint(run: Path, round_done: int | None) -> tuple[Path, int, in
 
 def load_run_source(run_dir: Path, client: int | None, round_done: int | None = None) -> Source:
     """Load a run's global state of ``round_done`` (default: the last) and one client."""
-    run = Path(run_dir)
-    config = _load_config(run / "config.toml")
+    run = RunDir(run_dir)
+    config = _load_config(run.config_file)
     path, round_done, last = _global_checkpoint(run, round_done)
-    federation, algorithm = build_run(config)
-    every = federation.all_clients
+    dataset = load_data(config)
+    algorithm = build_algorithm(config, dataset.spec)
+    partition = run.load_partition() or partition_of(config, dataset)
     info: dict[str, Any] = {"run": str(run), "round": round_done, "client": client,
                             "new_client": False}
     if client is None:
-        state, first = ClientState(), next(iter(federation.clients.values()))
-        train, test = first.train, federation.test
+        state = ClientState()
+        trainer = next(c for c in sorted(partition.train) if c not in partition.new_clients)
+        train, test = partition.client(dataset, trainer).train, dataset.test
         info["test_data"] = "global test set"
     else:
-        if client not in every:
-            new = f"; new clients: {sorted(federation.new_clients)}" if federation.new_clients \
-                else ""
+        if client not in partition.train:
+            new = f"; new clients: {sorted(partition.new_clients)}" \
+                if partition.new_clients else ""
             raise ExportError(f"unknown client {client}: {run} has clients "
-                              f"0..{len(every) - 1}{new}")
-        data = every[client]
+                              f"0..{len(partition.train) - 1}{new}")
+        data = partition.client(dataset, client)
         state = _client_state(run, algorithm, client, round_done, last, config.seed, data.train)
-        info["new_client"] = client in federation.new_clients
+        info["new_client"] = client in partition.new_clients
         train, test = data.train, data.test
         info["test_data"] = "client test split"
         if len(test) == 0:  # the run kept no per-client test rows (e.g. FedRoD's protocol)
-            test = federation.test
+            test = dataset.test
             info["test_data"] = "global test set"
-    return Source(algorithm, federation.spec, load_state(path), state, train, test, info,
+    return Source(algorithm, dataset.spec, load_state(path), state, train, test, info,
                   {"name": config.data.dataset, "root": config.data.root, "seed": config.seed},
                   _stage(config, round_done, client or 0))
 
@@ -131,28 +131,23 @@ def _stage(config: SimConfig, rounds_done: int, client: int) -> RoundContext:
                         config.seed, client)
 
 
-def _client_state(run: Path, algorithm: Algorithm, client: int, round_done: int, last: int,
+def _client_state(run: RunDir, algorithm: Algorithm, client: int, round_done: int, last: int,
                   seed: int, train: LabeledTensors) -> ClientState:
-    personalized = run / "personalized" / f"{client}.safetensors"
+    personalized = run.personalized(client)
     if round_done == last and personalized.is_file():
         return client_state_from_bytes(personalized.read_bytes(), str(personalized))
-    stored = RunClientStore(run / "clients").load(client, round_done - 1)
+    stored = run.clients.load(client, round_done - 1)
     return stored if stored is not None else algorithm.init_client(client, seed, train)
 
 
 def load_device_source(state_dir: Path, global_file: Path, config_file: Path) -> Source:
     """Load an app's state folder, the global state it trained against, the run config."""
-    from pflkit.sdk.algorithms.base import ModelFactory, make_algorithm
-    from pflkit.sdk.data.datasets import load_dataset
-
     config = _load_config(Path(config_file))
     state = DeviceStateStore(Path(state_dir)).load()
     if state is None:
         raise ExportError(f"{state_dir} holds no client state ({DeviceStateStore.FILE})")
-    size = (config.data.resize, config.data.resize) if config.data.resize else None
-    dataset = load_dataset(config.data.dataset, config.data.root, size, seed=config.seed)
-    model = ModelFactory(config.model, dataset.spec.input_shape, dataset.spec.num_classes)
-    algorithm = make_algorithm(config.algorithm, model, config.training.local(), config.params)
+    dataset = load_data(config)
+    algorithm = build_algorithm(config, dataset.spec)
     if not Path(global_file).is_file():
         raise ExportError(f"no global state file at {global_file}")
     info = {"state_dir": str(state_dir), "global": str(global_file), "config": str(config_file),

@@ -48,11 +48,10 @@ from pflkit.sdk.algorithms.base import (
     Choice,
     ClientState,
     LocalTraining,
-    ModelFactory,
     RoundContext,
     State,
-    make_algorithm,
 )
+from pflkit.sdk.builder import algorithm_for
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import check_precision, data_to, resolve_device, state_to
 from pflkit.sdk.protocol import METRICS_KEY, RETRY_AFTER
@@ -115,7 +114,7 @@ def save_client_data(path: Path, data: LabeledTensors) -> None:
 
 
 def load_client_data(folder: Path) -> LabeledTensors:
-    """Read ``folder/data.safetensors``: x (N, C, H, W) preprocessed float32, y (N,) int64."""
+    """Read ``folder/data.safetensors``: x (N, ...) preprocessed float32, y (N,) int64."""
     path = Path(folder) / DATA_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no {DATA_FILE} in {folder} (see docs/server.md)")
@@ -123,8 +122,8 @@ def load_client_data(folder: Path) -> LabeledTensors:
     if set(tensors) != {"x", "y"}:
         raise CorruptStateError(f"{path}: expected tensors 'x' and 'y', got {sorted(tensors)}")
     x, y = tensors["x"], tensors["y"]
-    if x.dtype != torch.float32 or x.dim() != 4 or y.dtype != torch.int64 or y.dim() != 1:
-        raise CorruptStateError(f"{path}: need x float32 (N, C, H, W) and y int64 (N,), got "
+    if x.dtype != torch.float32 or x.dim() < 2 or y.dtype != torch.int64 or y.dim() != 1:
+        raise CorruptStateError(f"{path}: need x float32 (N, *input_shape) and y int64 (N,), got "
                                 f"x {x.dtype} {tuple(x.shape)}, y {y.dtype} {tuple(y.shape)}")
     return LabeledTensors(x, y)
 
@@ -226,15 +225,14 @@ class FederatedClient:
     def _algorithm(self, run_id: int, config: dict[str, Any]) -> Algorithm:
         key = json.dumps([run_id, config["algorithm"], config["params"], config["model"]])
         if key not in self._algorithms:
-            c, h, w = (int(v) for v in config["input_shape"])
-            shape = (c, h, w)
+            shape = tuple(int(v) for v in config["input_shape"])
             if tuple(self.data.x.shape[1:]) != shape:
                 raise ValueError(f"local data has inputs {tuple(self.data.x.shape[1:])}, the "
                                  f"run's model expects {shape}")
-            model = ModelFactory(config["model"], shape, int(config["num_classes"]))
-            self._algorithms[key] = make_algorithm(config["algorithm"], model,
-                                                   LocalTraining(**config["local"]),
-                                                   config["params"]).to(self.device)
+            self._algorithms[key] = algorithm_for(config["algorithm"], config["params"],
+                                                  config["model"], shape,
+                                                  int(config["num_classes"]),
+                                                  LocalTraining(**config["local"])).to(self.device)
         return self._algorithms[key]
 
     def _client_state(self, run_id: int, algorithm: Algorithm, seed: int) -> ClientState:

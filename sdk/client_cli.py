@@ -2,7 +2,7 @@
 
     pfl-client --server https://fl.example.org --token pfe_... --data DIR
 
-DIR holds ``data.safetensors`` with ``x`` (N, C, H, W) float32, already preprocessed like the
+DIR holds ``data.safetensors`` with ``x`` (N, *input_shape) float32, already preprocessed like the
 run's dataset, and ``y`` (N,) int64 labels (write it with
 ``pflkit.sdk.client.save_client_data``). Credentials and the on-device state live in
 ``--state`` (default DIR/.pflkit); the token is needed only the first time.
@@ -24,6 +24,7 @@ from pflkit.sdk.client import (
     ServerUnavailable,
     load_client_data,
 )
+from pflkit.sdk.registry import add_project_path
 
 app = typer.Typer(add_completion=False, help=__doc__)
 
@@ -49,6 +50,7 @@ def main(
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if threads is not None:
         torch.set_num_threads(threads)
+    add_project_path()  # a run's module:attr model or algorithm may live in this folder
     try:
         client = FederatedClient(server, state or data / ".pflkit", load_client_data(data),
                                  token=token, retry=RetryPolicy(cap=max_backoff,

@@ -4,10 +4,17 @@ Every algorithm addresses parameters by name (``body.*`` / ``head.*``): FedPer k
 ``head.*`` local, LG-FedAvg keeps ``body.*`` local, FedRoD adds a second head, PFL-MoE
 fine-tunes a copy of ``head.*``. One template module serves every client; weights live in
 dicts and are loaded or passed through ``torch.func.functional_call``.
+
+The model contract (docs/extending.md): a model is named by a built-in name, an import path
+``package.module:attr`` or a ``pflkit.models`` entry point, and the named object is a callable
+``(input_shape, num_classes) -> SplitModel``; a ``SplitModel`` subclass whose constructor takes
+those two arguments is one. ``input_shape`` is one input without the batch dimension, of any
+rank: (C, H, W) images, (F,) feature vectors, (T, F) sequences.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,7 +22,10 @@ import torch
 import torchvision
 from torch import nn
 
+from pflkit.sdk.registry import ExtensionError, known_names, resolve
 from pflkit.sdk.seeding import seeded_torch
+
+Shape = tuple[int, ...]  # one input without the batch dimension
 
 
 class SplitModel(nn.Module):
@@ -28,7 +38,7 @@ class SplitModel(nn.Module):
         self.feature_dim = feature_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits (B, num_classes) for inputs (B, C, H, W)."""
+        """Logits (B, num_classes) for inputs (B, *input_shape)."""
         return self.head_logits(x, self.body(x))
 
     def head_logits(self, x: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
@@ -38,27 +48,22 @@ class SplitModel(nn.Module):
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """A registry entry: builder and the input it expects."""
+    """A built-in model: builder and the input it expects."""
 
-    build: Callable[[tuple[int, int, int], int], SplitModel]
+    build: Callable[[Shape, int], SplitModel]
     doc: str
-    min_size: int = 1  # smallest H and W the architecture accepts
+    min_size: int | None = None  # images only (C, H, W): smallest H and W; None: any shape
 
 
-def _flat_dim(shape: tuple[int, int, int]) -> int:
-    c, h, w = shape
-    return c * h * w
-
-
-def two_nn(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
-    """McMahan et al.'s 2NN: two hidden FC layers of 200 units with ReLU."""
+def two_nn(shape: Shape, num_classes: int) -> SplitModel:
+    """McMahan et al.'s 2NN: two hidden FC layers of 200 units with ReLU (any input shape)."""
     body = nn.Sequential(
-        nn.Flatten(), nn.Linear(_flat_dim(shape), 200), nn.ReLU(), nn.Linear(200, 200), nn.ReLU()
+        nn.Flatten(), nn.Linear(math.prod(shape), 200), nn.ReLU(), nn.Linear(200, 200), nn.ReLU()
     )
     return SplitModel(body, nn.Linear(200, num_classes), 200)
 
 
-def two_cnn(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
+def two_cnn(shape: Shape, num_classes: int) -> SplitModel:
     """McMahan et al.'s CNN: two 5x5 conv (32, 64, 'same' padding) with 2x2 max pool, FC 512."""
     c, h, w = shape
     body = nn.Sequential(
@@ -69,7 +74,7 @@ def two_cnn(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
     return SplitModel(body, nn.Linear(512, num_classes), 512)
 
 
-def lenet5(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
+def lenet5(shape: Shape, num_classes: int) -> SplitModel:
     """LeNet-5 on 32x32 inputs as PFL-MoE splits it: extractor -> 400-d, classifier 120-84-C."""
     c, h, w = shape
     if (h, w) != (32, 32):
@@ -84,7 +89,7 @@ def lenet5(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
     return SplitModel(body, head, 400)
 
 
-def fedrod_convnet(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
+def fedrod_convnet(shape: Shape, num_classes: int) -> SplitModel:
     """FedRoD's FMNIST ConvNet (App. C): conv 32, conv 64 (5x5, max pool), FC 50 | FC C."""
     c, h, w = shape
     h_out, w_out = ((h - 4) // 2 - 4) // 2, ((w - 4) // 2 - 4) // 2  # two valid 5x5 conv + pool
@@ -96,7 +101,7 @@ def fedrod_convnet(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
     return SplitModel(body, nn.Linear(50, num_classes), 50)
 
 
-def mobilenet(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
+def mobilenet(shape: Shape, num_classes: int) -> SplitModel:
     """Torchvision MobileNetV3-Small at width 0.5 for edge CPUs; stem adapted to C channels.
 
     It has BatchNorm: federated averaging averages running statistics like weights.
@@ -111,7 +116,7 @@ def mobilenet(shape: tuple[int, int, int], num_classes: int) -> SplitModel:
 
 
 MODELS: dict[str, ModelInfo] = {
-    "twonn": ModelInfo(two_nn, "2 hidden FC layers of 200 (McMahan et al.)"),
+    "twonn": ModelInfo(two_nn, "2 hidden FC layers of 200 (McMahan et al.); any input shape"),
     "twocnn": ModelInfo(two_cnn, "2 conv + FC 512 (McMahan et al.)", min_size=4),
     "lenet5": ModelInfo(lenet5, "LeNet-5, 32x32 inputs (PFL-MoE)", min_size=32),
     "fedrod_convnet": ModelInfo(fedrod_convnet, "2 conv + FC 50 (FedRoD, 28x28)", min_size=16),
@@ -119,17 +124,43 @@ MODELS: dict[str, ModelInfo] = {
 }
 
 
-def build_model(
-    name: str, input_shape: tuple[int, int, int], num_classes: int, seed: int = 0
-) -> SplitModel:
-    """Build a registered model with seeded initial weights."""
-    if name not in MODELS:
-        raise KeyError(f"unknown model '{name}'; known: {', '.join(sorted(MODELS))}")
-    info = MODELS[name]
+def model_builder(ref: str) -> ModelInfo:
+    """The builder a model name, import path or entry point resolves to."""
+    found = resolve("model", ref, MODELS)
+    if isinstance(found, ModelInfo):
+        return found
+    if not callable(found):
+        raise ExtensionError(f"model '{ref}' is a {type(found).__name__}, not a callable "
+                             "(input_shape, num_classes) -> SplitModel")
+    return ModelInfo(found, ref)  # type: ignore[arg-type]
+
+
+def check_input_shape(ref: str, info: ModelInfo, input_shape: Shape) -> None:
+    """Refuse inputs a built-in image model cannot take, before building it."""
+    if info.min_size is None:
+        return
+    if len(input_shape) != 3:
+        raise ValueError(f"model '{ref}' takes images (C, H, W); the dataset's inputs are "
+                         f"{tuple(input_shape)}")
     if min(input_shape[1:]) < info.min_size:
-        raise ValueError(f"model '{name}' needs inputs of at least {info.min_size}px")
-    with seeded_torch(seed, "model-init", name):
-        return info.build(tuple(input_shape), num_classes)  # type: ignore[arg-type]
+        raise ValueError(f"model '{ref}' needs inputs of at least {info.min_size}px")
+
+
+def build_model(ref: str, input_shape: Shape, num_classes: int, seed: int = 0) -> SplitModel:
+    """Build a model (built-in name, import path or entry point) with seeded initial weights."""
+    info = model_builder(ref)
+    check_input_shape(ref, info, input_shape)
+    with seeded_torch(seed, "model-init", ref):
+        model = info.build(tuple(input_shape), num_classes)
+    if not isinstance(model, SplitModel):
+        raise ExtensionError(f"model '{ref}' built a {type(model).__name__}, not a SplitModel "
+                             "(body + head, see docs/extending.md)")
+    return model
+
+
+def model_names() -> list[str]:
+    """Built-in model names and installed ``pflkit.models`` entry points."""
+    return known_names("model", MODELS)
 
 
 def float_state(module: nn.Module) -> dict[str, torch.Tensor]:

@@ -1,19 +1,26 @@
-"""The run configuration shared by ``pfl-sim``, ``pfl-server`` and ``pfl-export``: one TOML format.
+"""The run configuration shared by ``pfl-sim``, ``pfl-server`` and ``pfl-export``: one TOML schema.
 
 seed = 0
 rounds = 100
 eval_interval = 10
+checkpoint_interval = 10
 
-[data]        dataset, root, resize, partition, num_clients, alpha, ... (PartitionConfig)
+[data]        dataset, root, resize, and the partition: kind, num_clients, alpha, ...
 [model]       name
 [algorithm]   name, and [algorithm.params] for its hyperparameters
 [training]    clients_per_round | fraction, epochs, batch_size, lr, lr_decay, momentum,
-weight_decay
+              weight_decay
 [execution]   executor, device, precision, and the Ray settings (ExecutionConfig)
 
-Also the round :class:`Schedule` the Coordinator follows and :func:`build_run` (the federation
-and algorithm a config describes). They live in the SDK because the simulator, the server and
-``pfl-export`` all read them, and dependencies point one way: server -> sdk, export -> sdk.
+The schema is typed (pydantic dataclasses, strict: see sdk/config_types.py) and the whole
+config is validated before anything starts, including the model, dataset and algorithm names
+(built-in, ``package.module:attr`` or an entry point) and the algorithm's hyperparameters: a
+bad config is one :class:`ConfigError` line naming the key, and no run directory, database row
+or client work exists yet. ``--set KEY=VALUE`` overrides address the same dotted TOML keys
+(:func:`apply_overrides`).
+
+Also the round :class:`Schedule` the Coordinator follows. They live in the SDK because the
+simulator, the server and ``pfl-export`` all read them: server -> sdk, export -> sdk.
 """
 
 from __future__ import annotations
@@ -21,21 +28,31 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pflkit.sdk.algorithms.base import (
-    Algorithm,
-    HyperparameterError,
-    LocalTraining,
-    ModelFactory,
-    check_algorithm,
-    make_algorithm,
+import pydantic
+from pydantic import TypeAdapter, ValidationError
+
+from pflkit.sdk.algorithms.base import LocalTraining, algorithm_class, check_algorithm
+from pflkit.sdk.config_types import (
+    STRICT_CONFIG,
+    Fraction,
+    Name,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Text,
+    describe,
 )
-from pflkit.sdk.data.datasets import load_dataset
-from pflkit.sdk.data.federation import Federation, PartitionConfig, build_federation
+from pflkit.sdk.data.datasets import dataset_source
+from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.device import check_device, check_precision
+from pflkit.sdk.models import model_builder
+from pflkit.sdk.registry import ExtensionError
 
 
 @dataclass(frozen=True)
@@ -67,49 +84,52 @@ PERSONALIZE_ENGINES = ("eager", "executorch")  # executorch: docs/on-device.md
 
 
 class ConfigError(ValueError):
-    """The run configuration has an unknown key or a bad value."""
+    """The run configuration has an unknown key or a bad value (one line naming the key)."""
 
 
-@dataclass(frozen=True)
+_schema = pydantic.dataclasses.dataclass(frozen=True, config=STRICT_CONFIG)
+
+
+@_schema
 class DataConfig:
     """Which dataset, where its files are, and how it is dealt to clients."""
 
-    dataset: str = "fmnist"
-    root: str | None = None  # folder with the dataset files (None: registry defaults)
-    resize: int | None = None  # square side to resize to (e.g. 32 for LeNet-5)
+    dataset: Name = "fmnist"  # built-in name, package.module:attr, or an entry point
+    root: Text | None = None  # folder with the dataset files (None: the dataset's defaults)
+    resize: PositiveInt | None = None  # square side to resize images to (e.g. 32 for LeNet-5)
     partition: PartitionConfig = field(default_factory=PartitionConfig)
 
 
-@dataclass(frozen=True)
+@_schema
 class TrainingConfig:
     """Round schedule and client-side SGD."""
 
-    clients_per_round: int | None = None  # a count, or None to use fraction
-    fraction: float = 0.2
-    epochs: int = 5
-    batch_size: int = 40
-    lr: float = 0.01
-    lr_decay: float = 0.99
-    momentum: float = 0.9
-    weight_decay: float = 1e-5
+    clients_per_round: PositiveInt | None = None  # a count, or None to use fraction
+    fraction: Fraction = 0.2
+    epochs: NonNegativeInt = 5
+    batch_size: PositiveInt = 40
+    lr: PositiveFloat = 0.01
+    lr_decay: PositiveFloat = 0.99
+    momentum: NonNegativeFloat = 0.9
+    weight_decay: NonNegativeFloat = 1e-5
 
     def local(self) -> LocalTraining:
         """The client-side part."""
         return LocalTraining(self.epochs, self.batch_size, self.momentum, self.weight_decay)
 
 
-@dataclass(frozen=True)
+@_schema
 class ExecutionConfig:
     """Where client work runs; only device, precision and personalize_on move the numbers."""
 
-    executor: str = "sequential"  # sequential | batched | ray: see server/executors.py
-    device: str = "cpu"  # auto | cpu | cuda | cuda:N (auto: CUDA when present)
-    precision: str = "fp32"  # fp32 | bf16 (autocast of training forward passes)
-    ray_address: str | None = None  # None: start a local Ray on this machine's cores
-    num_cpus: float = 1.0  # Ray: CPUs per client fit (= torch threads of a worker)
-    num_gpus: float = 0.0  # Ray: GPUs per client fit (fractions share one GPU)
-    workers: int | None = None  # Ray: worker processes (None: as many as the cluster fits)
-    personalize_on: str = "eager"  # post-federation stage: eager | executorch (docs/on-device.md)
+    executor: Name = "sequential"  # sequential | batched | ray: see server/executors.py
+    device: Name = "cpu"  # auto | cpu | cuda | cuda:N (auto: CUDA when present)
+    precision: Name = "fp32"  # fp32 | bf16 (autocast of training forward passes)
+    ray_address: Text | None = None  # None: start a local Ray on this machine's cores
+    num_cpus: PositiveFloat = 1.0  # Ray: CPUs per client fit (= torch threads of a worker)
+    num_gpus: NonNegativeFloat = 0.0  # Ray: GPUs per client fit (fractions share one GPU)
+    workers: PositiveInt | None = None  # Ray: worker processes (None: as many as fit)
+    personalize_on: Name = "eager"  # post-federation stage: eager | executorch (docs/on-device.md)
 
     def __post_init__(self) -> None:
         if self.personalize_on not in PERSONALIZE_ENGINES:
@@ -117,26 +137,40 @@ class ExecutionConfig:
                              f"got {self.personalize_on!r}")
         check_device(self.device)
         check_precision(self.precision)
-        if self.num_cpus <= 0 or self.num_gpus < 0:
-            raise ValueError("num_cpus must be > 0 and num_gpus >= 0")
-        if self.workers is not None and self.workers <= 0:
-            raise ValueError("workers must be > 0")
 
 
-@dataclass(frozen=True)
+@_schema
 class SimConfig:
-    """A whole run."""
+    """A whole run. Constructing one validates it, names and hyperparameters included."""
 
-    seed: int = 0
-    rounds: int = 100
-    eval_interval: int = 10  # evaluate every this many rounds (and after the last)
-    checkpoint_interval: int = 10  # keep a global checkpoint every this many rounds
+    seed: NonNegativeInt = 0
+    rounds: PositiveInt = 100
+    eval_interval: PositiveInt = 10  # evaluate every this many rounds (and after the last)
+    checkpoint_interval: PositiveInt = 10  # keep a global checkpoint every this many rounds
     data: DataConfig = field(default_factory=DataConfig)
-    model: str = "fedrod_convnet"
-    algorithm: str = "fedavg"
+    model: Name = "fedrod_convnet"  # built-in name, package.module:attr, or an entry point
+    algorithm: Name = "fedavg"  # idem
     params: dict[str, Any] = field(default_factory=dict)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+
+    def __post_init__(self) -> None:
+        part, per_round = self.data.partition, self.training.clients_per_round
+        trainers = part.num_clients - part.num_new_clients
+        if per_round is not None and per_round > trainers:
+            raise _KeyedError("training.clients_per_round",
+                              f"{per_round} is more than the {trainers} training clients")
+        for key, check in (("model.name", lambda: model_builder(self.model)),
+                           ("data.dataset", lambda: dataset_source(self.data.dataset)),
+                           ("algorithm.name", lambda: algorithm_class(self.algorithm))):
+            try:
+                check()
+            except ExtensionError as err:
+                raise _KeyedError(key, str(err)) from None
+        try:
+            check_algorithm(self.algorithm, self.params)
+        except ValueError as err:
+            raise _KeyedError("algorithm.params", str(err)) from None
 
     def schedule(self) -> Schedule:
         """The Coordinator's part."""
@@ -144,63 +178,159 @@ class SimConfig:
         return Schedule(self.rounds, t.clients_per_round, t.fraction, t.lr, t.lr_decay)
 
     # -- TOML -------------------------------------------------------------------------------------
+    def to_mapping(self) -> dict[str, Any]:
+        """The TOML layout as nested dicts (None values left out)."""
+        data = {"dataset": self.data.dataset, "root": self.data.root,
+                "resize": self.data.resize, **dataclasses.asdict(self.data.partition)}
+        out = {"seed": self.seed, "rounds": self.rounds, "eval_interval": self.eval_interval,
+               "checkpoint_interval": self.checkpoint_interval, "data": data,
+               "model": {"name": self.model},
+               "algorithm": {"name": self.algorithm, "params": dict(self.params)},
+               "training": dataclasses.asdict(self.training),
+               "execution": dataclasses.asdict(self.execution)}
+        return _drop_none(out)
+
     def to_toml(self) -> str:
         """Canonical TOML (what ``config.toml`` in a run directory holds)."""
-        top = {"seed": self.seed, "rounds": self.rounds, "eval_interval": self.eval_interval,
-               "checkpoint_interval": self.checkpoint_interval}
-        data = {k: v for k, v in dataclasses.asdict(self.data).items() if k != "partition"}
-        sections = [
-            ("", top),
-            ("data", {**data, **self.data.partition.to_dict()}),
-            ("model", {"name": self.model}),
-            ("algorithm", {"name": self.algorithm}),
-            ("algorithm.params", dict(self.params)),
-            ("training", dataclasses.asdict(self.training)),
-            ("execution", dataclasses.asdict(self.execution)),
-        ]
-        out: list[str] = []
-        for title, values in sections:
-            if title:
-                out.append(f"\n[{title}]")
-            out.extend(f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None)
-        return "\n".join(out).lstrip() + "\n"
+        return dump_toml(self.to_mapping())
 
     @classmethod
-    def from_mapping(cls, raw: dict[str, Any]) -> SimConfig:
-        """Build from parsed TOML; unknown keys are errors that name the key."""
-        raw = dict(raw)
-        data_raw = dict(raw.pop("data", {}))
-        model_raw = dict(raw.pop("model", {}))
-        algo_raw = dict(raw.pop("algorithm", {}))
-        training_raw = dict(raw.pop("training", {}))
-        execution_raw = dict(raw.pop("execution", {}))
-        part_fields = {f.name for f in dataclasses.fields(PartitionConfig)}
-        part_raw = {k: data_raw.pop(k) for k in list(data_raw) if k in part_fields}
-        part = _build(PartitionConfig, part_raw, "data")
-        data = _build(DataConfig, {**data_raw, "partition": part}, "data")
-        model = model_raw.pop("name", cls.model)
-        _no_extra(model_raw, "model")
-        algorithm = algo_raw.pop("name", cls.algorithm)
-        params = dict(algo_raw.pop("params", {}))
-        _no_extra(algo_raw, "algorithm")
-        training = _build(TrainingConfig, training_raw, "training")
-        execution = _build(ExecutionConfig, execution_raw, "execution")
-        return _build(cls, {**raw, "data": data, "model": model, "algorithm": algorithm,
-                            "params": params, "training": training, "execution": execution},
-                      "top level")
-
-    @classmethod
-    def load(cls, path: Path) -> SimConfig:
-        """Read a TOML file."""
+    def from_mapping(cls, raw: Mapping[str, Any]) -> SimConfig:
+        """Validate parsed TOML; every error is a :class:`ConfigError` naming the key."""
         try:
-            raw = tomllib.loads(Path(path).read_text())
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{path}: not valid TOML ({err})") from err
-        return cls.from_mapping(raw)
+            return _ADAPTER.validate_python(_python_layout(raw))
+        except ValidationError as err:
+            raise ConfigError(describe(err, _toml_key)) from None
+
+    @classmethod
+    def from_toml(cls, text: str, source: str = "config") -> SimConfig:
+        """Parse and validate TOML text (``source`` names it in a syntax error)."""
+        return cls.from_mapping(parse_toml(text, source))
+
+    @classmethod
+    def load(cls, path: Path, overrides: Sequence[str] = ()) -> SimConfig:
+        """Read a TOML file, apply ``KEY=VALUE`` overrides, validate the result."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read ({err.strerror})") from err
+        return cls.from_mapping(apply_overrides(parse_toml(text, str(path)), overrides))
 
     def replace(self, **changes: Any) -> SimConfig:
-        """A copy with some top-level fields changed."""
+        """A validated copy with some top-level fields changed."""
         return dataclasses.replace(self, **changes)
+
+
+class _KeyedError(ValueError):
+    """A cross-field check that fails, with the TOML key to blame."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+
+
+_ADAPTER = TypeAdapter(SimConfig)
+_PARTITION_KEYS = {f.name for f in dataclasses.fields(PartitionConfig)}
+_SECTIONS = {"data", "model", "algorithm", "training", "execution"}
+
+
+def _python_layout(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """TOML sections -> SimConfig's fields ([data]'s partition keys, [model] name, ...)."""
+    out = {k: v for k, v in raw.items() if k not in _SECTIONS}
+    for section in _SECTIONS & set(raw):
+        if not isinstance(raw[section], dict):
+            raise ConfigError(f"{section}: must be a [{section}] table, got {raw[section]!r}")
+    data = dict(raw.get("data", {}))
+    if "partition" in data:
+        raise ConfigError("data.partition: unknown key (the partition keys kind, num_clients, "
+                          "... go directly in [data])")
+    partition = {k: data.pop(k) for k in list(data) if k in _PARTITION_KEYS}
+    if "data" in raw:
+        out["data"] = {**data, "partition": partition}
+    for section, allowed in (("model", {"name"}), ("algorithm", {"name", "params"})):
+        table = dict(raw.get(section, {}))
+        extra = sorted(set(table) - allowed)
+        if extra:
+            raise ConfigError(f"{section}.{extra[0]}: unknown key (known: "
+                              f"{', '.join(sorted(allowed))})")
+        if "name" in table:
+            out[section] = table["name"]
+    if "params" in raw.get("algorithm", {}):
+        out["params"] = raw["algorithm"]["params"]
+    for section in ("training", "execution"):
+        if section in raw:
+            out[section] = raw[section]
+    return out
+
+
+def _toml_key(loc: Sequence[str]) -> str:
+    """A pydantic location in SimConfig -> the dotted TOML key the user wrote."""
+    parts = list(loc)
+    if parts[:2] == ["data", "partition"]:
+        parts = ["data", *parts[2:]]
+    elif parts[:1] in (["model"], ["algorithm"]):
+        parts = [parts[0], "name"]
+    elif parts[:1] == ["params"]:
+        parts = ["algorithm", *parts]
+    return ".".join(parts)
+
+
+# -- TOML text, overrides -------------------------------------------------------------------------
+def parse_toml(text: str, source: str = "config") -> dict[str, Any]:
+    """Parse TOML; a syntax error is a one-line :class:`ConfigError` naming ``source``."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{source}: not valid TOML ({err})") from None
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value as TOML (``0.05``, ``true``, ``[1, 2]``, ``"2"``); else the raw text.
+
+    So ``--set data.dataset=digits`` needs no quotes, and ``--set rounds='"2"'`` is the string
+    "2" (refused by the schema like the same line in a file).
+    """
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings (dotted TOML keys, TOML values) applied to a parsed config."""
+    out = _deep_copy(raw)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects KEY=VALUE (e.g. training.lr=0.05), got {item!r}")
+        set_key(out, key.strip(), parse_value(value.strip()))
+    return out
+
+
+def set_key(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set one dotted key in nested dicts, creating tables on the way."""
+    *path, leaf = dotted.split(".")
+    node = raw
+    for i, part in enumerate(path):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{'.'.join(path[: i + 1])} is a value, not a table: "
+                              f"cannot set {dotted}")
+        node = child
+    node[leaf] = value
+
+
+def dump_toml(mapping: Mapping[str, Any]) -> str:
+    """Nested dicts -> TOML text: top-level values first, then one table per dict."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in mapping.items() if not isinstance(v, dict)]
+    tables = [(k, v) for k, v in mapping.items() if isinstance(v, dict)]
+    while tables:
+        title, table = tables.pop(0)
+        lines.append(f"\n[{title}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items()
+                     if not isinstance(v, dict))
+        tables[:0] = [(f"{title}.{k}", v) for k, v in table.items() if isinstance(v, dict)]
+    return "\n".join(lines).lstrip() + "\n"
 
 
 def _toml_value(value: Any) -> str:
@@ -215,26 +345,10 @@ def _toml_value(value: Any) -> str:
     raise ConfigError(f"cannot write {value!r} to TOML")
 
 
-def _no_extra(raw: dict[str, Any], where: str) -> None:
-    if raw:
-        raise ConfigError(f"[{where}]: unknown key(s) {', '.join(sorted(raw))}")
+def _drop_none(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _drop_none(v) if isinstance(v, dict) else v for k, v in mapping.items()
+            if v is not None}
 
 
-def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
-    names = {f.name for f in dataclasses.fields(cls)}
-    _no_extra({k: v for k, v in raw.items() if k not in names}, where)
-    try:
-        return cls(**raw)
-    except (TypeError, ValueError, HyperparameterError) as err:
-        raise ConfigError(f"[{where}]: {err}") from err
-
-
-def build_run(config: SimConfig) -> tuple[Federation, Algorithm]:
-    """The federation and the algorithm a config describes (deterministic in the seed)."""
-    check_algorithm(config.algorithm, config.params)  # fail fast, before loading data
-    size = (config.data.resize, config.data.resize) if config.data.resize else None
-    dataset = load_dataset(config.data.dataset, config.data.root, size, seed=config.seed)
-    federation = build_federation(dataset, config.data.partition, config.seed)
-    model = ModelFactory(config.model, dataset.spec.input_shape, dataset.spec.num_classes)
-    algorithm = make_algorithm(config.algorithm, model, config.training.local(), config.params)
-    return federation, algorithm
+def _deep_copy(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in mapping.items()}

@@ -19,10 +19,12 @@ import typer
 import uvicorn
 from pydantic import ValidationError
 
+from pflkit.sdk.registry import add_project_path
+from pflkit.sdk.run_config import ConfigError, SimConfig
 from pflkit.server.app import build_service
 from pflkit.server.errors import ServiceError
 from pflkit.server.http_protocol import BoundedHeadProtocol
-from pflkit.server.settings import ENV_PREFIX, ServerSettings
+from pflkit.server.settings import ENV_PREFIX, ServerSettings, explain
 
 app = typer.Typer(add_completion=False, help=__doc__)
 
@@ -39,6 +41,9 @@ def serve(
     database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL (postgresql://...)")
                             ] = None,
     run_config: Annotated[Path | None, typer.Option(help="pfl-sim TOML of the run")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="override a key of the run config: KEY=VALUE, VALUE parsed as TOML")
+                    ] = None,
     host: Annotated[str | None, typer.Option()] = None,
     port: Annotated[int | None, typer.Option(help="0: pick a free port")] = None,
     workers: Annotated[int | None, typer.Option()] = None,
@@ -82,12 +87,22 @@ def serve(
         os.environ[f"{ENV_PREFIX}CONFIG_FILE"] = str(config)
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    add_project_path()  # run configs may name module:attr paths (uvicorn workers inherit it)
     try:
         settings = ServerSettings.load()
+        run_toml = None
+        if settings.run_config is not None:  # validated whole before anything is created
+            add_project_path(settings.run_config.parent)
+            run_toml = SimConfig.load(settings.run_config, set_ or []).to_toml()
+        elif set_:
+            raise ConfigError("--set changes the run config: give --run-config too")
         service = build_service(settings)
-        service.ensure_run()
+        service.ensure_run(run_toml)
         reopened = service.recover()
-    except (ValidationError, ServiceError, FileNotFoundError) as err:
+    except ValidationError as err:
+        typer.echo(f"pfl-server: {explain(err)}", err=True)
+        raise typer.Exit(2) from err
+    except (ConfigError, ServiceError, OSError) as err:
         typer.echo(f"pfl-server: {err}", err=True)
         raise typer.Exit(2) from err
     if reopened:

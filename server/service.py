@@ -25,7 +25,6 @@ import math
 import secrets
 import threading
 import time
-import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -35,9 +34,10 @@ from sqlalchemy import exists, func, select, union_all, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from pflkit.sdk.algorithms.base import Algorithm, ModelFactory, State, make_algorithm
-from pflkit.sdk.data.datasets import dataset_spec
+from pflkit.sdk.algorithms.base import Algorithm, State
+from pflkit.sdk.builder import build_algorithm, data_spec
 from pflkit.sdk.protocol import MAX_ID, MAX_METRIC_NAME, MAX_METRICS, METRICS_KEY
+from pflkit.sdk.registry import ExtensionError
 from pflkit.sdk.run_config import ConfigError, Schedule, SimConfig
 from pflkit.sdk.tensorio import CorruptStateError, read_metadata, state_from_bytes, state_to_bytes
 from pflkit.server.aggregation import aggregator_factory
@@ -80,7 +80,7 @@ class RunSetup:
     config: SimConfig
     algorithm: Algorithm
     schedule: Schedule
-    input_shape: tuple[int, int, int]
+    input_shape: tuple[int, ...]
     num_classes: int
 
 
@@ -199,14 +199,14 @@ class FederationService:
                  setup.config.rounds)
         return run
 
-    def ensure_run(self) -> None:
-        """Create the run of ``settings.run_config`` if the database has no run yet."""
-        if self.settings.run_config is None:
+    def ensure_run(self, config_toml: str | None = None) -> None:
+        """Create a run if the database has none: ``config_toml``, else settings.run_config."""
+        if config_toml is None and self.settings.run_config is None:
             return
         with self._session() as s:
             if self._current_run(s) is not None:
                 return
-        self.create_run(self.settings.run_config.read_text())
+        self.create_run(config_toml or self.settings.run_config.read_text())  # type: ignore[union-attr]
 
     def recover(self) -> int:
         """After a crash: rounds left ``closing`` are reopened (their close is redone)."""
@@ -640,13 +640,10 @@ class FederationService:
 def build_setup(config_toml: str, settings: ServerSettings) -> RunSetup:
     """Resolve a pfl-sim TOML into algorithm and schedule (the dataset's files are not read)."""
     try:
-        config = SimConfig.from_mapping(tomllib.loads(config_toml))
-        size = (config.data.resize, config.data.resize) if config.data.resize else None
-        spec = dataset_spec(config.data.dataset, size)
-        model = ModelFactory(config.model, spec.input_shape, spec.num_classes)
-        algorithm = make_algorithm(config.algorithm, model, config.training.local(),
-                                   config.params)
-    except (tomllib.TOMLDecodeError, ConfigError, KeyError, ValueError) as err:
+        config = SimConfig.from_toml(config_toml, "config_toml")
+        spec = data_spec(config)
+        algorithm = build_algorithm(config, spec)
+    except (ConfigError, ExtensionError, KeyError, ValueError, OSError) as err:
         raise Invalid(f"run config: {err}") from err
     schedule = config.schedule()
     if settings.clients_per_round is not None:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -19,7 +19,10 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from pflkit.sdk.config_types import describe
+
 ENV_PREFIX = "PFL_SERVER_"
+FLAGS = {"admin_token": "--admin-token-file"}  # settings whose pfl-server flag is not --<name>
 
 
 class ServerSettings(BaseSettings):
@@ -89,3 +92,17 @@ class ServerSettings(BaseSettings):
     def blobs(self) -> Path:
         """Folder of the content-addressed blob store."""
         return self.blob_dir or self.data_dir / "blobs"
+
+
+def explain(err: ValidationError) -> str:
+    """A settings error as one line naming the flag and the environment variable to set."""
+    first = err.errors()[0]
+    name = str(first["loc"][0]) if first["loc"] else ""
+    if first["type"] == "extra_forbidden":
+        return f"unknown setting '{name}' (in the --config file or a {ENV_PREFIX}* variable)"
+
+    def where(loc: object) -> str:
+        flag = FLAGS.get(name, "--" + name.replace("_", "-"))
+        return f"{flag} (or {ENV_PREFIX}{name.upper()})"
+
+    return describe(err, where)

@@ -1,15 +1,6 @@
 """The simulator: many virtual clients, in process, driving the same Coordinator as the server.
 
-A run directory holds everything needed to inspect, resume or export the run:
-
-    config.toml                 the SimConfig (the same TOML format as pfl-server)
-    partition.txt, plots/       the partition (per-client class histogram) and report plots
-    global/latest.safetensors   the newest committed global state (metadata: round) = commit point
-    global/round_<r>.safetensors   checkpoints every checkpoint_interval rounds and the last
-    clients/<id>.r<r>.safetensors  each client's private state, versioned by round
-    metrics.jsonl               one JSON object per round (train) and per evaluation
-    personalized/<id>.safetensors  client states after a post-federation stage (FT, PFL-MoE)
-    final.json, report.md       per-client final evaluation and the human-readable report
+The run directory's layout is :class:`~pflkit.sdk.rundir.RunDir`'s.
 
 Commit order per round: client versions, metrics row, then ``global/latest`` (atomic rename).
 ``--resume`` trusts only rounds up to the one in ``global/latest``; later files are ignored.
@@ -36,27 +27,21 @@ from pflkit.sdk.algorithms.base import (
     RoundContext,
     State,
 )
-from pflkit.sdk.data.federation import ClientData, partition_table, plot_partition
+from pflkit.sdk.builder import build_algorithm, load_data, partition_of
+from pflkit.sdk.data.federation import ClientData, Partition, partition_table, plot_partition
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import federation_to, resolve_device
 from pflkit.sdk.evaluation import ClientReport, evaluate_client, summarize
 from pflkit.sdk.metrics import scores_from_logits
-from pflkit.sdk.run_config import ExecutionConfig, SimConfig, build_run
+from pflkit.sdk.run_config import ExecutionConfig, SimConfig
+from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.scoring import ScoringCache
-from pflkit.sdk.state_store import RunClientStore, client_state_to_bytes
-from pflkit.sdk.tensorio import (
-    atomic_write_bytes,
-    load_state,
-    read_metadata,
-    save_json,
-    save_state,
-)
+from pflkit.sdk.state_store import client_state_to_bytes
+from pflkit.sdk.tensorio import atomic_write_bytes, load_state, save_json, save_state
 from pflkit.server.coordinator import Coordinator
 from pflkit.server.executors import ClientTask, make_executor
 
 log = logging.getLogger(__name__)
-
-LATEST = "global/latest.safetensors"
 
 
 @dataclass(frozen=True)
@@ -75,24 +60,33 @@ class Simulation:
                  progress: bool = True) -> None:
         self.config = config
         self.run_dir = Path(run_dir)
+        self.files = RunDir(self.run_dir)
         self.progress = progress
+        if not resume and self.files.latest.exists():
+            raise FileExistsError(
+                f"{self.run_dir} already holds a run; use --resume or another --out"
+            )
         device = resolve_device(config.execution.device)  # fail before loading any data
-        federation, self.algorithm = build_run(config)
-        self.federation = federation_to(federation, device)
+        dataset = load_data(config)
+        self.algorithm = build_algorithm(config, dataset.spec)
+        partition = partition_of(config, dataset)
+        self.federation = federation_to(partition.federation(dataset), device)
         self.on_device = self._on_device_engine()
-        self.store = RunClientStore(self.run_dir / "clients")
+        self.store = self.files.clients
         start_round, global_state = 0, None
         if resume:
             start_round, global_state = self._committed()
-            self.store.prune(start_round - 1)
-            self._truncate_metrics(start_round)
-        else:
-            self._start_fresh()
         if global_state is None:
             global_state = self.algorithm.init_global(config.seed)
         self.coordinator = Coordinator(self.algorithm, config.schedule(),
                                        list(self.federation.clients), global_state, config.seed,
                                        start_round)
+        # everything is built: only now does the run directory change
+        if resume:
+            self.store.prune(start_round - 1)
+            self._truncate_metrics(start_round)
+        else:
+            self._start_fresh(partition)
         self._states: dict[int, ClientState] = {}
         self.executor = make_executor(config.execution, self.federation, self.algorithm)
 
@@ -128,49 +122,42 @@ class Simulation:
         ``execution`` replaces the stored executor and device settings, e.g. to continue a
         run on a GPU or a cluster; it is written back to ``config.toml``.
         """
-        config_path = Path(run_dir) / "config.toml"
-        if not config_path.is_file():
-            raise FileNotFoundError(f"{run_dir} is not a pfl-sim run directory (no config.toml)")
-        config = SimConfig.load(config_path)
+        files = RunDir(run_dir)
+        config = files.config()
         if execution is not None and execution != config.execution:
             config = config.replace(execution=execution)
-            config_path.write_text(config.to_toml())
+            files.config_file.write_text(config.to_toml())
         return cls(config, run_dir, resume=True, progress=progress)
 
-    def _start_fresh(self) -> None:
-        if (self.run_dir / LATEST).exists():
-            raise FileExistsError(
-                f"{self.run_dir} already holds a run; use --resume or another --out"
-            )
-        (self.run_dir / "plots").mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.toml").write_text(self.config.to_toml())
-        (self.run_dir / "partition.txt").write_text(partition_table(self.federation, 200) + "\n")
-        plot_partition(self.federation, self.run_dir / "plots" / "partition.png")
+    def _start_fresh(self, partition: Partition) -> None:
+        files = self.files
+        files.plots.mkdir(parents=True, exist_ok=True)
+        files.config_file.write_text(self.config.to_toml())
+        files.save_partition(partition)
+        files.partition_table.write_text(partition_table(self.federation, 200) + "\n")
+        plot_partition(self.federation, files.plots / "partition.png")
 
     def _committed(self) -> tuple[int, State | None]:
-        path = self.run_dir / LATEST
-        if not path.is_file():
-            return 0, None
-        rounds_done = int(read_metadata(path.read_bytes())["rounds_done"])
-        return rounds_done, load_state(path)
+        rounds_done = self.files.rounds_done()
+        return (rounds_done, load_state(self.files.latest)) if rounds_done else (0, None)
 
     def _truncate_metrics(self, rounds_done: int) -> None:
-        path = self.run_dir / "metrics.jsonl"
+        path = self.files.metrics
         if path.is_file():
             rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
             kept = [r for r in rows if r["round"] < rounds_done]
             path.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
     def _append_metrics(self, row: dict[str, Any]) -> None:
-        with (self.run_dir / "metrics.jsonl").open("a") as handle:
+        with self.files.metrics.open("a") as handle:
             handle.write(json.dumps(row) + "\n")
 
     def _commit(self, round_index: int, global_state: State, saved: list[int]) -> None:
         meta = {"rounds_done": str(round_index + 1), "algorithm": self.config.algorithm}
         done = round_index + 1
         if done % self.config.checkpoint_interval == 0 or done == self.config.rounds:
-            save_state(self.run_dir / "global" / f"round_{done}.safetensors", global_state, meta)
-        save_state(self.run_dir / LATEST, global_state, meta)
+            save_state(self.files.checkpoint(done), global_state, meta)
+        save_state(self.files.latest, global_state, meta)
         self.store.prune(round_index, saved)
 
     # -- clients ----------------------------------------------------------------------------------
@@ -260,7 +247,7 @@ class Simulation:
             final = self.final_evaluation()
         finally:
             self.close()
-        save_json(self.run_dir / "final.json", final)
+        save_json(self.files.final, final)
         from pflkit.server.report import write_report
 
         write_report(self.run_dir)
@@ -322,6 +309,6 @@ class Simulation:
         stage = self.executor.personalize(self.coordinator.global_state, tasks) \
             if self.on_device is None else self._personalize_on_device(tasks)
         for task, cstate in zip(tasks, stage, strict=True):
-            atomic_write_bytes(self.run_dir / "personalized" / f"{task.client_id}.safetensors",
+            atomic_write_bytes(self.files.personalized(task.client_id),
                                client_state_to_bytes(cstate))
             yield cstate

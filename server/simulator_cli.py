@@ -1,4 +1,12 @@
-"""``pfl-sim``: run a federated simulation from a TOML config and/or flags."""
+"""``pfl-sim``: run a federated simulation from a TOML config, flags and ``--set`` overrides.
+
+    pfl-sim --config run.toml --out runs/x --set training.lr=0.05 --set algorithm.params.mu=0.1
+    pfl-sim --resume runs/x
+    pfl-sim init my-project        # a runnable starter project: config, model, data
+
+The whole configuration is validated before anything is written: an error is one line naming
+the key, with exit status 2.
+"""
 
 from __future__ import annotations
 
@@ -8,47 +16,65 @@ from typing import Annotated, Any
 
 import typer
 
-from pflkit.sdk.run_config import ConfigError, SimConfig
+from pflkit.sdk.registry import ExtensionError, add_project_path
+from pflkit.sdk.run_config import (
+    ConfigError,
+    ExecutionConfig,
+    SimConfig,
+    apply_overrides,
+    parse_toml,
+    parse_value,
+    set_key,
+)
+from pflkit.sdk.rundir import RunDir
 
-app = typer.Typer(add_completion=False, help=__doc__)
+app = typer.Typer(add_completion=False, help=__doc__, invoke_without_command=True,
+                  no_args_is_help=True)
 
 
-def _parse_value(text: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
+def _fail(err: Exception) -> typer.Exit:
+    typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+    return typer.Exit(2)
 
 
-def apply_overrides(config: SimConfig, flags: dict[str, Any], params: list[str]) -> SimConfig:
-    """Flags win over the file: ``flags`` maps dotted config keys to values (None = unset)."""
-    raw: dict[str, Any] = {}
-    import tomllib
-
-    raw = tomllib.loads(config.to_toml())
+def build_config(path: Path | None, flags: dict[str, Any], params: list[str],
+                 overrides: list[str]) -> SimConfig:
+    """File, then the named flags, then ``--param`` and ``--set`` (later wins); validated once."""
+    raw = parse_toml(path.read_text(), str(path)) if path else {}
     for dotted, value in flags.items():
-        if value is None:
-            continue
-        *path, leaf = dotted.split(".")
-        node = raw
-        for part in path:
-            node = node.setdefault(part, {})
-        node[leaf] = value
+        if value is not None:
+            set_key(raw, dotted, value)
     for item in params:
-        if "=" not in item:
+        key, sep, value = item.partition("=")
+        if not sep:
             raise ConfigError(f"--param expects KEY=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
-        raw.setdefault("algorithm", {}).setdefault("params", {})[key.strip()] = _parse_value(value)
-    return SimConfig.from_mapping(raw)
+        set_key(raw, f"algorithm.params.{key.strip()}", parse_value(value.strip()))
+    return SimConfig.from_mapping(apply_overrides(raw, overrides))
 
 
-@app.command()
+def _resumed_execution(run_dir: Path, flags: dict[str, Any],
+                       overrides: list[str]) -> ExecutionConfig:
+    """A resumed run keeps its config; only where it runs ([execution]) may change."""
+    other = [o for o in overrides if not o.strip().startswith("execution.")]
+    if other:
+        raise ConfigError(f"--resume keeps the run's config; only execution.* keys can be "
+                          f"set, not {other[0]!r}")
+    raw = RunDir(run_dir).config().to_mapping()
+    for dotted, value in flags.items():
+        if value is not None:
+            set_key(raw, dotted, value)
+    return SimConfig.from_mapping(apply_overrides(raw, overrides)).execution
+
+
+@app.callback()
 def main(
+    ctx: typer.Context,
     config: Annotated[Path | None, typer.Option(help="TOML run configuration")] = None,
     out: Annotated[Path | None, typer.Option(help="run directory to create")] = None,
     resume: Annotated[Path | None, typer.Option(help="continue this stopped run directory")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="override any config key: KEY=VALUE, VALUE parsed as TOML "
+                      "(e.g. training.lr=0.05); repeatable")] = None,
     dataset: Annotated[str | None, typer.Option(help="fmnist, digits, mnist, ...")] = None,
     data_root: Annotated[str | None, typer.Option(help="folder with the dataset files")] = None,
     resize: Annotated[int | None, typer.Option(help="resize images to N x N")] = None,
@@ -56,8 +82,8 @@ def main(
     clients: Annotated[int | None, typer.Option(help="number of clients")] = None,
     alpha: Annotated[float | None, typer.Option(help="Dirichlet alpha")] = None,
     test_fraction: Annotated[float | None, typer.Option(help="clients' own test share")] = None,
-    model: Annotated[str | None, typer.Option(help="twonn, twocnn, lenet5, ...")] = None,
-    algorithm: Annotated[str | None, typer.Option(help="fedavg, fedprox, ...")] = None,
+    model: Annotated[str | None, typer.Option(help="twonn, twocnn, ..., or module:attr")] = None,
+    algorithm: Annotated[str | None, typer.Option(help="fedavg, ..., or module:attr")] = None,
     param: Annotated[list[str] | None, typer.Option(help="algorithm hyperparameter K=V")] = None,
     rounds: Annotated[int | None, typer.Option()] = None,
     clients_per_round: Annotated[int | None, typer.Option()] = None,
@@ -77,22 +103,25 @@ def main(
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
 ) -> None:
     """Run (or resume) a simulation and write its run directory and report."""
+    if ctx.invoked_subcommand is not None:
+        return
     from pflkit.server.simulator import Simulation
 
     logging.basicConfig(level=logging.WARNING)
+    add_project_path()
     execution_flags = {"execution.executor": executor, "execution.device": device,
                        "execution.precision": precision, "execution.ray_address": ray_address,
                        "execution.personalize_on": personalize_on}
     try:
         if resume is not None:
-            stored = SimConfig.load(resume / "config.toml") if (resume / "config.toml").is_file() \
-                else None
-            execution = apply_overrides(stored, execution_flags, []).execution if stored else None
-            sim = Simulation.resume(resume, progress=not quiet, execution=execution)
+            sim = Simulation.resume(resume, progress=not quiet,
+                                    execution=_resumed_execution(resume, execution_flags,
+                                                                 set_ or []))
         else:
             if out is None:
-                raise typer.BadParameter("give --out RUN_DIR (or --resume RUN_DIR)")
-            base = SimConfig.load(config) if config else SimConfig()
+                raise ConfigError("give --out RUN_DIR (or --resume RUN_DIR)")
+            if config is not None:
+                add_project_path(config.parent)
             flags = {
                 "data.dataset": dataset, "data.root": data_root, "data.resize": resize,
                 "data.kind": partition, "data.num_clients": clients, "data.alpha": alpha,
@@ -102,11 +131,11 @@ def main(
                 "training.epochs": epochs, "training.batch_size": batch_size, "training.lr": lr,
                 "seed": seed, "eval_interval": eval_interval, **execution_flags,
             }
-            sim = Simulation(apply_overrides(base, flags, param or []), out, progress=not quiet)
+            sim = Simulation(build_config(config, flags, param or [], set_ or []), out,
+                             progress=not quiet)
         result = sim.run()
-    except (ConfigError, ValueError, FileNotFoundError, FileExistsError, KeyError) as err:
-        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from err
+    except (ConfigError, ExtensionError, ValueError, OSError, KeyError) as err:
+        raise _fail(err) from err
     summary = result.final.get("clients", {}).get("summary", {})
     typer.echo(f"global model top-1 on the global test set: "
                f"{result.final['global_model']['top1']:.4f}")
@@ -114,3 +143,19 @@ def main(
         typer.echo(f"personalized, class-weighted global test (mean over clients): "
                    f"{summary['class_weighted_mean']:.4f}")
     typer.echo(f"report: {result.run_dir / 'report.md'}")
+
+
+@app.command("init")
+def init(
+    folder: Annotated[Path, typer.Argument(help="new project folder (must not exist or be empty)")],
+) -> None:
+    """Write a runnable starter project: run.toml, model.py, data.py and a README."""
+    from pflkit.server.starter import write_starter
+
+    try:
+        written = write_starter(folder)
+    except FileExistsError as err:
+        raise _fail(err) from err
+    for path in written:
+        typer.echo(f"wrote {path}")
+    typer.echo(f"next: cd {folder} && pfl-sim --config run.toml --out runs/first")

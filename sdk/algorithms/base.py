@@ -12,18 +12,22 @@ either side of the wire; ``pfl-export`` calls ``personalized_model``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import typing
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 from torch import nn
 
 from pflkit.sdk.batched_training import batching_blocker
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.models import SplitModel, build_model, float_state
+from pflkit.sdk.models import Shape, SplitModel, build_model, float_state
+from pflkit.sdk.registry import ExtensionError, known_names, resolve
 from pflkit.sdk.seeding import derive_seed
 
 if TYPE_CHECKING:
@@ -38,10 +42,13 @@ class HyperparameterError(ValueError):
 
 @dataclass(frozen=True)
 class ModelFactory:
-    """Which architecture, for which inputs: enough to rebuild the template anywhere."""
+    """Which architecture, for which inputs: enough to rebuild the template anywhere.
+
+    ``name`` is a built-in model name, an import path or an entry point (sdk/models.py).
+    """
 
     name: str
-    input_shape: tuple[int, int, int]
+    input_shape: Shape  # one input without the batch dimension: (C, H, W), (F,), (T, F), ...
     num_classes: int
 
     def build(self, seed: int = 0) -> SplitModel:
@@ -337,15 +344,40 @@ def register(cls: type[Algorithm]) -> type[Algorithm]:
     return cls
 
 
+def algorithm_class(ref: str) -> type[Algorithm]:
+    """The class a built-in name, import path or ``pflkit.algorithms`` entry point names."""
+    found = resolve("algorithm", ref, ALGORITHMS)
+    if not (isinstance(found, type) and issubclass(found, Algorithm)):
+        raise ExtensionError(f"algorithm '{ref}' is not a subclass of "
+                             "pflkit.sdk.algorithms.Algorithm")
+    return found
+
+
+def algorithm_names() -> list[str]:
+    """Built-in algorithm names and installed ``pflkit.algorithms`` entry points."""
+    return known_names("algorithm", ALGORITHMS)
+
+
+@functools.cache
+def _adapter(hint: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(hint, config=ConfigDict(allow_inf_nan=False))
+
+
 def parse_params(algorithm: str, params_type: type, values: Mapping[str, Any]) -> Any:
-    """Build ``params_type`` from a config mapping with errors that name method and parameter."""
+    """Build ``params_type`` (a dataclass) from a config mapping, checking every value's type.
+
+    Types are checked strictly with pydantic against the dataclass's resolved annotations: a
+    string is never turned into a number (``mu = "0.1"`` is refused), an int is accepted for
+    a float, NaN and infinity are refused. Range checks stay in the dataclass's
+    ``__post_init__``. Every error names the method and the parameter.
+    """
     if params_type is type(None):
         if values:
             raise HyperparameterError(
                 f"{algorithm}: takes no hyperparameters, got {', '.join(sorted(values))}"
             )
         return None
-    fields = {f.name: f for f in dataclasses.fields(params_type)}
+    fields = {f.name: f for f in dataclasses.fields(params_type) if f.init}
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise HyperparameterError(
@@ -356,46 +388,30 @@ def parse_params(algorithm: str, params_type: type, values: Mapping[str, Any]) -
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise HyperparameterError(f"{algorithm}: missing hyperparameter {', '.join(missing)}")
+    hints = typing.get_type_hints(params_type)
     kwargs = {}
     for name, value in values.items():
-        expected = fields[name].type
-        kwargs[name] = _coerce(algorithm, name, value, expected)
+        try:
+            kwargs[name] = _adapter(hints[name]).validate_python(value, strict=True)
+        except ValidationError as err:
+            reason = err.errors()[0]["msg"]
+            raise HyperparameterError(f"{algorithm}: hyperparameter '{name}': "
+                                      f"{reason[0].lower()}{reason[1:]}, got {value!r}") from None
     try:
         return params_type(**kwargs)
+    except HyperparameterError:
+        raise
     except (TypeError, ValueError) as err:
         raise HyperparameterError(f"{algorithm}: {err}") from err
 
 
-def _coerce(algorithm: str, name: str, value: Any, expected: Any) -> Any:
-    text = expected if isinstance(expected, str) else getattr(expected, "__name__", str(expected))
-    kinds = {"float": float, "int": int, "bool": bool, "str": str}
-    wanted = [k for k in kinds if k in text.split(" | ") or text == k]
-    if "None" in text and value is None:
-        return None
-    for kind in wanted:
-        cast = kinds[kind]
-        if cast is float and isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, cast) and not (cast is int and isinstance(value, bool)):
-            return value
-    if not wanted:
-        return value
-    raise HyperparameterError(
-        f"{algorithm}: hyperparameter '{name}' must be {text}, got {value!r}"
-    )
-
-
 def check_algorithm(name: str, params: Mapping[str, Any] | None = None) -> Any:
-    """Validate an algorithm name and its hyperparameters (before any data is loaded)."""
-    if name not in ALGORITHMS:
-        raise HyperparameterError(
-            f"unknown algorithm '{name}'; known: {', '.join(sorted(ALGORITHMS))}"
-        )
-    return parse_params(name, ALGORITHMS[name].Params, dict(params or {}))
+    """Resolve an algorithm and validate its hyperparameters (before any data is loaded)."""
+    return parse_params(name, algorithm_class(name).Params, dict(params or {}))
 
 
 def make_algorithm(name: str, model: ModelFactory, local: LocalTraining,
                    params: Mapping[str, Any] | None = None) -> Algorithm:
-    """Instantiate a registered algorithm with validated hyperparameters."""
+    """Instantiate an algorithm (name, import path or entry point) with validated params."""
     checked = check_algorithm(name, params)
-    return ALGORITHMS[name](model, local, checked)
+    return algorithm_class(name)(model, local, checked)

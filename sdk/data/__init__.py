@@ -1,13 +1,6 @@
 """Datasets, partitioners and label noise: how data reaches the clients."""
 
-from pflkit.sdk.data.datasets import (
-    DATASETS,
-    Dataset,
-    DatasetNotFoundError,
-    DatasetSpec,
-    Preprocessing,
-    load_dataset,
-)
+from pflkit.sdk.data.datasets import DATASETS, dataset_spec, load_dataset
 from pflkit.sdk.data.federation import (
     ClientData,
     Federation,
@@ -16,19 +9,32 @@ from pflkit.sdk.data.federation import (
     partition_table,
     plot_partition,
 )
+from pflkit.sdk.data.spec import (
+    Dataset,
+    DatasetError,
+    DatasetNotFoundError,
+    DatasetSource,
+    DatasetSpec,
+    Preprocessing,
+    Standardize,
+)
 from pflkit.sdk.data.tensors import LabeledTensors
 
 __all__ = [
     "DATASETS",
     "ClientData",
     "Dataset",
+    "DatasetError",
     "DatasetNotFoundError",
+    "DatasetSource",
     "DatasetSpec",
     "Federation",
     "LabeledTensors",
     "PartitionConfig",
     "Preprocessing",
+    "Standardize",
     "build_federation",
+    "dataset_spec",
     "load_dataset",
     "partition_table",
     "plot_partition",

@@ -1,107 +1,44 @@
-"""The dataset registry: real image sets read from local files, never downloaded.
+"""The built-in datasets and the dataset resolver: real image sets read from local files.
 
-Each dataset declares its :class:`Preprocessing` (scale to [0, 1], optional bilinear resize,
-per-channel mean/std) so that export and the Android demo apply exactly the same steps to a
-new image. Files come from, in order: the ``root`` argument, the dataset's environment
-variable (``PFLKIT_FMNIST_DIR`` ...), ``$PFLKIT_DATA_DIR``, and for Fashion-MNIST the Debian
+Nothing is downloaded. Each image dataset declares its :class:`Preprocessing` (scale to
+[0, 1], optional bilinear resize, per-channel mean/std) so that export and the Android demo
+apply exactly the same steps to a new image. Files come from, in order: the ``root``
+argument, the dataset's environment variable (``PFLKIT_FMNIST_DIR`` ...), ``$PFLKIT_DATA_DIR``,
+and for Fashion-MNIST the Debian
 package ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``). A missing file is a
-:class:`DatasetNotFoundError` that says which files to put where.
+:class:`DatasetNotFoundError` that says which files to put where. ``folder`` reads a user's
+arrays of any shape (sdk/data/folder.py). A dataset name may also be an import path or a
+``pflkit.datasets`` entry point (sdk/registry.py); the contract is in sdk/data/spec.py.
 """
 
 from __future__ import annotations
 
 import gzip
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from pflkit.sdk.data.folder import load_folder
+from pflkit.sdk.data.spec import (
+    Dataset,
+    DatasetError,
+    DatasetNotFoundError,
+    DatasetSource,
+    DatasetSpec,
+    Preprocessing,
+    Standardize,
+)
 from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.registry import ExtensionError, known_names, resolve
 from pflkit.sdk.seeding import numpy_rng
 
+__all__ = ["Dataset", "DatasetError", "DatasetNotFoundError", "DatasetSource", "DatasetSpec",
+           "Preprocessing", "Standardize", "dataset_source", "dataset_spec", "load_dataset"]
+
 FMNIST_DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
-
-
-class DatasetNotFoundError(FileNotFoundError):
-    """A dataset's files are not where pflkit looked; the message says where to put them."""
-
-
-@dataclass(frozen=True)
-class Preprocessing:
-    """How a raw image becomes a model input: ``(resize(pixels / 255) - mean) / std``.
-
-    ``size`` is (H, W) after the optional bilinear resize (align_corners=False);
-    ``mean``/``std`` have one entry per channel. Layout is NCHW float32.
-    """
-
-    channels: int
-    size: tuple[int, int]
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    pixel_scale: float = 255.0
-    resize: str = "bilinear"
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON form used by model cards."""
-        return {
-            "channels": self.channels,
-            "size": list(self.size),
-            "pixel_scale": self.pixel_scale,
-            "resize": self.resize,
-            "mean": list(self.mean),
-            "std": list(self.std),
-            "layout": "NCHW",
-        }
-
-    def apply(self, pixels: torch.Tensor) -> torch.Tensor:
-        """Raw pixels (N, C, H, W) in [0, pixel_scale] -> normalized float32 inputs."""
-        x = pixels.to(torch.float32) / self.pixel_scale
-        if tuple(x.shape[-2:]) != self.size:
-            x = F.interpolate(x, size=self.size, mode="bilinear", align_corners=False)
-        mean = torch.tensor(self.mean, dtype=torch.float32).view(1, -1, 1, 1)
-        std = torch.tensor(self.std, dtype=torch.float32).view(1, -1, 1, 1)
-        return (x - mean) / std
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    """What a model and an export need to know about a dataset."""
-
-    name: str
-    classes: tuple[str, ...]
-    preprocessing: Preprocessing
-
-    @property
-    def num_classes(self) -> int:
-        """Number of labels."""
-        return len(self.classes)
-
-    @property
-    def input_shape(self) -> tuple[int, int, int]:
-        """(C, H, W) of one preprocessed input."""
-        return (self.preprocessing.channels, *self.preprocessing.size)
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """A train and a test split, preprocessed, plus the spec that produced them."""
-
-    spec: DatasetSpec
-    train: LabeledTensors
-    test: LabeledTensors
-
-
-@dataclass(frozen=True)
-class _Entry:
-    loader: Callable[[Path | None, tuple[int, int] | None, int], Dataset]
-    doc: str
-    env: str | None = None
-    needs_files: bool = True
-    aliases: tuple[str, ...] = field(default=())
 
 
 FMNIST_CLASSES = (
@@ -199,29 +136,29 @@ def _from_uint8(
     )
 
 
-def _load_fmnist(root: Path | None, size: tuple[int, int] | None, seed: int) -> Dataset:
+def _load_fmnist(root: Path | None, seed: int, size: tuple[int, int] | None = None) -> Dataset:
     dirs = _search_dirs(root, "PFLKIT_FMNIST_DIR", FMNIST_DEBIAN_DIR)
     raw = _idx_quadruple("fmnist", dirs, "FashionMNIST/raw", _MNIST_STEMS,
                          "PFLKIT_FMNIST_DIR, or apt-get install dataset-fashion-mnist")
-    spec = dataset_spec("fmnist", size)
+    spec = _file_spec("fmnist", size)
     return _from_uint8(spec, raw["train_x"][:, None], raw["train_y"], raw["test_x"][:, None],
                        raw["test_y"])
 
 
-def _load_mnist(root: Path | None, size: tuple[int, int] | None, seed: int) -> Dataset:
+def _load_mnist(root: Path | None, seed: int, size: tuple[int, int] | None = None) -> Dataset:
     dirs = _search_dirs(root, "PFLKIT_MNIST_DIR", None)
     raw = _idx_quadruple("mnist", dirs, "MNIST/raw", _MNIST_STEMS, "PFLKIT_MNIST_DIR")
-    spec = dataset_spec("mnist", size)
+    spec = _file_spec("mnist", size)
     return _from_uint8(spec, raw["train_x"][:, None], raw["train_y"], raw["test_x"][:, None],
                        raw["test_y"])
 
 
-def _load_emnist(root: Path | None, size: tuple[int, int] | None, seed: int) -> Dataset:
+def _load_emnist(root: Path | None, seed: int, size: tuple[int, int] | None = None) -> Dataset:
     """EMNIST 'digits' split; the raw images are stored transposed, as torchvision notes."""
     dirs = _search_dirs(root, "PFLKIT_EMNIST_DIR", None)
     stems = {k: f"emnist-digits-{v.replace('t10k', 'test')}" for k, v in _MNIST_STEMS.items()}
     raw = _idx_quadruple("emnist", dirs, "EMNIST/raw", stems, "PFLKIT_EMNIST_DIR")
-    spec = dataset_spec("emnist", size)
+    spec = _file_spec("emnist", size)
 
     def fix(images: np.ndarray) -> np.ndarray:
         return images.transpose(0, 2, 1)[:, None]
@@ -251,7 +188,7 @@ def _cifar(name: str, root: Path | None, size: tuple[int, int] | None, env: str,
                                         label_bytes - 1)
             sx, sy = _read_cifar_binary([folder / f for f in test_files], label_bytes,
                                         label_bytes - 1)
-            return _from_uint8(dataset_spec(name, size), tx, ty, sx, sy)
+            return _from_uint8(_file_spec(name, size), tx, ty, sx, sy)
     raise DatasetNotFoundError(
         f"dataset '{name}': put the CIFAR *binary version* files "
         f"({', '.join(train_files + test_files)}) in ROOT/{subdir}/ and pass --data-root ROOT "
@@ -259,17 +196,17 @@ def _cifar(name: str, root: Path | None, size: tuple[int, int] | None, env: str,
     )
 
 
-def _load_cifar10(root: Path | None, size: tuple[int, int] | None, seed: int) -> Dataset:
+def _load_cifar10(root: Path | None, seed: int, size: tuple[int, int] | None = None) -> Dataset:
     return _cifar("cifar10", root, size, "PFLKIT_CIFAR10_DIR", "cifar-10-batches-bin",
                   [f"data_batch_{i}.bin" for i in range(1, 6)], ["test_batch.bin"], 1)
 
 
-def _load_cifar100(root: Path | None, size: tuple[int, int] | None, seed: int) -> Dataset:
+def _load_cifar100(root: Path | None, seed: int, size: tuple[int, int] | None = None) -> Dataset:
     return _cifar("cifar100", root, size, "PFLKIT_CIFAR100_DIR", "cifar-100-binary",
                   ["train.bin"], ["test.bin"], 2)
 
 
-def _load_digits(root: Path | None, size: tuple[int, int] | None, seed: int) -> Dataset:
+def _load_digits(root: Path | None, seed: int, size: tuple[int, int] | None = None) -> Dataset:
     """scikit-learn's bundled 8x8 digits (values 0..16), split 80/20 with the seed."""
     from sklearn.datasets import load_digits
 
@@ -284,7 +221,7 @@ def _load_digits(root: Path | None, size: tuple[int, int] | None, seed: int) -> 
     return _from_uint8(spec, images[tr], labels[tr], images[te], labels[te])
 
 
-def _load_synthetic(root: Path | None, size: tuple[int, int] | None, seed: int) -> Dataset:
+def _load_synthetic(root: Path | None, seed: int, size: tuple[int, int] | None = None) -> Dataset:
     """Seeded class-conditional images for tests: learnable, tiny, no files needed."""
     rng = numpy_rng(seed, "synthetic")
     h, w = size or (28, 28)
@@ -301,27 +238,9 @@ def _load_synthetic(root: Path | None, size: tuple[int, int] | None, seed: int) 
     return _from_uint8(spec, tx, ty, sx, sy)
 
 
-DATASETS: dict[str, _Entry] = {
-    "fmnist": _Entry(_load_fmnist, "Fashion-MNIST (Debian dataset-fashion-mnist or a folder)",
-                     "PFLKIT_FMNIST_DIR"),
-    "mnist": _Entry(_load_mnist, "MNIST from ROOT/MNIST/raw", "PFLKIT_MNIST_DIR"),
-    "emnist": _Entry(_load_emnist, "EMNIST digits from ROOT/EMNIST/raw", "PFLKIT_EMNIST_DIR"),
-    "cifar10": _Entry(_load_cifar10, "CIFAR-10 binary version", "PFLKIT_CIFAR10_DIR"),
-    "cifar100": _Entry(_load_cifar100, "CIFAR-100 binary version", "PFLKIT_CIFAR100_DIR"),
-    "digits": _Entry(_load_digits, "scikit-learn's bundled 8x8 digits", needs_files=False),
-    "synthetic": _Entry(_load_synthetic, "seeded class-conditional images for tests",
-                        needs_files=False),
-}
-
-
-def load_dataset(
-    name: str, root: Path | str | None = None, size: tuple[int, int] | None = None,
-    seed: int = 0,
-) -> Dataset:
-    """Load a registered dataset, preprocessed; ``size`` resizes (e.g. (32, 32) for LeNet-5)."""
-    if name not in DATASETS:
-        raise KeyError(f"unknown dataset '{name}'; known: {', '.join(sorted(DATASETS))}")
-    return DATASETS[name].loader(Path(root) if root else None, size, seed)
+def _file_spec(name: str, size: tuple[int, int] | None = None) -> DatasetSpec:
+    classes, channels, native, mean, std = _FILE_SPECS[name]
+    return DatasetSpec(name, classes, Preprocessing(channels, size or (native, native), mean, std))
 
 
 # Specs of the file-backed datasets, for callers that need shapes but not data (the aggregation
@@ -337,12 +256,54 @@ _FILE_SPECS: dict[str, tuple[tuple[str, ...], int, int, tuple[float, ...], tuple
 }
 
 
-def dataset_spec(name: str, size: tuple[int, int] | None = None) -> DatasetSpec:
-    """Return a dataset's spec (classes, input shape, preprocessing) without its files."""
-    if name in _FILE_SPECS:
-        classes, channels, native, mean, std = _FILE_SPECS[name]
-        return DatasetSpec(name, classes, Preprocessing(channels, size or (native, native),
-                                                        mean, std))
-    if name in DATASETS and not DATASETS[name].needs_files:
-        return load_dataset(name, None, size).spec
-    raise KeyError(f"unknown dataset '{name}'; known: {', '.join(sorted(DATASETS))}")
+def _files(loader: object, name: str, doc: str) -> DatasetSource:
+    return DatasetSource(loader, partial(_file_spec, name), doc)  # type: ignore[arg-type]
+
+
+DATASETS: dict[str, DatasetSource] = {
+    "fmnist": _files(_load_fmnist, "fmnist",
+                     "Fashion-MNIST (Debian dataset-fashion-mnist, or PFLKIT_FMNIST_DIR)"),
+    "mnist": _files(_load_mnist, "mnist", "MNIST from ROOT/MNIST/raw (PFLKIT_MNIST_DIR)"),
+    "emnist": _files(_load_emnist, "emnist",
+                     "EMNIST digits from ROOT/EMNIST/raw (PFLKIT_EMNIST_DIR)"),
+    "cifar10": _files(_load_cifar10, "cifar10", "CIFAR-10 binary version (PFLKIT_CIFAR10_DIR)"),
+    "cifar100": _files(_load_cifar100, "cifar100",
+                       "CIFAR-100 binary version (PFLKIT_CIFAR100_DIR)"),
+    "digits": DatasetSource(_load_digits, doc="scikit-learn's bundled 8x8 digits"),
+    "synthetic": DatasetSource(_load_synthetic, doc="seeded class-conditional images for tests"),
+    "folder": DatasetSource(load_folder, doc="ROOT/train and ROOT/test as safetensors or .npy "
+                                             "files (any input shape)"),
+}
+
+
+def dataset_source(ref: str) -> DatasetSource:
+    """The source a dataset name, import path or entry point resolves to."""
+    found = resolve("dataset", ref, DATASETS)
+    if isinstance(found, DatasetSource):
+        return found
+    if not callable(found):
+        raise ExtensionError(f"dataset '{ref}' is a {type(found).__name__}, not a DatasetSource "
+                             "or a function (root, seed) -> Dataset")
+    return DatasetSource(found)  # type: ignore[arg-type]
+
+
+def load_dataset(
+    name: str, root: Path | str | None = None, size: tuple[int, int] | None = None,
+    seed: int = 0,
+) -> Dataset:
+    """Load a dataset, preprocessed; ``size`` resizes images (e.g. (32, 32) for LeNet-5)."""
+    return dataset_source(name).load_checked(name, Path(root) if root else None, size, seed)
+
+
+def dataset_spec(name: str, size: tuple[int, int] | None = None,
+                 root: Path | str | None = None) -> DatasetSpec:
+    """A dataset's spec (classes, input shape, preprocessing), without its files if it can."""
+    source = dataset_source(name)
+    if source.spec is not None:
+        return source.spec(size)
+    return load_dataset(name, root, size).spec
+
+
+def dataset_names() -> list[str]:
+    """Built-in dataset names and installed ``pflkit.datasets`` entry points."""
+    return known_names("dataset", DATASETS)

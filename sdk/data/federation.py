@@ -8,39 +8,46 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
+import pydantic
 import torch
+from pydantic import Field, Strict
 
-from pflkit.sdk.data import noise, partition
-from pflkit.sdk.data.datasets import Dataset, DatasetSpec
+from pflkit.sdk.config_types import (
+    STRICT_CONFIG,
+    Fraction,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+)
+from pflkit.sdk.data import partition
+from pflkit.sdk.data.noise import apply_label_noise
+from pflkit.sdk.data.spec import Dataset, DatasetSpec
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.seeding import numpy_rng
 
-PARTITION_KINDS = ("iid", "shards", "dirichlet")
 
-
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True, config=STRICT_CONFIG)
 class PartitionConfig:
-    """How the training set is dealt to clients."""
+    """How the training set is dealt to clients (the partition keys of a config's [data])."""
 
-    kind: str = "dirichlet"  # iid | shards (pathological) | dirichlet
-    num_clients: int = 100
-    alpha: float = 0.3  # Dirichlet concentration (kind = dirichlet)
-    shards_per_client: int = 2  # kind = shards
-    min_size: int = 10  # smallest client allowed (kind = dirichlet)
-    test_fraction: float = 0.0  # share of each client's rows kept as its own test split
-    num_new_clients: int = 0  # clients that never train (zero-shot / fine-tune evaluation)
-    noise: str | None = None  # pair | symmetric: label noise on clients' train labels
-    noise_rate: float = 0.0
+    kind: Literal["iid", "shards", "dirichlet"] = "dirichlet"  # shards: pathological non-IID
+    num_clients: PositiveInt = 100
+    alpha: PositiveFloat = 0.3  # Dirichlet concentration (kind = dirichlet)
+    shards_per_client: PositiveInt = 2  # kind = shards
+    min_size: NonNegativeInt = 10  # smallest client allowed (kind = dirichlet)
+    # share of each client's rows kept as its own test split
+    test_fraction: Annotated[float, Strict(), Field(ge=0, lt=1)] = 0.0
+    num_new_clients: NonNegativeInt = 0  # clients that never train (zero-shot / fine-tuning)
+    noise: Literal["pair", "symmetric"] | None = None  # label noise on clients' train labels
+    noise_rate: Fraction = 0.0
 
     def __post_init__(self) -> None:
-        if self.kind not in PARTITION_KINDS:
-            raise ValueError(
-                f"unknown partition '{self.kind}'; known: {', '.join(PARTITION_KINDS)}"
-            )
-        if self.noise is not None and self.noise not in noise.NOISE_KINDS:
-            raise ValueError(f"unknown label noise '{self.noise}'")
+        if self.num_new_clients >= self.num_clients:
+            raise ValueError(f"num_new_clients = {self.num_new_clients} leaves no client to "
+                             f"train (num_clients = {self.num_clients})")
 
     def to_dict(self) -> dict[str, object]:
         """Plain dict for config files and reports."""
@@ -81,9 +88,56 @@ class Federation:
         return np.stack([every[k].class_counts(c).numpy() for k in sorted(every)])
 
 
-def build_federation(dataset: Dataset, config: PartitionConfig, seed: int) -> Federation:
-    """Deal ``dataset.train`` to clients as ``config`` says, seeded by ``seed``."""
-    labels = dataset.train.y.numpy()
+@dataclass(frozen=True)
+class Partition:
+    """Which dataset rows each client holds: the seeded deal, stored in a run directory.
+
+    Row indices point into the dataset's train split. ``labels`` holds the train labels of
+    clients whose labels label noise changed (the noisy ones are what they train on).
+    """
+
+    train: dict[int, np.ndarray]  # client id -> train rows
+    test: dict[int, np.ndarray]  # client id -> rows kept as the client's own test split
+    labels: dict[int, np.ndarray]  # client id -> noisy train labels (label noise only)
+    new_clients: tuple[int, ...]  # clients that never train
+
+    def client(self, dataset: Dataset, client_id: int) -> ClientData:
+        """One client's data, without building anyone else's."""
+        train = dataset.train.subset(torch.from_numpy(self.train[client_id]))
+        if client_id in self.labels:
+            train = train.with_labels(torch.from_numpy(self.labels[client_id]))
+        return ClientData(client_id, train,
+                          dataset.train.subset(torch.from_numpy(self.test[client_id])))
+
+    def federation(self, dataset: Dataset) -> Federation:
+        """Every client's data."""
+        clients = {cid: self.client(dataset, cid) for cid in sorted(self.train)}
+        new = set(self.new_clients)
+        return Federation(dataset.spec, {c: d for c, d in clients.items() if c not in new},
+                          {c: clients[c] for c in self.new_clients}, dataset.test)
+
+    def to_state(self) -> dict[str, torch.Tensor]:
+        """Named int64 tensors (``train.<id>``, ``test.<id>``, ``labels.<id>``) for safetensors."""
+        out = {"new_clients": torch.tensor(self.new_clients, dtype=torch.int64)}
+        for name, table in (("train", self.train), ("test", self.test), ("labels", self.labels)):
+            out.update({f"{name}.{cid}": torch.from_numpy(rows.astype(np.int64))
+                        for cid, rows in sorted(table.items())})
+        return out
+
+    @classmethod
+    def from_state(cls, state: dict[str, torch.Tensor]) -> Partition:
+        """Inverse of :meth:`to_state`."""
+        tables: dict[str, dict[int, np.ndarray]] = {"train": {}, "test": {}, "labels": {}}
+        for key, value in state.items():
+            name, _, cid = key.partition(".")
+            if name in tables:
+                tables[name][int(cid)] = value.numpy()
+        return cls(tables["train"], tables["test"], tables["labels"],
+                   tuple(int(c) for c in state["new_clients"].tolist()))
+
+
+def deal(labels: np.ndarray, num_classes: int, config: PartitionConfig, seed: int) -> Partition:
+    """Deal train rows with ``labels`` to clients as ``config`` says, seeded by ``seed``."""
     rng = numpy_rng(seed, "partition", config.kind)
     if config.kind == "iid":
         parts = partition.iid(labels, config.num_clients, rng)
@@ -92,26 +146,23 @@ def build_federation(dataset: Dataset, config: PartitionConfig, seed: int) -> Fe
     else:
         parts = partition.dirichlet(labels, config.num_clients, config.alpha, rng,
                                     config.min_size)
-    train_ids, new_ids = partition.split_new_clients(
+    _, new_ids = partition.split_new_clients(
         config.num_clients, config.num_new_clients, numpy_rng(seed, "new-clients")
     )
-    clients: dict[int, ClientData] = {}
+    train, test, noisy = {}, {}, {}
     for cid, rows in enumerate(parts):
-        tr, te = partition.train_test_split(rows, config.test_fraction,
-                                            numpy_rng(seed, "client-split", cid))
-        train = dataset.train.subset(torch.from_numpy(tr))
+        train[cid], test[cid] = partition.train_test_split(rows, config.test_fraction,
+                                                           numpy_rng(seed, "client-split", cid))
         if config.noise is not None and config.noise_rate > 0:
-            noisy = noise.apply_label_noise(train.y.numpy(), config.noise, config.noise_rate,
-                                            dataset.spec.num_classes,
-                                            numpy_rng(seed, "label-noise", cid))
-            train = train.with_labels(torch.from_numpy(noisy))
-        clients[cid] = ClientData(cid, train, dataset.train.subset(torch.from_numpy(te)))
-    return Federation(
-        dataset.spec,
-        {c: clients[c] for c in train_ids},
-        {c: clients[c] for c in new_ids},
-        dataset.test,
-    )
+            noisy[cid] = apply_label_noise(labels[train[cid]], config.noise, config.noise_rate,
+                                           num_classes, numpy_rng(seed, "label-noise", cid))
+    return Partition(train, test, noisy, tuple(int(c) for c in new_ids))
+
+
+def build_federation(dataset: Dataset, config: PartitionConfig, seed: int) -> Federation:
+    """Deal ``dataset.train`` to clients as ``config`` says, seeded by ``seed``."""
+    return deal(dataset.train.y.numpy(), dataset.spec.num_classes, config, seed
+                ).federation(dataset)
 
 
 def partition_table(federation: Federation, max_rows: int = 20) -> str:

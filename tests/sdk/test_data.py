@@ -14,6 +14,7 @@ from pflkit.sdk.data import (
     plot_partition,
 )
 from pflkit.sdk.data.datasets import FMNIST_DEBIAN_DIR, Preprocessing, read_idx
+from pflkit.sdk.registry import ExtensionError
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:
@@ -45,7 +46,7 @@ def test_missing_dataset_is_a_clear_error_that_says_where_to_put_files(tmp_path,
     assert str(tmp_path / "nowhere") in message
     with pytest.raises(DatasetNotFoundError, match="binary version"):
         load_dataset("cifar10", root=tmp_path)
-    with pytest.raises(KeyError, match="unknown dataset"):
+    with pytest.raises(ExtensionError, match="unknown dataset 'imagenet'; known: cifar10"):
         load_dataset("imagenet")
 
 

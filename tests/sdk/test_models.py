@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from pflkit.sdk.models import MODELS, build_model
+from pflkit.sdk.registry import ExtensionError
 
 SHAPES = {"lenet5": (1, 32, 32), "mobilenet": (3, 32, 32)}
 
@@ -34,7 +35,18 @@ def test_published_sizes():
 
 
 def test_bad_model_requests():
-    with pytest.raises(KeyError, match="unknown model"):
+    with pytest.raises(ExtensionError, match="unknown model 'resnet9000'; known: fedrod_convnet"):
         build_model("resnet9000", (1, 28, 28), 10)
     with pytest.raises(ValueError, match="at least 32px"):
         build_model("lenet5", (1, 28, 28), 10)
+    with pytest.raises(ValueError, match=r"takes images \(C, H, W\); .* \(12,\)"):
+        build_model("twocnn", (12,), 10)
+    # operator.mul((12,), 10) is a tuple: a callable that builds something else is refused
+    with pytest.raises(ExtensionError, match="'operator:mul' built a tuple, not a SplitModel"):
+        build_model("operator:mul", (12,), 10)
+
+
+def test_twonn_takes_any_input_shape():
+    for shape in [(12,), (5, 7), (1, 8, 8)]:
+        model = build_model("twonn", shape, 3)
+        assert model(torch.randn(2, *shape)).shape == (2, 3)

@@ -132,8 +132,9 @@ def client_data_dirs(root: Path, config_text: str) -> dict[int, Path]:
     """Write each simulated client's train split as a pfl-client data folder."""
     import tomllib
 
+    from pflkit.sdk.builder import build_run
     from pflkit.sdk.client import save_client_data
-    from pflkit.sdk.run_config import SimConfig, build_run
+    from pflkit.sdk.run_config import SimConfig
 
     federation, _ = build_run(SimConfig.from_mapping(tomllib.loads(config_text)))
     dirs = {}

@@ -109,7 +109,7 @@ def test_a_second_run_into_the_same_directory_is_refused(tmp_path):
 def test_config_errors_name_the_key(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text("rounds = 2\n[training]\nlearning_rate = 0.1\n")
-    with pytest.raises(ConfigError, match=r"\[training\]: unknown key\(s\) learning_rate"):
+    with pytest.raises(ConfigError, match=r"^training.learning_rate: unknown key$"):
         SimConfig.load(path)
     path.write_text("rounds = [\n")
     with pytest.raises(ConfigError, match="not valid TOML"):

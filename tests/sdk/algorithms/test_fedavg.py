@@ -12,6 +12,7 @@ from pflkit.sdk.algorithms import (
     make_algorithm,
 )
 from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.registry import ExtensionError
 
 FACTORY = ModelFactory("twonn", (1, 8, 8), 10)
 
@@ -97,17 +98,26 @@ def test_fine_tuning_personalizes_from_the_global_model():
 @pytest.mark.parametrize(
     "name,params,match",
     [
-        ("fedprox", {"mu": "strong"}, "fedprox: hyperparameter 'mu' must be float"),
+        ("fedprox", {"mu": "strong"}, "fedprox: hyperparameter 'mu': input should be a valid "
+                                      "number, got 'strong'"),
+        ("fedprox", {"mu": "0.1"}, "fedprox: hyperparameter 'mu': .* got '0.1'"),  # no coercion
+        ("fedprox", {"mu": float("nan")}, "fedprox: hyperparameter 'mu': .*finite"),
         ("fedprox", {"mu": -1.0}, "fedprox: hyperparameter 'mu' must be >= 0"),
         ("fedprox", {"m": 0.1}, "fedprox: unknown hyperparameter 'm'"),
         ("fedavg", {"mu": 0.1}, "fedavg: takes no hyperparameters"),
-        ("fedavg_ft", {"ft_epochs": 1.5}, "fedavg_ft: hyperparameter 'ft_epochs' must be int"),
-        ("fedsgd", {}, "unknown algorithm 'fedsgd'"),
+        ("fedavg_ft", {"ft_epochs": 1.5}, "fedavg_ft: hyperparameter 'ft_epochs': input should "
+                                          "be a valid integer"),
+        ("fedavg_ft", {"ft_epochs": True}, "fedavg_ft: hyperparameter 'ft_epochs'"),
     ],
 )
 def test_bad_hyperparameters_name_the_method_and_the_parameter(name, params, match):
     with pytest.raises(HyperparameterError, match=match):
         make_algorithm(name, FACTORY, LocalTraining(), params)
+
+
+def test_an_unknown_algorithm_lists_the_known_ones():
+    with pytest.raises(ExtensionError, match="unknown algorithm 'fedsgd'; known: apfl, ditto"):
+        make_algorithm("fedsgd", FACTORY, LocalTraining())
 
 
 def test_personalized_model_rejects_a_lambda_for_methods_without_one():

@@ -1,0 +1,223 @@
+"""What a dataset is to pflkit: the public contract that built-in and user datasets share.
+
+A dataset is a :class:`Dataset`: a train and a test split of preprocessed inputs ``x``
+(N, *input_shape) float32 with labels ``y`` (N,) int64, plus a :class:`DatasetSpec` (name,
+class names, and the preprocessing that turns a raw input into ``x``, which the model card
+records so that a device applies the same steps). Inputs may have any shape: images
+(C, H, W), feature vectors (F,), sequences (T, F).
+
+A user's dataset is a :class:`DatasetSource`, or just its ``load`` function
+``(root, seed) -> Dataset`` (see docs/extending.md).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from pflkit.sdk.data.tensors import LabeledTensors
+
+Shape = tuple[int, ...]
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A dataset's files are not where pflkit looked; the message says where to put them."""
+
+
+class DatasetError(ValueError):
+    """A dataset loader returned something that does not fit the contract (one line)."""
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """Images: ``(resize(pixels / pixel_scale) - mean) / std``, per channel, NCHW float32.
+
+    ``size`` is (H, W) after the optional bilinear resize (align_corners=False);
+    ``mean``/``std`` have one entry per channel.
+    """
+
+    channels: int
+    size: tuple[int, int]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    pixel_scale: float = 255.0
+    resize: str = "bilinear"
+
+    @property
+    def input_shape(self) -> Shape:
+        """(C, H, W) of one preprocessed image."""
+        return (self.channels, *self.size)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON form used by model cards."""
+        return {
+            "channels": self.channels,
+            "size": list(self.size),
+            "pixel_scale": self.pixel_scale,
+            "resize": self.resize,
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "layout": "NCHW",
+        }
+
+    def apply(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Raw pixels (N, C, H, W) in [0, pixel_scale] -> normalized float32 inputs."""
+        x = pixels.to(torch.float32) / self.pixel_scale
+        if tuple(x.shape[-2:]) != self.size:
+            x = F.interpolate(x, size=self.size, mode="bilinear", align_corners=False)
+        mean = torch.tensor(self.mean, dtype=torch.float32).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32).view(1, -1, 1, 1)
+        return (x - mean) / std
+
+
+_LAYOUTS = {1: "NF", 2: "NTF", 3: "NCHW"}
+
+
+@dataclass(frozen=True)
+class Standardize:
+    """Any numeric input: ``(raw - mean) / std`` over the last axis; none when mean is None.
+
+    For tabular rows (F,), sequences (T, F) and inputs that arrive already preprocessed.
+    """
+
+    shape: Shape  # one input without the batch dimension
+    mean: tuple[float, ...] | None = None  # one per entry of the last axis
+    std: tuple[float, ...] | None = None
+    layout: str | None = None  # for the card; default by rank: NF, NTF, NCHW
+
+    def __post_init__(self) -> None:
+        if (self.mean is None) != (self.std is None):
+            raise DatasetError("Standardize: give both mean and std, or neither")
+        if self.mean is not None and self.std is not None:
+            if not len(self.mean) == len(self.std) == self.shape[-1]:
+                raise DatasetError(f"Standardize: mean and std need {self.shape[-1]} entries "
+                                   f"(the last axis of {self.shape})")
+            if min(self.std) <= 0:
+                raise DatasetError("Standardize: every std must be > 0")
+
+    @classmethod
+    def fit(cls, raw: torch.Tensor, layout: str | None = None) -> Standardize:
+        """Mean and std of each last-axis entry over every other axis of ``raw`` (N, ...)."""
+        flat = raw.to(torch.float64).reshape(-1, raw.shape[-1])
+        std = flat.std(dim=0, unbiased=False).clamp_min(1e-8)
+        return cls(tuple(raw.shape[1:]), tuple(flat.mean(dim=0).tolist()),
+                   tuple(std.tolist()), layout)
+
+    @property
+    def input_shape(self) -> Shape:
+        """The shape of one input."""
+        return tuple(self.shape)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON form used by model cards."""
+        return {"kind": "standardize" if self.mean is not None else "none",
+                "shape": list(self.shape),
+                "mean": None if self.mean is None else list(self.mean),
+                "std": None if self.std is None else list(self.std),
+                "layout": self.layout or _LAYOUTS.get(len(self.shape), "N" + "D" * len(self.shape))}
+
+    def apply(self, raw: torch.Tensor) -> torch.Tensor:
+        """Raw inputs (N, *shape) -> float32 model inputs."""
+        x = raw.to(torch.float32)
+        if self.mean is None or self.std is None:
+            return x
+        return (x - torch.tensor(self.mean, dtype=torch.float32)) / \
+            torch.tensor(self.std, dtype=torch.float32)
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What a model and an export need to know about a dataset (no data)."""
+
+    name: str
+    classes: tuple[str, ...]
+    preprocessing: Preprocessing | Standardize
+
+    @property
+    def num_classes(self) -> int:
+        """Number of labels."""
+        return len(self.classes)
+
+    @property
+    def input_shape(self) -> Shape:
+        """The shape of one preprocessed input, e.g. (C, H, W) or (F,)."""
+        return self.preprocessing.input_shape
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A train and a test split, preprocessed, plus the spec that produced them."""
+
+    spec: DatasetSpec
+    train: LabeledTensors
+    test: LabeledTensors
+
+    @classmethod
+    def from_raw(cls, name: str, classes: list[str] | tuple[str, ...],
+                 train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor],
+                 preprocessing: Preprocessing | Standardize | None = None) -> Dataset:
+        """Build from raw (x, y) pairs; ``preprocessing`` (default: none) is applied to x."""
+        pre = preprocessing or Standardize(tuple(train[0].shape[1:]))
+
+        def split(pair: tuple[torch.Tensor, torch.Tensor]) -> LabeledTensors:
+            x, y = pair
+            return LabeledTensors(pre.apply(torch.as_tensor(x)),
+                                  torch.as_tensor(y).to(torch.int64))
+
+        return cls(DatasetSpec(name, tuple(classes), pre), split(train), split(test))
+
+
+def check_dataset(ref: str, dataset: object) -> Dataset:
+    """Refuse a loader's result that breaks the contract, in one line naming the dataset."""
+    if not isinstance(dataset, Dataset):
+        raise DatasetError(f"dataset '{ref}' returned a {type(dataset).__name__}, not a "
+                           "pflkit Dataset (see docs/extending.md)")
+    shape, c = tuple(dataset.spec.input_shape), dataset.spec.num_classes
+    for split, part in (("train", dataset.train), ("test", dataset.test)):
+        x, y = part.x, part.y
+        if x.dtype != torch.float32 or tuple(x.shape[1:]) != shape:
+            raise DatasetError(f"dataset '{ref}': {split}.x must be float32 (N, *{shape}), got "
+                               f"{x.dtype} {tuple(x.shape)}")
+        if y.dtype != torch.int64 or y.dim() != 1:
+            raise DatasetError(f"dataset '{ref}': {split}.y must be int64 (N,), got {y.dtype} "
+                               f"{tuple(y.shape)}")
+        if len(y) and (int(y.min()) < 0 or int(y.max()) >= c):
+            raise DatasetError(f"dataset '{ref}': {split} labels must be in 0..{c - 1} "
+                               f"({c} classes)")
+    if len(dataset.train) == 0:
+        raise DatasetError(f"dataset '{ref}': the train split is empty")
+    return dataset
+
+
+Loader = Callable[..., Dataset]
+
+
+@dataclass(frozen=True)
+class DatasetSource:
+    """A loadable dataset: the object a dataset name resolves to.
+
+    ``load(root=..., seed=...)`` returns the :class:`Dataset` (``size=(H, W)`` is passed too
+    when the config asks for a resize, so only loaders that take it can be resized). ``spec``
+    (optional) gives the spec without the data: the server builds models from it and never
+    needs the clients' data; without it, the server calls ``load`` once per process.
+    """
+
+    load: Loader
+    spec: Callable[[tuple[int, int] | None], DatasetSpec] | None = None
+    doc: str = ""
+
+    def load_checked(self, ref: str, root: Path | None, size: tuple[int, int] | None,
+                     seed: int) -> Dataset:
+        """Call ``load`` and check the result against the contract."""
+        kwargs: dict[str, object] = {"root": root, "seed": seed}
+        if size is not None:
+            if "size" not in inspect.signature(self.load).parameters:
+                raise DatasetError(f"dataset '{ref}' cannot be resized (its loader takes no "
+                                   "size): remove [data] resize")
+            kwargs["size"] = size
+        return check_dataset(ref, self.load(**kwargs))

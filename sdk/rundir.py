@@ -1,0 +1,98 @@
+"""The layout of a ``pfl-sim`` run directory, written down once for its writer and its readers.
+
+    config.toml                    the validated run config (canonical TOML)
+    partition.safetensors          each client's train/test rows (and noisy labels): export
+                                   finds one client's data without re-dealing the dataset
+    partition.txt, plots/          the partition as a table, and the report's plots
+    global/latest.safetensors      the newest committed global state (metadata: rounds_done)
+    global/round_<r>.safetensors   checkpoints every checkpoint_interval rounds and the last
+    clients/<id>.r<r>.safetensors  each client's private state, versioned by round
+    personalized/<id>.safetensors  client states after a post-federation stage
+    metrics.jsonl, final.json      per-round rows and the final per-client evaluation
+    report.md                      the human-readable report
+    exports/                       what pfl-export writes by default
+
+The simulator writes it; ``pfl-export``, the report and the benchmarks read it through here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pflkit.sdk.data.federation import Partition
+from pflkit.sdk.run_config import ConfigError, SimConfig
+from pflkit.sdk.state_store import RunClientStore
+from pflkit.sdk.tensorio import CorruptStateError, load_state, read_metadata, save_state
+
+
+def checkpoint_round(path: Path) -> int | None:
+    """The ``rounds_done`` a global checkpoint records (None: not recorded); checks the file."""
+    try:
+        text = read_metadata(path.read_bytes()).get("rounds_done")
+    except CorruptStateError as err:
+        raise CorruptStateError(f"{path}: {err}") from err
+    if text is None:
+        return None
+    if not text.isdigit():
+        raise CorruptStateError(f"{path}: its 'rounds_done' metadata is not a round count: "
+                                f"{text!r}")
+    return int(text)
+
+
+class RunDir:
+    """Paths and small readers of one run directory."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.config_file = self.path / "config.toml"
+        self.partition_file = self.path / "partition.safetensors"
+        self.partition_table = self.path / "partition.txt"
+        self.plots = self.path / "plots"
+        self.latest = self.path / "global" / "latest.safetensors"
+        self.metrics = self.path / "metrics.jsonl"
+        self.final = self.path / "final.json"
+        self.report = self.path / "report.md"
+        self.exports = self.path / "exports"
+        self.clients = RunClientStore(self.path / "clients")
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def checkpoint(self, rounds_done: int) -> Path:
+        """The global checkpoint written after ``rounds_done`` rounds."""
+        return self.path / "global" / f"round_{rounds_done}.safetensors"
+
+    def checkpoints(self) -> list[int]:
+        """Rounds with a stored global checkpoint, ascending."""
+        folder = self.path / "global"
+        return sorted(int(p.stem.removeprefix("round_")) for p in folder.glob("round_*"))
+
+    def personalized(self, client_id: int) -> Path:
+        """A client's state after the post-federation stage."""
+        return self.path / "personalized" / f"{client_id}.safetensors"
+
+    def config(self) -> SimConfig:
+        """The run's config (ConfigError if it is missing or invalid)."""
+        if not self.config_file.is_file():
+            raise ConfigError(f"{self.path} is not a pfl-sim run directory (no config.toml)")
+        return SimConfig.load(self.config_file)
+
+    def rounds_done(self) -> int:
+        """The last committed round count (0 before the first commit)."""
+        if not self.latest.is_file():
+            return 0
+        done = checkpoint_round(self.latest)
+        if done is None:
+            raise CorruptStateError(f"{self.latest} is not a pfl-sim global checkpoint: its "
+                                    "metadata has no 'rounds_done'")
+        return done
+
+    def save_partition(self, partition: Partition) -> None:
+        """Store the deal (before round 0)."""
+        save_state(self.partition_file, partition.to_state())
+
+    def load_partition(self) -> Partition | None:
+        """The stored deal, or None for a directory written before it was stored."""
+        if not self.partition_file.is_file():
+            return None
+        return Partition.from_state(load_state(self.partition_file))
