@@ -71,7 +71,7 @@ class Exportable:
     def example_inputs(self, sample: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Tracing inputs: ``EXAMPLE_BATCH`` rows built from real images ``sample``."""
         reps = -(-EXAMPLE_BATCH // len(sample))
-        return self.feeds(sample.repeat(reps, 1, 1, 1)[:EXAMPLE_BATCH])
+        return self.feeds(sample.repeat(reps, *[1] * (sample.dim() - 1))[:EXAMPLE_BATCH])
 
     def dynamic_shapes(self, max_batch: int | None) -> tuple[dict[int, Any] | None, ...]:
         """torch.export dynamic shapes: dimension 0 of every batched input is ``batch``."""

@@ -119,7 +119,9 @@ def build_exportable(source: Source, selection: Selection
     except (ValueError, KeyError) as err:
         raise ExportError(f"cannot build the model: {err}") from err
     batch_logits = ("batch", spec.num_classes)
-    inputs = [TensorSpec("image", ("batch", *spec.input_shape), {"layout": "NCHW"})]
+    layout = str(spec.preprocessing.to_dict()["layout"])  # NCHW images, NF rows, NTF sequences
+    inputs = [TensorSpec("image" if layout == "NCHW" else "input", ("batch", *spec.input_shape),
+                         {"layout": layout})]
     runtime = lam == "runtime"
     chosen = source.client_state.meta.get("lambda")
     feed_lam = (float(chosen) if chosen is not None else RUNTIME_DEFAULT_LAMBDA) if runtime \

@@ -31,10 +31,10 @@ import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pydantic
-from pydantic import TypeAdapter, ValidationError
+from pydantic import AfterValidator, Strict, TypeAdapter, ValidationError
 
 from pflkit.sdk.algorithms.base import LocalTraining, algorithm_class, check_algorithm
 from pflkit.sdk.config_types import (
@@ -118,25 +118,31 @@ class TrainingConfig:
         return LocalTraining(self.epochs, self.batch_size, self.momentum, self.weight_decay)
 
 
+def _precision(name: str) -> str:
+    check_precision(name)
+    return name
+
+
+def _engine(name: str) -> str:
+    if name not in PERSONALIZE_ENGINES:
+        raise ValueError(f"personalize_on must be one of {', '.join(PERSONALIZE_ENGINES)}, "
+                         f"got {name!r}")
+    return name
+
+
 @_schema
 class ExecutionConfig:
     """Where client work runs; only device, precision and personalize_on move the numbers."""
 
     executor: Name = "sequential"  # sequential | batched | ray: see server/executors.py
-    device: Name = "cpu"  # auto | cpu | cuda | cuda:N (auto: CUDA when present)
-    precision: Name = "fp32"  # fp32 | bf16 (autocast of training forward passes)
+    device: Annotated[str, Strict(), AfterValidator(check_device)] = "cpu"  # auto | cpu | cuda:N
+    precision: Annotated[str, Strict(), AfterValidator(_precision)] = "fp32"  # fp32 | bf16
     ray_address: Text | None = None  # None: start a local Ray on this machine's cores
     num_cpus: PositiveFloat = 1.0  # Ray: CPUs per client fit (= torch threads of a worker)
     num_gpus: NonNegativeFloat = 0.0  # Ray: GPUs per client fit (fractions share one GPU)
     workers: PositiveInt | None = None  # Ray: worker processes (None: as many as fit)
-    personalize_on: Name = "eager"  # post-federation stage: eager | executorch (docs/on-device.md)
-
-    def __post_init__(self) -> None:
-        if self.personalize_on not in PERSONALIZE_ENGINES:
-            raise ValueError(f"personalize_on must be one of {', '.join(PERSONALIZE_ENGINES)}, "
-                             f"got {self.personalize_on!r}")
-        check_device(self.device)
-        check_precision(self.precision)
+    # the post-federation stage: eager | executorch (docs/on-device.md)
+    personalize_on: Annotated[str, Strict(), AfterValidator(_engine)] = "eager"
 
 
 @_schema

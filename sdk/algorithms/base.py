@@ -11,19 +11,16 @@ either side of the wire; ``pfl-export`` calls ``personalized_model``.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
-import typing
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from pydantic import ConfigDict, TypeAdapter, ValidationError
 from torch import nn
 
+from pflkit.sdk.algorithms.paramcheck import HyperparameterError, parse_params
 from pflkit.sdk.batched_training import batching_blocker
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import Shape, SplitModel, build_model, float_state
@@ -34,10 +31,6 @@ if TYPE_CHECKING:
     from pflkit.sdk.algorithms.personal import PersonalTraining
 
 State = dict[str, torch.Tensor]
-
-
-class HyperparameterError(ValueError):
-    """A hyperparameter is unknown, missing, of the wrong type or out of range."""
 
 
 @dataclass(frozen=True)
@@ -356,53 +349,6 @@ def algorithm_class(ref: str) -> type[Algorithm]:
 def algorithm_names() -> list[str]:
     """Built-in algorithm names and installed ``pflkit.algorithms`` entry points."""
     return known_names("algorithm", ALGORITHMS)
-
-
-@functools.cache
-def _adapter(hint: Any) -> TypeAdapter[Any]:
-    return TypeAdapter(hint, config=ConfigDict(allow_inf_nan=False))
-
-
-def parse_params(algorithm: str, params_type: type, values: Mapping[str, Any]) -> Any:
-    """Build ``params_type`` (a dataclass) from a config mapping, checking every value's type.
-
-    Types are checked strictly with pydantic against the dataclass's resolved annotations: a
-    string is never turned into a number (``mu = "0.1"`` is refused), an int is accepted for
-    a float, NaN and infinity are refused. Range checks stay in the dataclass's
-    ``__post_init__``. Every error names the method and the parameter.
-    """
-    if params_type is type(None):
-        if values:
-            raise HyperparameterError(
-                f"{algorithm}: takes no hyperparameters, got {', '.join(sorted(values))}"
-            )
-        return None
-    fields = {f.name: f for f in dataclasses.fields(params_type) if f.init}
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
-        raise HyperparameterError(
-            f"{algorithm}: unknown hyperparameter {', '.join(map(repr, unknown))} "
-            f"(known: {', '.join(fields) or 'none'})"
-        )
-    missing = [n for n, f in fields.items() if n not in values
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    if missing:
-        raise HyperparameterError(f"{algorithm}: missing hyperparameter {', '.join(missing)}")
-    hints = typing.get_type_hints(params_type)
-    kwargs = {}
-    for name, value in values.items():
-        try:
-            kwargs[name] = _adapter(hints[name]).validate_python(value, strict=True)
-        except ValidationError as err:
-            reason = err.errors()[0]["msg"]
-            raise HyperparameterError(f"{algorithm}: hyperparameter '{name}': "
-                                      f"{reason[0].lower()}{reason[1:]}, got {value!r}") from None
-    try:
-        return params_type(**kwargs)
-    except HyperparameterError:
-        raise
-    except (TypeError, ValueError) as err:
-        raise HyperparameterError(f"{algorithm}: {err}") from err
 
 
 def check_algorithm(name: str, params: Mapping[str, Any] | None = None) -> Any:

@@ -1,8 +1,21 @@
-"""One wording for out-of-range hyperparameters: the method, the parameter, the rule, the value."""
+"""Hyperparameters from a config: typed parsing and one wording for errors.
+
+Every error names the method and the parameter: ``fedprox: hyperparameter 'mu': ...``.
+"""
 
 from __future__ import annotations
 
-from pflkit.sdk.algorithms.base import HyperparameterError
+import dataclasses
+import functools
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+
+class HyperparameterError(ValueError):
+    """A hyperparameter is unknown, missing, of the wrong type or out of range."""
 
 
 def require(method: str, name: str, ok: bool, rule: str, value: object) -> None:
@@ -11,3 +24,50 @@ def require(method: str, name: str, ok: bool, rule: str, value: object) -> None:
         raise HyperparameterError(
             f"{method}: hyperparameter '{name}' must be {rule}, got {value!r}"
         )
+
+
+@functools.cache
+def _adapter(hint: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(hint, config=ConfigDict(allow_inf_nan=False))
+
+
+def parse_params(algorithm: str, params_type: type, values: Mapping[str, Any]) -> Any:
+    """Build ``params_type`` (a dataclass) from a config mapping, checking every value's type.
+
+    Types are checked strictly with pydantic against the dataclass's resolved annotations: a
+    string is never turned into a number (``mu = "0.1"`` is refused), an int is accepted for
+    a float, NaN and infinity are refused. Range checks stay in the dataclass's
+    ``__post_init__``. Every error names the method and the parameter.
+    """
+    if params_type is type(None):
+        if values:
+            raise HyperparameterError(
+                f"{algorithm}: takes no hyperparameters, got {', '.join(sorted(values))}"
+            )
+        return None
+    fields = {f.name: f for f in dataclasses.fields(params_type) if f.init}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise HyperparameterError(
+            f"{algorithm}: unknown hyperparameter {', '.join(map(repr, unknown))} "
+            f"(known: {', '.join(fields) or 'none'})"
+        )
+    missing = [n for n, f in fields.items() if n not in values
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise HyperparameterError(f"{algorithm}: missing hyperparameter {', '.join(missing)}")
+    hints = typing.get_type_hints(params_type)
+    kwargs = {}
+    for name, value in values.items():
+        try:
+            kwargs[name] = _adapter(hints[name]).validate_python(value, strict=True)
+        except ValidationError as err:
+            reason = err.errors()[0]["msg"]
+            raise HyperparameterError(f"{algorithm}: hyperparameter '{name}': "
+                                      f"{reason[0].lower()}{reason[1:]}, got {value!r}") from None
+    try:
+        return params_type(**kwargs)
+    except HyperparameterError:
+        raise
+    except (TypeError, ValueError) as err:
+        raise HyperparameterError(f"{algorithm}: {err}") from err

@@ -1,0 +1,1 @@
+"""A user's pflkit extensions: nothing in pflkit imports this package."""

@@ -1,0 +1,84 @@
+"""A bad run config or server setting is refused whole, in one line naming the key (#15 item 11).
+
+Before: ``POST /v1/runs`` answered 500 for ``epochs = "two"`` and 201 for ``rounds = "2"``,
+``lr = "fast"`` (the broken run then stayed active); pfl-sim printed a 74-line traceback and
+left a half-written run directory; a missing admin token printed pydantic's class names.
+"""
+
+import os
+import subprocess
+
+import pytest
+from server_harness import BIN, run_toml
+from typer.testing import CliRunner
+
+from pflkit.server.simulator_cli import app
+
+
+@pytest.mark.parametrize("line,bad,key", [
+    ("epochs = 1", 'epochs = "two"', "training.epochs"),
+    ("rounds = 3", 'rounds = "2"', "rounds"),
+    ("lr = 0.05", 'lr = "fast"', "training.lr"),
+])
+def test_pfl_sim_refuses_a_bad_value_before_writing_anything(tmp_path, line, bad, key):
+    config = tmp_path / "run.toml"
+    config.write_text(run_toml().replace(line, bad))
+    result = CliRunner().invoke(app, ["--config", str(config), "--out", str(tmp_path / "run"),
+                                      "--quiet"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {key}: input should be"), lines
+    assert not (tmp_path / "run").exists()
+
+
+def test_pfl_sim_set_overrides_reach_the_run_directory(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text(run_toml(rounds=1))
+    result = CliRunner().invoke(app, [
+        "--config", str(config), "--out", str(tmp_path / "run"), "--quiet",
+        "--set", "training.lr=0.125", "--set", "data.num_clients=4", "--set", "eval_interval=1"])
+    assert result.exit_code == 0, result.output
+    written = (tmp_path / "run" / "config.toml").read_text()
+    assert "lr = 0.125" in written and "num_clients = 4" in written
+    bad = CliRunner().invoke(app, ["--config", str(config), "--out", str(tmp_path / "r2"),
+                                   "--set", 'rounds="2"', "--quiet"])
+    assert bad.exit_code == 2 and "rounds: input should be a valid integer" in bad.output
+
+
+def test_the_api_answers_422_naming_the_key_and_creates_no_run(make_server):
+    server = make_server(run_toml(rounds=1))
+    with server.admin() as http:
+        first = http.get("/v1/runs/current").json()["id"]
+        http.post(f"/v1/runs/{first}/stop").raise_for_status()
+        for bad, key in [(run_toml().replace("epochs = 1", 'epochs = "two"'), "training.epochs"),
+                         (run_toml().replace("rounds = 3", 'rounds = "2"')
+                          .replace("lr = 0.05", 'lr = "fast"'), "rounds"),
+                         (run_toml(model="nope.nets:Net"), "model.name")]:
+            reply = http.post("/v1/runs", json={"config_toml": bad})
+            assert reply.status_code == 422, reply.text
+            assert reply.json()["detail"].startswith(f"run config: {key}:"), reply.json()
+        assert http.get("/v1/runs/current").json()["id"] == first
+
+
+def test_pfl_server_names_the_flag_or_variable_and_the_run_config_key(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PFL_SERVER_")}
+    (tmp_path / "run.toml").write_text(run_toml().replace("rounds = 3", 'rounds = "2"'))
+    base = [str(BIN / "pfl-server"), "serve", "--data-dir", str(tmp_path / "data"),
+            "--run-config", str(tmp_path / "run.toml")]
+    no_token = subprocess.run(base, capture_output=True, text=True, env=env, timeout=120)
+    assert no_token.returncode == 2
+    assert no_token.stderr.strip() == ("pfl-server: --admin-token-file (or "
+                                       "PFL_SERVER_ADMIN_TOKEN): missing")
+    (tmp_path / "admin").write_text("x" * 32)
+    bad_run = subprocess.run([*base, "--admin-token-file", str(tmp_path / "admin")],
+                             capture_output=True, text=True, env=env, timeout=120)
+    assert bad_run.returncode == 2
+    assert bad_run.stderr.strip() == ("pfl-server: rounds: input should be a valid integer, "
+                                      "got '2'")
+    assert not (tmp_path / "data").exists()  # validated before anything was created
+    fixed = subprocess.run([*base, "--admin-token-file", str(tmp_path / "admin"),
+                            "--round-deadline", "-1"], capture_output=True, text=True, env=env,
+                           timeout=120)
+    assert fixed.returncode == 2
+    assert fixed.stderr.strip().startswith("pfl-server: --round-deadline (or "
+                                           "PFL_SERVER_ROUND_DEADLINE): input should be greater")

@@ -1,0 +1,153 @@
+"""A user's own package extends pflkit with no pflkit file changed (issue #16 item 4).
+
+tests/ext_pkg is such a package (``sensorkit``): a tabular dataset (12 features), a non-image
+model (an MLP) and a fourth personalization method (PriorShift, one file). It is installed
+with pip into a temporary folder that only these tests put on the Python path, so pflkit can
+reach it only through what a user writes: entry point names (``sensors``, ``sensornet``,
+``prior_shift``, from the installed package's metadata) or import paths
+(``sensorkit.nets:SensorNet``). It then runs through pfl-sim, pfl-export (with its parity
+checks), and a 2-round ``pfl-server --workers 2`` run with a ``pfl-client`` process and an
+in-process ``FederatedClient``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from server_harness import BIN, client_data_dirs, server_global, simulated_global, spawn_client
+
+from pflkit.sdk.client import FederatedClient, RetryPolicy, load_client_data
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "tests" / "ext_pkg"
+
+SIM_CONFIG = """\
+seed = 0
+rounds = 3
+eval_interval = 3
+checkpoint_interval = 3
+
+[data]
+dataset = "sensors"          # entry points of the installed package
+kind = "dirichlet"
+num_clients = 6
+alpha = 0.5
+test_fraction = 0.25
+
+[model]
+name = "sensornet"
+
+[algorithm]
+name = "prior_shift"
+
+[algorithm.params]
+bias_steps = 10
+
+[training]
+clients_per_round = 3
+epochs = 1
+batch_size = 32
+lr = 0.1
+"""
+
+SERVER_CONFIG = """\
+seed = 1
+rounds = 2
+eval_interval = 2
+
+[data]
+dataset = "sensorkit.data:SENSORS"   # import paths this time
+kind = "iid"
+num_clients = 2
+
+[model]
+name = "sensorkit.nets:SensorNet"
+
+[algorithm]
+name = "sensorkit.methods:PriorShift"
+
+[training]
+clients_per_round = 2
+epochs = 1
+batch_size = 32
+lr = 0.1
+"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """sensorkit installed (pip, no dependencies) into a folder of its own."""
+    root = tmp_path_factory.mktemp("sensorkit")
+    source = root / "src"
+    shutil.copytree(PACKAGE, source)  # pip builds in the source tree: not in the repository's
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    "--no-build-isolation", "--target", str(root / "site"), str(source)],
+                   check=True)
+    return root / "site"
+
+
+@pytest.fixture
+def on_path(site, monkeypatch) -> Path:
+    """The package visible to this process and to every process it starts."""
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.syspath_prepend(str(site))
+    return site
+
+
+def test_pflkit_does_not_know_the_package():
+    mentions = [p for folder in ("sdk", "server", "export") for p in (ROOT / folder).rglob("*.py")
+                if "sensorkit" in p.read_text()]
+    assert mentions == []
+
+
+def test_pfl_sim_then_pfl_export_with_entry_point_names(on_path, tmp_path):
+    (tmp_path / "run.toml").write_text(SIM_CONFIG)
+    sim = subprocess.run([str(BIN / "pfl-sim"), "--config", "run.toml", "--out", "run",
+                          "--quiet"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert sim.returncode == 0, sim.stderr
+    final = json.loads((tmp_path / "run" / "final.json").read_text())
+    assert 0.0 <= final["clients"]["summary"]["own_top1_mean"] <= 1.0
+    assert (tmp_path / "run" / "partition.safetensors").is_file()
+
+    export = subprocess.run([str(BIN / "pfl-export"), "--run", "run", "--client", "1"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert export.returncode == 0, export.stderr
+    card = json.loads((tmp_path / "run" / "exports" / "client1" / "model_card.json").read_text())
+    assert card["classes"] == ["idle", "walking", "running", "cycling"]
+    assert card["preprocessing"]["kind"] == "standardize"
+    assert len(card["preprocessing"]["mean"]) == 12
+    assert {p["file"] for p in card["parity"]} >= {"model.onnx", "model.pte"}
+    assert all(p["max_abs_diff"] < 1e-4 for p in card["parity"])
+
+
+def test_server_with_two_workers_and_two_sdk_clients_with_import_paths(on_path, make_server,
+                                                                      tmp_path):
+    server = make_server(SERVER_CONFIG, "--min-enrolled", "2", "--workers", "2")
+    dirs = client_data_dirs(tmp_path / "clients", SERVER_CONFIG)
+    assert load_client_data(dirs[0]).x.shape[1:] == (12,)  # tabular rows, not images
+    process = spawn_client(server, dirs[0], server.token(0))
+    device = FederatedClient(server.url, dirs[1] / ".state", load_client_data(dirs[1]),
+                             token=server.token(1), retry=RetryPolicy(cap=1.0, max_elapsed=240))
+    thread = threading.Thread(target=device.run)
+    thread.start()
+    status = server.wait_for(lambda s: s["status"] == "finished", timeout=300)
+    thread.join(120)
+    assert process.wait(60) == 0
+    assert status["algorithm"] == "sensorkit.methods:PriorShift"
+    assert [r["metrics"]["participants"] for r in status["history"]] == [2, 2]
+    expected = simulated_global(SERVER_CONFIG, tmp_path / "sim")
+    got = server_global(server, status["global_hash"])
+    assert sorted(got) == sorted(expected)
+    for key in expected:
+        assert torch.equal(got[key], expected[key]), key
+    model = device.personalized_model()
+    assert model(torch.zeros(3, 12)).shape == (3, 4)
+    assert "bias" in dict(model.named_buffers())
+    device.close()
