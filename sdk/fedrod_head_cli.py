@@ -23,6 +23,7 @@ from pflkit.sdk.class_distribution import (
     class_proportions,
     parse_class_distribution,
 )
+from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.state_store import client_state_to_bytes
 from pflkit.sdk.tensorio import CorruptStateError, atomic_write_bytes, load_state
 
@@ -50,8 +51,8 @@ def global_state_path(source: Path, round_index: int | None = None) -> Path:
         return source
     if not source.is_dir():
         raise HeadError(f"{source} does not exist")
-    name = "latest.safetensors" if round_index is None else f"round_{round_index}.safetensors"
-    path = source / "global" / name
+    run = RunDir(source)
+    path = run.latest if round_index is None else run.checkpoint(round_index)
     if not path.is_file():
         raise HeadError(f"{source} has no {path.relative_to(source)} (is it a pfl-sim run "
                         "directory, and was that round checkpointed?)")

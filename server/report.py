@@ -13,9 +13,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from pflkit.sdk.rundir import RunDir  # noqa: E402
 
-def _rows(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
+
+def _rows(run_dir: RunDir) -> list[dict[str, Any]]:
+    path = run_dir.metrics
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -104,17 +106,16 @@ def _fmt(value: Any) -> str:
 
 def write_report(run_dir: Path) -> Path:
     """Write ``report.md`` (and plots) for a run directory; returns its path."""
-    run_dir = Path(run_dir)
-    plots = run_dir / "plots"
+    files = RunDir(run_dir)
+    plots = files.plots
     plots.mkdir(exist_ok=True)
-    rows = _rows(run_dir)
-    final = json.loads((run_dir / "final.json").read_text()) if (run_dir / "final.json").is_file() \
-        else {}
-    config = (run_dir / "config.toml").read_text() if (run_dir / "config.toml").is_file() else ""
+    rows = _rows(files)
+    final = json.loads(files.final.read_text()) if files.final.is_file() else {}
+    config = files.config_file.read_text() if files.config_file.is_file() else ""
     title = tomllib.loads(config).get("algorithm", {}).get("name", "run") if config else "run"
     plot_curves(rows, plots, title)
     dist = plot_client_distribution(final, plots)
-    lines = [f"# pflkit run report: {run_dir.name}", ""]
+    lines = [f"# pflkit run report: {files.path.name}", ""]
     if final:
         lines += ["## Final (last round, not the best)", "", "| metric | value |", "|---|---|"]
         for key, value in final.get("global_model", {}).items():
@@ -132,6 +133,5 @@ def write_report(run_dir: Path) -> Path:
         lines += ["## Partition", "", "![partition](plots/partition.png)", "",
                   "Per-client class counts: `partition.txt`.", ""]
     lines += ["## Configuration", "", "```toml", config.rstrip(), "```", ""]
-    path = run_dir / "report.md"
-    path.write_text("\n".join(lines))
-    return path
+    files.report.write_text("\n".join(lines))
+    return files.report

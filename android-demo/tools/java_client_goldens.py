@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 from pflkit.sdk.algorithms.base import RoundContext
-from pflkit.sdk.run_config import SimConfig, build_run
+from pflkit.sdk.builder import build_run
+from pflkit.sdk.run_config import SimConfig
 from pflkit.sdk.tensorio import save_state
 
 RUN_TOML = """\
