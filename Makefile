@@ -10,10 +10,11 @@ JOBS   ?= 2
 
 .PHONY: setup demo test test-gpu lint bench-fedavg bench-overhead clean
 
-$(STAMP): pyproject.toml
+# Everything the tests need (every extra), at the tested versions of constraints.txt.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 # The server tests start their own PostgreSQL (package `postgresql`, any version; this file is
