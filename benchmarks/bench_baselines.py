@@ -41,6 +41,7 @@ from pflkit.sdk.builder import build_run
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.evaluation import evaluate_client, summarize
 from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.tensorio import load_state
 from pflkit.server.coordinator import UpdateRejected
 
@@ -98,9 +99,9 @@ def row_from_summary(summary: dict[str, float], rounds: int, seconds: float) -> 
 
 def fedavg_row(run_dir: Path, rounds: int) -> dict[str, Any]:
     """FedAvg = the fedavg_ft run's final global model on every client's own test split."""
-    cfg = SimConfig.load(run_dir / "config.toml")
-    federation, algorithm = build_run(cfg)
-    model = algorithm.global_model(load_state(run_dir / "global" / "latest.safetensors"))
+    files = RunDir(run_dir)
+    federation, algorithm = build_run(files.config())
+    model = algorithm.global_model(load_state(files.latest))
     reports = [evaluate_client(model, client, None, federation.spec.num_classes)
                for client in federation.clients.values()]
     return row_from_summary(summarize(reports), rounds, 0.0)
@@ -115,7 +116,7 @@ def curve(rows: dict[str, Any], runs: dict[str, str], path: Path, title: str) ->
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for method, run_dir in runs.items():
-        metrics = Path(run_dir) / "metrics.jsonl"
+        metrics = RunDir(run_dir).metrics
         if not metrics.is_file():
             continue
         points = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]

@@ -27,6 +27,7 @@ from pflkit.export import Selection, build_exportable, export_model, load_run_so
 from pflkit.export.formats import FORMATS
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.state_store import client_state_to_bytes
 from pflkit.sdk.tensorio import atomic_write_bytes
 from pflkit.server.simulator import Simulation
@@ -77,7 +78,7 @@ def train(config: SimConfig, name: str) -> tuple[Path, dict]:
         client = sim.federation.all_clients[CLIENT]
         state = sim.algorithm.personalize(sim.coordinator.global_state, sim.client_state(CLIENT),
                                           client.train, sim.context(CLIENT, config.rounds))
-        atomic_write_bytes(run_dir / "personalized" / f"{CLIENT}.safetensors",
+        atomic_write_bytes(RunDir(run_dir).personalized(CLIENT),
                            client_state_to_bytes(state))
     return run_dir, {"run_dir": str(run_dir), "seconds": time.perf_counter() - started,
                      "last_round": row}

@@ -46,9 +46,8 @@ from fedrod_common import (
 from pflkit.sdk.algorithms.base import State
 from pflkit.sdk.algorithms.fedrod import PHI, _prefixed
 from pflkit.sdk.builder import build_run
-from pflkit.sdk.run_config import SimConfig
-from pflkit.sdk.state_store import RunClientStore
-from pflkit.sdk.tensorio import load_state, read_metadata
+from pflkit.sdk.rundir import RunDir
+from pflkit.sdk.tensorio import load_state
 
 GROUP = "fedrod"
 # FedAvg at Dir(0.3) comes from bench_fedavg.py (same config); at Dir(0.1) it runs here.
@@ -78,18 +77,18 @@ def score(run_dir: Path, final: dict[str, Any] | None) -> dict[str, Any]:
     ``final`` (the simulator's final.json) supplies the final-pass number; None for a run
     stopped early (``--partial``), which is scored at its last committed round.
     """
-    cfg = SimConfig.load(run_dir / "config.toml")
+    files = RunDir(run_dir)
+    cfg = files.config()
     federation, algorithm = build_run(cfg)
     c = federation.spec.num_classes
-    latest = run_dir / "global" / "latest.safetensors"
-    rounds = int(read_metadata(latest.read_bytes())["rounds_done"])
-    state = load_state(latest)
+    rounds = files.rounds_done()
+    state = load_state(files.latest)
     z, generic = features(algorithm, state, federation.test)
     phi_of: Callable[[int], State | None] = lambda _: None  # noqa: E731  (FedAvg: global model)
     if cfg.algorithm == "fedrod_hyper":
         phi_of = hyper_phi(state, federation.clients, c)
     elif cfg.algorithm == "fedrod_linear":
-        store = RunClientStore(run_dir / "clients")
+        store = files.clients
 
         def phi_of(cid: int) -> State | None:
             kept = store.load(cid, rounds - 1)

@@ -17,7 +17,6 @@ scored with the class-weighted accuracy on the global test set (eq. 20):
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 from common import RESULTS, pct, save, set_threads
@@ -32,6 +31,7 @@ from fedrod_common import (
 )
 
 from pflkit.sdk.builder import build_run
+from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.tensorio import load_state
 
 NAME = "fedrod_new_clients"
@@ -46,12 +46,12 @@ def one_run(algorithm: str, rounds: int) -> dict[str, Any]:
     final = result["final"]
     federation, alg = build_run(cfg)
     c = federation.spec.num_classes
-    run_dir = Path(result["run_dir"])
+    run_dir = RunDir(result["run_dir"])
     new = final["new_clients"]
     if algorithm == "fedrod_hyper":
         zero_shot = new["by_choice"]["zero_shot"]["class_weighted_mean"]
     else:
-        state = load_state(run_dir / "global" / "latest.safetensors")
+        state = load_state(run_dir.latest)
         z, generic = features(alg, state, federation.test)
         zero_shot = mean_class_weighted(z, generic, federation.test, federation.new_clients, c,
                                         lambda _: None)

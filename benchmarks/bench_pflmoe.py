@@ -43,6 +43,7 @@ from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.evaluation import evaluate_client
 from pflkit.sdk.metrics import class_weighted_accuracy, predict, top_k_accuracy
 from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.seeding import torch_generator
 from pflkit.server.simulator import Simulation
 
@@ -239,7 +240,7 @@ def stage_one_or_reuse(alpha: float, rounds: int, previous: dict[str, Any] | Non
                                                         and not extend):
         raise SystemExit(f"REUSE: {run_dir} does not hold a finished {previous['rounds']}-round "
                          f"run (or set EXTEND=1 to train it on to {rounds} rounds)")
-    (run_dir / "config.toml").write_text(config(alpha, rounds).to_toml())
+    RunDir(run_dir).config_file.write_text(config(alpha, rounds).to_toml())
     return sim, previous["curves"][key] + stage_one(sim, counts)
 
 

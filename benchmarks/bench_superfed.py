@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,6 +38,7 @@ from superfed_common import (
 
 from pflkit.sdk.algorithms.superfed import LAMBDA_GRID
 from pflkit.sdk.data.federation import PartitionConfig
+from pflkit.sdk.rundir import RunDir
 
 METHODS = ("superfed_mm", "superfed_lm")
 COMMAND = "cd benchmarks && ../.venv/bin/python bench_superfed.py  (make bench-superfed)"
@@ -98,7 +98,7 @@ def paired(run_dir: str, other_dir: str) -> str:
     """Per-client top-1 difference of two runs on the same clients: mean, 95% bootstrap
     interval and win/tie/loss counts (are the methods' means apart by more than noise?)."""
     def top1(path: str) -> dict[int, float]:
-        final = json.loads((Path(path) / "final.json").read_text())
+        final = json.loads(RunDir(path).final.read_text())
         return {c["client_id"]: c["own_top1"] for c in final["clients"]["per_client"]}
 
     a, b = top1(run_dir), top1(other_dir)

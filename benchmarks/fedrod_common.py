@@ -26,6 +26,7 @@ from pflkit.sdk.data.federation import ClientData, PartitionConfig
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.metrics import class_weighted_accuracy
 from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.tensorio import load_state, save_json
 from pflkit.server.simulator import Simulation
 
@@ -167,7 +168,7 @@ def run_until(cfg: SimConfig, name: str, stop_at: float | None) -> dict[str, Any
     FEDROD_RESUME=1 continues a run directory left by an interrupted benchmark from its last
     checkpoint (every 5 rounds) instead of starting over."""
     run_dir = RUNS / name
-    resume = os.environ.get("FEDROD_RESUME") == "1" and (run_dir / "config.toml").is_file()
+    resume = os.environ.get("FEDROD_RESUME") == "1" and RunDir(run_dir).config_file.is_file()
     if run_dir.exists() and not resume:
         shutil.rmtree(run_dir)
     started = time.perf_counter()
@@ -179,6 +180,6 @@ def run_until(cfg: SimConfig, name: str, stop_at: float | None) -> dict[str, Any
               f"global {row.get('global_top1', float('nan')):.4f} {row['seconds']:.1f}s",
               flush=True)
     final = sim.final_evaluation()
-    save_json(run_dir / "final.json", final)
+    save_json(RunDir(run_dir).final, final)
     return {"name": name, "run_dir": str(run_dir), "seconds": time.perf_counter() - started,
             "final": final, "config": cfg.to_toml()}

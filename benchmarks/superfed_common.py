@@ -15,6 +15,7 @@ from pflkit.sdk.builder import build_run
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.metrics import Scores, mean_std
 from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.state_store import client_state_from_bytes
 from pflkit.sdk.tensorio import load_state
 
@@ -51,14 +52,15 @@ def lambda_choices(run_dir: Path) -> dict[str, Any]:
     client's best lambda on its own TEST split. ``chosen_lambdas`` counts the shipped rule's
     picks (read from the stored client states, which must agree with the recomputed rule).
     """
-    cfg = SimConfig.load(run_dir / "config.toml")
+    files = RunDir(run_dir)
+    cfg = files.config()
     federation, algorithm = build_run(cfg)
     assert isinstance(algorithm, SuPerFed)
-    glob = load_state(run_dir / "global" / "latest.safetensors")
+    glob = load_state(files.latest)
     held, test = {}, {}
     chosen = {f"{lam:.1f}": 0 for lam in LAMBDA_GRID}
     for cid, client in federation.clients.items():
-        path = run_dir / "personalized" / f"{cid}.safetensors"
+        path = files.personalized(cid)
         state = client_state_from_bytes(path.read_bytes(), str(path))
         _, rows = algorithm.split(client.train, cfg.seed, cid)
         held[cid] = lambda_sweep(algorithm, glob, state, rows)
@@ -93,7 +95,7 @@ def with_choices(row: dict[str, Any]) -> dict[str, Any]:
     run_dir = Path(row["run_dir"])
     if "rules" in row or not (run_dir / "personalized").is_dir():
         return row
-    if not SimConfig.load(run_dir / "config.toml").algorithm.startswith("superfed"):
+    if not RunDir(run_dir).config().algorithm.startswith("superfed"):
         return row
     return row | lambda_choices(run_dir)
 
@@ -142,7 +144,7 @@ def run_row(cfg: SimConfig, name: str) -> dict[str, Any]:
 
 def curve_points(run_dir: str, key: str = "personal_top1") -> list[tuple[int, float]]:
     """(round, value) pairs of one metric from a run's metrics.jsonl."""
-    path = Path(run_dir) / "metrics.jsonl"
+    path = RunDir(run_dir).metrics
     if not path.is_file():
         return []
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
