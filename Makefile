@@ -85,6 +85,20 @@ bench-export: setup
 bench-server: setup
 	cd benchmarks && ../$(BIN)/python bench_server.py
 
+# Flower for bench-scale lives in its own venv (never a pflkit dependency); a .pth file lets it
+# import this checkout's torch and pflkit for the same model and partition.
+FLOWER_VENV := benchmarks/.venv-flower
+$(FLOWER_VENV)/.installed:
+	$(PYTHON) -m venv $(FLOWER_VENV)
+	$(FLOWER_VENV)/bin/pip install -q "flwr[simulation]==1.42.0"
+	echo "import site; site.addsitedir('$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
+		> "$$($(FLOWER_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/pflkit-checkout.pth"
+	touch $@
+
+.PHONY: bench-scale
+bench-scale: setup $(FLOWER_VENV)/.installed
+	cd benchmarks && ../$(BIN)/python bench_scale.py
+
 .PHONY: bench-report
 bench-report: setup
 	$(BIN)/python benchmarks/collect.py

@@ -1,0 +1,245 @@
+"""bench-scale: seconds per round of every executor, the plain loop and Flower, in one run.
+
+(a) FedAvg, FMNIST Dir(0.3), 100 clients, 20 per round, E=5, B=40, FedRoD ConvNet;
+(b) SuPerFed-MM, FMNIST 2 shards per client, 50 clients, TwoNN, 5 per round, E=10, B=10
+(definitions: scale_workloads.py). Each system runs WARMUP + ROUNDS rounds of the same run
+(same seed, clients, batches); the first WARMUP rounds start workers and fill caches and are
+not timed. Seconds per round = mean of the timed rounds; accuracy = the global model's top-1
+on the 10k test set after the last timed round (a check that every system did the same work,
+not a converged number). Threads: the sequential and batched executors and the plain loop use
+both cores (2 torch threads); Ray and Flower run 2 worker processes with 1 thread each.
+
+End-of-run evaluation: the final per-client evaluation of (a) (100 clients, own-class-weighted
+and plain global test, the generic model) after the timed rounds, timed on its own; its share
+of a 100-round run is eval / (100 x the best measured seconds per round + eval).
+
+    make bench-scale                 (creates benchmarks/.venv-flower with flwr[simulation])
+    ROUNDS=3 WARMUP=1 SYSTEMS=sequential,ray make bench-scale
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from bench_overhead import plain_rounds
+from common import RESULTS, save, subset
+from scale_workloads import fedavg_config, superfed_config
+
+from pflkit.sdk.metrics import predict, top_k_accuracy
+from pflkit.sdk.run_config import ExecutionConfig, SimConfig
+from pflkit.server.simulator import Simulation
+
+HERE = Path(__file__).resolve().parent
+FLOWER_PYTHON = HERE / ".venv-flower" / "bin" / "python"
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+WARMUP = int(os.environ.get("WARMUP", "1"))
+THREADS = 2  # the machine's cores, for the in-process systems
+
+# name -> (ExecutionConfig fields, torch threads in this process)
+EXECUTIONS: dict[str, dict[str, Any]] = {
+    "sequential": {"executor": "sequential"},
+    "sequential-bf16": {"executor": "sequential", "precision": "bf16"},
+    "batched": {"executor": "batched"},
+    "ray": {"executor": "ray", "workers": 2, "num_cpus": 1.0},
+    "ray-bf16": {"executor": "ray", "workers": 2, "num_cpus": 1.0, "precision": "bf16"},
+}
+SYSTEMS = [*EXECUTIONS, "plain", "flower"]
+
+
+def accuracy(sim: Simulation, state: dict[str, torch.Tensor]) -> float:
+    test = sim.federation.test
+    return top_k_accuracy(predict(sim.algorithm.global_model(state), test), test.y, 1)
+
+
+def time_pflkit(config: SimConfig, name: str, workdir: Path) -> tuple[dict[str, Any], Simulation]:
+    """WARMUP + ROUNDS rounds of one executor; the simulation stays open for more work."""
+    torch.set_num_threads(THREADS)
+    sim = Simulation(config, workdir / name, progress=False)
+    seconds = []
+    for r in range(WARMUP + ROUNDS):
+        started = time.perf_counter()
+        sim.run_round()
+        if r >= WARMUP:
+            seconds.append(time.perf_counter() - started)
+    row = {"seconds": seconds, "per_round": sum(seconds) / len(seconds),
+           "top1": accuracy(sim, sim.coordinator.global_state)}
+    return row, sim
+
+
+def time_plain(config: SimConfig, workdir: Path) -> dict[str, Any]:
+    """The hand-written loop of bench-overhead on the same clients and batches."""
+    torch.set_num_threads(THREADS)
+    sim = Simulation(config, workdir / "plain", progress=False)
+    seconds, state = plain_rounds(sim, WARMUP + ROUNDS)
+    timed = seconds[WARMUP:]
+    return {"seconds": timed, "per_round": sum(timed) / len(timed), "top1": accuracy(sim, state)}
+
+
+def time_flower(workdir: Path) -> dict[str, Any]:
+    """Flower 1.42's simulation engine (its own venv) on workload (a), 2 workers."""
+    if not FLOWER_PYTHON.is_file():
+        return {"skipped": "benchmarks/.venv-flower missing (make bench-scale creates it)"}
+    out = workdir / "flower.json"
+    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    subprocess.run([str(FLOWER_PYTHON), str(HERE / "flower_fedavg.py"), str(out),
+                    str(WARMUP + ROUNDS), "2"], check=True, env=env, cwd=HERE)
+    raw = json.loads(out.read_text())
+    timed = raw["round_seconds"][WARMUP:]
+    return {"seconds": timed, "per_round": sum(timed) / len(timed), "top1": raw["top1"],
+            "flwr": raw["flwr"]}
+
+
+def workload_a(systems: list[str], workdir: Path) -> dict[str, Any]:
+    rows: dict[str, Any] = {}
+    evaluation: dict[str, Any] = {}
+    for name in systems:
+        if name == "plain":
+            rows[name] = time_plain(fedavg_config(), workdir)
+        elif name == "flower":
+            rows[name] = time_flower(workdir)
+        else:
+            row, sim = time_pflkit(fedavg_config(ExecutionConfig(**EXECUTIONS[name])),
+                                   f"a-{name}", workdir)
+            if name == "sequential":  # the end-of-run evaluation, timed on its own
+                started = time.perf_counter()
+                final = sim.final_evaluation()
+                evaluation = {"seconds": time.perf_counter() - started,
+                              "class_weighted_mean":
+                                  final["clients"]["summary"]["class_weighted_mean"]}
+            sim.close()
+            rows[name] = row
+        print(f"(a) {name}: {rows[name]}", flush=True)
+    return {"rows": rows, "evaluation": evaluation}
+
+
+def workload_b(systems: list[str], workdir: Path) -> dict[str, Any]:
+    rows: dict[str, Any] = {}
+    for name in systems:
+        if name in ("plain", "flower") or name.endswith("bf16"):
+            continue  # no plain loop or Flower port of SuPerFed; bf16 is a ConvNet question
+        row, sim = time_pflkit(superfed_config(ExecutionConfig(**EXECUTIONS[name])),
+                               f"b-{name}", workdir)
+        sim.close()
+        rows[name] = row
+        print(f"(b) {name}: {row}", flush=True)
+    return {"rows": rows}
+
+
+def gpu_section(workdir: Path) -> dict[str, Any]:
+    if not torch.cuda.is_available():
+        return {"skipped": "no CUDA GPU on this machine"}
+    rows = {}
+    for label, make in (("a", fedavg_config), ("b", superfed_config)):
+        for name, fields in (("sequential", {}), ("batched", {"executor": "batched"})):
+            row, sim = time_pflkit(make(ExecutionConfig(device="cuda", **fields)),
+                                   f"gpu-{label}-{name}", workdir)
+            sim.close()
+            rows[f"{label}-{name}"] = row
+    return {"rows": rows, "device": torch.cuda.get_device_name(0)}
+
+
+def ratio(rows: dict[str, Any], fast: str, slow: str) -> float | None:
+    a, b = rows.get(fast, {}), rows.get(slow, {})
+    if "per_round" not in a or "per_round" not in b:
+        return None
+    return b["per_round"] / a["per_round"]
+
+
+def best(rows: dict[str, Any]) -> str:
+    pflkit = {k: v for k, v in rows.items() if k in EXECUTIONS and "per_round" in v}
+    return min(pflkit, key=lambda k: pflkit[k]["per_round"])
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def table(title: str, rows: dict[str, Any], baseline: str) -> str:
+    lines = [f"### {title}", "",
+             f"| system | s / round (mean of {ROUNDS}) | rounds (s) | top-1 after "
+             f"{WARMUP + ROUNDS} rounds | speed-up vs {baseline} |", "|---|---|---|---|---|"]
+    for name, row in rows.items():
+        if "per_round" not in row:
+            lines.append(f"| {name} | not run: {row.get('skipped', '')} | | | |")
+            continue
+        lines.append(f"| {name} | {row['per_round']:.2f} | "
+                     f"{', '.join(f'{s:.1f}' for s in row['seconds'])} | "
+                     f"{100 * row['top1']:.2f} | {fmt(ratio(rows, name, baseline))}x |")
+    return "\n".join(lines)
+
+
+def render(result: dict[str, Any]) -> str:
+    a, b = result["a"]["rows"], result["b"]["rows"]
+    top = best(a) if a else None
+    evaluation = result["a"]["evaluation"]
+    parts = [
+        "# bench-scale",
+        "",
+        f"Command: `make bench-scale` (ROUNDS={ROUNDS}, WARMUP={WARMUP}; one run, every system "
+        "one after another on the same machine, under the speed lock). Sequential, batched and "
+        "the plain loop: 2 torch threads; Ray and Flower: 2 workers x 1 thread. Flower "
+        f"{a.get('flower', {}).get('flwr', '1.42')} in its own venv (benchmarks/.venv-flower), "
+        "plain-PyTorch client, Flower's FedAvg on its Ray backend.",
+        "",
+        table("(a) FedAvg, FMNIST Dir(0.3), 100 clients, 20/round, E=5, B=40, FedRoD ConvNet",
+              a, "sequential"),
+        "",
+        table("(b) SuPerFed-MM, FMNIST 2 shards/client, 50 clients, TwoNN, 5/round, E=10, B=10",
+              b, "sequential"),
+        "",
+        "### Targets",
+        "",
+        "| target | measured | met |",
+        "|---|---|---|",
+    ]
+    if top:
+        vs_flower, vs_plain = ratio(a, top, "flower"), ratio(a, top, "plain")
+        parts.append(f"| (a) pflkit's best ({top}) >= 2.6x faster than Flower per round | "
+                     f"{fmt(vs_flower)}x | {_met(vs_flower, 2.6)} |")
+        parts.append(f"| (a) pflkit's best ({top}) >= 1.5x faster than the plain loop | "
+                     f"{fmt(vs_plain)}x | {_met(vs_plain, 1.5)} |")
+    batched = ratio(b, "batched", "sequential")
+    parts.append(f"| (b) batched >= 3x sequential | {fmt(batched)}x | {_met(batched, 3.0)} |")
+    if evaluation and top:
+        run = 100 * a[top]["per_round"] + evaluation["seconds"]
+        share = evaluation["seconds"] / run
+        parts.append(f"| end-of-run evaluation <= 10% of a 100-round run | "
+                     f"{evaluation['seconds']:.1f} s of {run:.0f} s = {100 * share:.1f}% "
+                     f"(run = 100 x {a[top]['per_round']:.2f} s + evaluation) | "
+                     f"{_met(0.10 / share, 1.0)} |")
+    gpu = result["gpu"]
+    parts += ["", "### GPU", ""]
+    if "skipped" in gpu:
+        parts.append(f"Not run: {gpu['skipped']}. The same command fills this section on a "
+                     "machine with CUDA (sequential and batched executors, device \"cuda\").")
+    else:
+        parts.append(table(f"on {gpu['device']}", gpu["rows"], "a-sequential"))
+    return "\n".join(parts) + "\n"
+
+
+def _met(value: float | None, target: float) -> str:
+    return "n/a" if value is None else ("yes" if value >= target else "NO")
+
+
+def main() -> None:
+    systems = subset("SYSTEMS", SYSTEMS)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    result = {"rounds": ROUNDS, "warmup": WARMUP, "a": workload_a(systems, workdir),
+              "b": workload_b(systems, workdir), "gpu": gpu_section(workdir),
+              "python": sys.version.split()[0]}
+    text = render(result)
+    print(text)
+    (RESULTS / "scale.md").write_text(text)
+    save("scale", result)
+
+
+if __name__ == "__main__":
+    main()
