@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -61,9 +62,10 @@ class ClientWorker:
         self.device = resolve_device(device)  # "auto" is resolved where the worker runs
         self.algorithm = algorithm.to(self.device)
         self.autocast = check_precision(precision)
-        # copies: the object store's arrays are read-only, and the worker may move them
-        self.data = {cid: data_to(LabeledTensors(torch.tensor(x), torch.tensor(y)), self.device)
-                     for cid, (x, y) in rows.items()}
+        with warnings.catch_warnings():  # the object store's arrays are read-only: training
+            warnings.simplefilter("ignore", UserWarning)  # only reads rows, so no copy is made
+            self.data = {cid: data_to(LabeledTensors(torch.from_numpy(x), torch.from_numpy(y)),
+                                      self.device) for cid, (x, y) in rows.items()}
         self._global: tuple[int, State] | None = None
 
     def pid(self) -> int:
