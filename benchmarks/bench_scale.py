@@ -14,7 +14,8 @@ and plain global test, the generic model) after the timed rounds, timed on its o
 of a 100-round run is eval / (100 x the best measured seconds per round + eval).
 
     make bench-scale                 (creates benchmarks/.venv-flower with flwr[simulation])
-    ROUNDS=3 WARMUP=1 SYSTEMS=sequential,ray make bench-scale
+    ROUNDS=3 WARMUP=1 THREADS=2 SYSTEMS=sequential,ray make bench-scale
+    RENDER_ONLY=1 make bench-scale   (rewrite results/scale.md from results/scale.json)
 """
 
 from __future__ import annotations
@@ -41,12 +42,15 @@ HERE = Path(__file__).resolve().parent
 FLOWER_PYTHON = HERE / ".venv-flower" / "bin" / "python"
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 WARMUP = int(os.environ.get("WARMUP", "1"))
-THREADS = 2  # the machine's cores, for the in-process systems
+# torch threads of the in-process systems (sequential, batched, plain loop); Ray and Flower
+# always run 2 workers x 1 thread. 2 = both cores; on a machine shared with other jobs,
+# 2-thread OpenMP regions stall whenever one core is taken, so THREADS=1 can be the fairer
+# baseline (the table says which was used).
+THREADS = int(os.environ.get("THREADS", "2"))
 
 # name -> (ExecutionConfig fields, torch threads in this process)
 EXECUTIONS: dict[str, dict[str, Any]] = {
     "sequential": {"executor": "sequential"},
-    "sequential-bf16": {"executor": "sequential", "precision": "bf16"},
     "batched": {"executor": "batched"},
     "ray": {"executor": "ray", "workers": 2, "num_cpus": 1.0},
     "ray-bf16": {"executor": "ray", "workers": 2, "num_cpus": 1.0, "precision": "bf16"},
@@ -162,10 +166,10 @@ def fmt(value: float | None, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def table(title: str, rows: dict[str, Any], baseline: str) -> str:
+def table(title: str, rows: dict[str, Any], baseline: str, rounds: int, warmup: int) -> str:
     lines = [f"### {title}", "",
-             f"| system | s / round (mean of {ROUNDS}) | rounds (s) | top-1 after "
-             f"{WARMUP + ROUNDS} rounds | speed-up vs {baseline} |", "|---|---|---|---|---|"]
+             f"| system | s / round (mean of {rounds}) | rounds (s) | top-1 after "
+             f"{warmup + rounds} rounds | speed-up vs {baseline} |", "|---|---|---|---|---|"]
     for name, row in rows.items():
         if "per_round" not in row:
             lines.append(f"| {name} | not run: {row.get('skipped', '')} | | | |")
@@ -180,20 +184,24 @@ def render(result: dict[str, Any]) -> str:
     a, b = result["a"]["rows"], result["b"]["rows"]
     top = best(a) if a else None
     evaluation = result["a"]["evaluation"]
+    counts = result["rounds"], result["warmup"]
     parts = [
         "# bench-scale",
         "",
-        f"Command: `make bench-scale` (ROUNDS={ROUNDS}, WARMUP={WARMUP}; one run, every system "
-        "one after another on the same machine, under the speed lock). Sequential, batched and "
-        "the plain loop: 2 torch threads; Ray and Flower: 2 workers x 1 thread. Flower "
+        f"Command: `ROUNDS={result['rounds']} WARMUP={result['warmup']} "
+        f"THREADS={result.get('threads', THREADS)} make bench-scale` (one "
+        "run, every system one after another on the same machine, under the speed lock). "
+        f"Sequential, batched and the plain loop: {result.get('threads', THREADS)} torch "
+        "thread(s); Ray and Flower: 2 "
+        "workers x 1 thread. Flower "
         f"{a.get('flower', {}).get('flwr', '1.42')} in its own venv (benchmarks/.venv-flower), "
         "plain-PyTorch client, Flower's FedAvg on its Ray backend.",
         "",
         table("(a) FedAvg, FMNIST Dir(0.3), 100 clients, 20/round, E=5, B=40, FedRoD ConvNet",
-              a, "sequential"),
+              a, "sequential", *counts),
         "",
         table("(b) SuPerFed-MM, FMNIST 2 shards/client, 50 clients, TwoNN, 5/round, E=10, B=10",
-              b, "sequential"),
+              b, "sequential", *counts),
         "",
         "### Targets",
         "",
@@ -215,13 +223,21 @@ def render(result: dict[str, Any]) -> str:
                      f"{evaluation['seconds']:.1f} s of {run:.0f} s = {100 * share:.1f}% "
                      f"(run = 100 x {a[top]['per_round']:.2f} s + evaluation) | "
                      f"{_met(0.10 / share, 1.0)} |")
+    if result.get("note"):
+        parts += ["", result["note"]]
+    load = result.get("load_average")
+    if load:
+        parts += ["", f"Load average (1, 5, 15 min) of the 2-core machine: "
+                  f"{', '.join(f'{v:.1f}' for v in load['start'])} at the start, "
+                  f"{', '.join(f'{v:.1f}' for v in load['end'])} at the end: other sessions' "
+                  "jobs shared the cores, so absolute times are inflated and ratios noisy."]
     gpu = result["gpu"]
     parts += ["", "### GPU", ""]
     if "skipped" in gpu:
         parts.append(f"Not run: {gpu['skipped']}. The same command fills this section on a "
                      "machine with CUDA (sequential and batched executors, device \"cuda\").")
     else:
-        parts.append(table(f"on {gpu['device']}", gpu["rows"], "a-sequential"))
+        parts.append(table(f"on {gpu['device']}", gpu["rows"], "a-sequential", *counts))
     return "\n".join(parts) + "\n"
 
 
@@ -230,11 +246,17 @@ def _met(value: float | None, target: float) -> str:
 
 
 def main() -> None:
+    if os.environ.get("RENDER_ONLY"):  # rewrite scale.md from the stored results
+        result = json.loads((RESULTS / "scale.json").read_text())
+        (RESULTS / "scale.md").write_text(render(result))
+        return
     systems = subset("SYSTEMS", SYSTEMS)
     workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    result = {"rounds": ROUNDS, "warmup": WARMUP, "a": workload_a(systems, workdir),
-              "b": workload_b(systems, workdir), "gpu": gpu_section(workdir),
-              "python": sys.version.split()[0]}
+    load_before = os.getloadavg()
+    result = {"rounds": ROUNDS, "warmup": WARMUP, "threads": THREADS,
+              "a": workload_a(systems, workdir), "b": workload_b(systems, workdir),
+              "gpu": gpu_section(workdir), "python": sys.version.split()[0],
+              "load_average": {"start": load_before, "end": os.getloadavg()}}
     text = render(result)
     print(text)
     (RESULTS / "scale.md").write_text(text)
