@@ -47,16 +47,15 @@ from pflkit.sdk.algorithms.base import (
     Algorithm,
     Choice,
     ClientState,
-    LocalTraining,
     RoundContext,
     State,
 )
-from pflkit.sdk.builder import algorithm_for
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import check_precision, data_to, resolve_device, state_to
 from pflkit.sdk.protocol import METRICS_KEY, RETRY_AFTER
 from pflkit.sdk.seeding import numpy_rng
 from pflkit.sdk.state_store import DeviceStateStore
+from pflkit.sdk.task_config import TaskConfig
 from pflkit.sdk.tensorio import (
     CorruptStateError,
     atomic_write_bytes,
@@ -222,17 +221,13 @@ class FederatedClient:
         self._write_json("cache.json", {**cache, "global_hash": digest})
         return state_from_bytes(data, f"global {digest}")
 
-    def _algorithm(self, run_id: int, config: dict[str, Any]) -> Algorithm:
-        key = json.dumps([run_id, config["algorithm"], config["params"], config["model"]])
+    def _algorithm(self, run_id: int, config: TaskConfig) -> Algorithm:
+        key = json.dumps([run_id, config.algorithm, config.params, config.model])
         if key not in self._algorithms:
-            shape = tuple(int(v) for v in config["input_shape"])
-            if tuple(self.data.x.shape[1:]) != shape:
+            if tuple(self.data.x.shape[1:]) != config.input_shape:
                 raise ValueError(f"local data has inputs {tuple(self.data.x.shape[1:])}, the "
-                                 f"run's model expects {shape}")
-            self._algorithms[key] = algorithm_for(config["algorithm"], config["params"],
-                                                  config["model"], shape,
-                                                  int(config["num_classes"]),
-                                                  LocalTraining(**config["local"])).to(self.device)
+                                 f"run's model expects {config.input_shape}")
+            self._algorithms[key] = config.build().to(self.device)
         return self._algorithms[key]
 
     def _client_state(self, run_id: int, algorithm: Algorithm, seed: int) -> ClientState:
@@ -244,13 +239,12 @@ class FederatedClient:
 
     def _train(self, task: dict[str, Any]) -> bytes:
         """Fit one round and persist the result as the pending file; return it."""
-        cfg = task["config"]
+        cfg = TaskConfig.from_wire(task["config"])
         algorithm = self._algorithm(task["run_id"], cfg)
-        ctx = RoundContext(task["round"], cfg["total_rounds"], cfg["lr"], cfg["seed"],
-                           self.client_id)
+        ctx = RoundContext(task["round"], cfg.total_rounds, cfg.lr, cfg.seed, self.client_id)
         with autocast_training(self.autocast):
             result = algorithm.fit(state_to(self.global_state(task["global_hash"]), self.device),
-                                   self._client_state(task["run_id"], algorithm, cfg["seed"]),
+                                   self._client_state(task["run_id"], algorithm, cfg.seed),
                                    self.data, ctx)
         metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(v)}
         upload = state_to_bytes(result.update, {METRICS_KEY: json.dumps(metrics)})
@@ -313,25 +307,25 @@ class FederatedClient:
         cache = self._read_json("cache.json")
         if cache.get("finished_run") == task["run_id"]:
             return
-        cfg = task["config"]
+        cfg = TaskConfig.from_wire(task["config"])
         algorithm = self._algorithm(task["run_id"], cfg)
         global_state = state_to(self.global_state(task["global_hash"]), self.device)
         if algorithm.has_personalization_stage:
-            ctx = RoundContext(cfg["total_rounds"], cfg["total_rounds"], cfg["lr"], cfg["seed"],
+            ctx = RoundContext(cfg.total_rounds, cfg.total_rounds, cfg.lr, cfg.seed,
                                self.client_id)
-            state = self._client_state(task["run_id"], algorithm, cfg["seed"])
+            state = self._client_state(task["run_id"], algorithm, cfg.seed)
             with autocast_training(self.autocast):
                 self.store.save(algorithm.personalize(global_state, state, self.data, ctx))
         self._write_json("cache.json", {**self._read_json("cache.json"), "state_run":
                                         task["run_id"], "finished_run": task["run_id"],
-                                        "config": cfg})
+                                        "config": task["config"]})
 
     def personalized_model(self, choice: Choice | None = None) -> nn.Module:
         """Build the device's inference model from the finished run, on the client's device."""
         cache = self._read_json("cache.json")
         if "finished_run" not in cache:
             raise RuntimeError("no finished run yet: keep calling step()")
-        algorithm = self._algorithm(cache["finished_run"], cache["config"])
+        algorithm = self._algorithm(cache["finished_run"], TaskConfig.from_wire(cache["config"]))
         state = self.store.load() or ClientState()
         return algorithm.personalized_model(self.global_state(cache["global_hash"]), state,
                                             choice)

@@ -36,9 +36,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pflkit.sdk.algorithms.base import Algorithm, State
 from pflkit.sdk.builder import build_algorithm, data_spec
+from pflkit.sdk.data.spec import DatasetSpec
 from pflkit.sdk.protocol import MAX_ID, MAX_METRIC_NAME, MAX_METRICS, METRICS_KEY
 from pflkit.sdk.registry import ExtensionError
 from pflkit.sdk.run_config import ConfigError, Schedule, SimConfig
+from pflkit.sdk.task_config import TaskConfig
 from pflkit.sdk.tensorio import CorruptStateError, read_metadata, state_from_bytes, state_to_bytes
 from pflkit.server.aggregation import aggregator_factory
 from pflkit.server.blobs import BlobStore, sha256
@@ -80,8 +82,7 @@ class RunSetup:
     config: SimConfig
     algorithm: Algorithm
     schedule: Schedule
-    input_shape: tuple[int, ...]
-    num_classes: int
+    spec: DatasetSpec  # the dataset's shapes and classes (its data is never read)
 
 
 @dataclass(frozen=True)
@@ -391,14 +392,8 @@ class FederationService:
 
     def _task_config(self, run: Run, round_index: int) -> dict[str, Any]:
         setup = self.setup(run)
-        cfg = setup.config
-        return {"algorithm": cfg.algorithm, "params": cfg.params, "model": cfg.model,
-                "input_shape": list(setup.input_shape), "num_classes": setup.num_classes,
-                "seed": cfg.seed, "total_rounds": cfg.rounds,
-                "lr": setup.schedule.lr_at(round_index),
-                "local": {"epochs": cfg.training.epochs, "batch_size": cfg.training.batch_size,
-                          "momentum": cfg.training.momentum,
-                          "weight_decay": cfg.training.weight_decay}}
+        return TaskConfig.of(setup.config, setup.spec, setup.schedule.lr_at(round_index)
+                             ).to_wire()
 
     def check_global(self, digest: str) -> None:
         """Raise NotFound unless some run or round names this global state and it is stored."""
@@ -648,7 +643,7 @@ def build_setup(config_toml: str, settings: ServerSettings) -> RunSetup:
     schedule = config.schedule()
     if settings.clients_per_round is not None:
         schedule = replace(schedule, clients_per_round=settings.clients_per_round)
-    return RunSetup(config, algorithm, schedule, spec.input_shape, spec.num_classes)
+    return RunSetup(config, algorithm, schedule, spec)
 
 
 def _lowest_free_id(s: Session) -> int | None:

@@ -17,11 +17,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import pydantic
 import torch
 from torch import nn
 
-from pflkit.sdk.algorithms.paramcheck import HyperparameterError, parse_params
+# HyperparameterError is re-exported: methods raise it from their Params' __post_init__
+from pflkit.sdk.algorithms.paramcheck import HyperparameterError as HyperparameterError
+from pflkit.sdk.algorithms.paramcheck import parse_params
 from pflkit.sdk.batched_training import batching_blocker
+from pflkit.sdk.config_types import (
+    STRICT_CONFIG,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+)
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import Shape, SplitModel, build_model, float_state
 from pflkit.sdk.registry import ExtensionError, known_names, resolve
@@ -49,18 +58,17 @@ class ModelFactory:
         return build_model(self.name, self.input_shape, self.num_classes, seed)
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True, config=STRICT_CONFIG)
 class LocalTraining:
-    """Client-side SGD settings shared by every algorithm (grouped once, not restated)."""
+    """Client-side SGD settings shared by every algorithm (grouped once, not restated).
 
-    epochs: int = 5  # local epochs per round (E)
-    batch_size: int = 40  # mini-batch size (B)
-    momentum: float = 0.9  # SGD momentum; the optimizer is fresh every round
-    weight_decay: float = 1e-5  # L2 weight decay in the optimizer
+    Typed strictly like the run config they come from (and the task a client receives).
+    """
 
-    def __post_init__(self) -> None:
-        if self.epochs < 0 or self.batch_size <= 0:
-            raise HyperparameterError(f"local training: bad epochs/batch_size in {self}")
+    epochs: NonNegativeInt = 5  # local epochs per round (E)
+    batch_size: PositiveInt = 40  # mini-batch size (B)
+    momentum: NonNegativeFloat = 0.9  # SGD momentum; the optimizer is fresh every round
+    weight_decay: NonNegativeFloat = 1e-5  # L2 weight decay in the optimizer
 
 
 @dataclass(frozen=True)

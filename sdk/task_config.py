@@ -1,0 +1,73 @@
+"""What a client is told to train: its part of the run config, typed like the run config.
+
+The server derives it from the run's :class:`~pflkit.sdk.run_config.SimConfig` and the dataset
+spec (:meth:`TaskConfig.of`) and sends it with every task as JSON; ``FederatedClient``
+validates what arrives with the same strict types (:meth:`TaskConfig.from_wire`: a malformed
+task is one :class:`~pflkit.sdk.run_config.ConfigError` line naming the key) and builds the
+algorithm from it exactly as the simulator does (:meth:`TaskConfig.build`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic
+from pydantic import TypeAdapter, ValidationError
+
+from pflkit.sdk.algorithms.base import Algorithm, LocalTraining
+from pflkit.sdk.builder import algorithm_for
+from pflkit.sdk.config_types import (
+    STRICT_CONFIG,
+    Name,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    describe,
+)
+from pflkit.sdk.data.spec import DatasetSpec
+from pflkit.sdk.run_config import ConfigError, SimConfig
+
+
+@pydantic.dataclasses.dataclass(frozen=True, config=STRICT_CONFIG)
+class TaskConfig:
+    """The algorithm, its model and inputs, the round's learning rate, the local SGD settings."""
+
+    algorithm: Name  # built-in name, import path or entry point, as in the run config
+    params: dict[str, Any]
+    model: Name
+    input_shape: tuple[PositiveInt, ...]  # one input without the batch dimension
+    num_classes: PositiveInt
+    seed: NonNegativeInt
+    total_rounds: PositiveInt
+    lr: PositiveFloat  # this round's (decayed) learning rate
+    local: LocalTraining
+
+    @classmethod
+    def of(cls, config: SimConfig, spec: DatasetSpec, lr: float) -> TaskConfig:
+        """The task of a run at a round whose learning rate is ``lr``."""
+        return cls(config.algorithm, dict(config.params), config.model, tuple(spec.input_shape),
+                   spec.num_classes, config.seed, config.rounds, lr, config.training.local())
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> TaskConfig:
+        """Validate a task's JSON ``config`` (ConfigError naming the key)."""
+        try:
+            return _ADAPTER.validate_python(dict(raw))
+        except ValidationError as err:
+            raise ConfigError(f"task config: {describe(err)}") from None
+
+    def to_wire(self) -> dict[str, Any]:
+        """JSON-ready form (the ``config`` of a task)."""
+        out = dataclasses.asdict(self)
+        out["input_shape"] = list(self.input_shape)
+        return out
+
+    def build(self) -> Algorithm:
+        """The algorithm this task trains (resolved like the run config's names)."""
+        return algorithm_for(self.algorithm, self.params, self.model, self.input_shape,
+                             self.num_classes, self.local)
+
+
+_ADAPTER = TypeAdapter(TaskConfig)
