@@ -355,12 +355,13 @@ class SuPerFed(Algorithm):
         wg = layout.flatten(global_state)
         plan = BatchPlan.build(datas, self.local.epochs, self.local.batch_size,
                                [c.generator("batches") for c in ctxs])
-        lams = torch.zeros(len(datas), max(plan.steps, default=0), len(layout.names),
-                           device=wg.device)  # (K, T, tensors): the draws fit makes, in order
+        # (K, T, tensors): the draws fit makes, in its order (CPU generators, moved once)
+        lams = torch.zeros(len(datas), max(plan.steps, default=0), len(layout.names))
         for k, ctx in enumerate(ctxs):
             draw = lambda_sampler(self.mixing, layout, ctx.generator("lambda"))
             for t in range(plan.steps[k]):
                 lams[k, t] = draw()
+        lams = lams.to(wg.device)
         mu, nu = self.params.mu, self.params.nu
 
         def loss(p: dict[str, torch.Tensor], batch: Batch, inputs: dict[str, torch.Tensor]
