@@ -351,6 +351,9 @@ def algorithm_class(ref: str) -> type[Algorithm]:
     if not (isinstance(found, type) and issubclass(found, Algorithm)):
         raise ExtensionError(f"algorithm '{ref}' is not a subclass of "
                              "pflkit.sdk.algorithms.Algorithm")
+    if not isinstance(getattr(found, "name", None), str):
+        raise ExtensionError(f"algorithm '{ref}': its class sets no name (name = \"...\"), "
+                             "which its errors, metrics and model cards use")
     return found
 
 
