@@ -22,7 +22,7 @@ import torch
 import torchvision
 from torch import nn
 
-from pflkit.sdk.registry import ExtensionError, known_names, resolve
+from pflkit.sdk.registry import ExtensionError, known_names, resolve_as
 from pflkit.sdk.seeding import seeded_torch
 
 Shape = tuple[int, ...]  # one input without the batch dimension
@@ -126,13 +126,8 @@ MODELS: dict[str, ModelInfo] = {
 
 def model_builder(ref: str) -> ModelInfo:
     """The builder a model name, import path or entry point resolves to."""
-    found = resolve("model", ref, MODELS)
-    if isinstance(found, ModelInfo):
-        return found
-    if not callable(found):
-        raise ExtensionError(f"model '{ref}' is a {type(found).__name__}, not a callable "
-                             "(input_shape, num_classes) -> SplitModel")
-    return ModelInfo(found, ref)  # type: ignore[arg-type]
+    return resolve_as("model", ref, MODELS, ModelInfo, lambda build: ModelInfo(build, ref),
+                      "a callable (input_shape, num_classes) -> SplitModel")
 
 
 def check_input_shape(ref: str, info: ModelInfo, input_shape: Shape) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TypeVar
@@ -76,6 +76,17 @@ def resolve(kind: str, ref: str, builtins: Mapping[str, T]) -> T | object:
     except Exception as err:  # the entry point's module failed to import
         raise ExtensionError(f"{kind} '{ref}' (entry point {found.value}): "
                              f"{_one_line(err)}") from err
+
+
+def resolve_as(kind: str, ref: str, builtins: Mapping[str, T], entry: type[T],
+               wrap: Callable[[Callable[..., object]], T], expected: str) -> T:
+    """Resolve ``ref`` to an ``entry``; a user's plain callable is wrapped into one."""
+    found = resolve(kind, ref, builtins)
+    if isinstance(found, entry):
+        return found
+    if not callable(found):
+        raise ExtensionError(f"{kind} '{ref}' is a {type(found).__name__}, not {expected}")
+    return wrap(found)
 
 
 def known_names(kind: str, builtins: Mapping[str, object]) -> list[str]:

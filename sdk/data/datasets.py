@@ -24,19 +24,14 @@ import torch
 from pflkit.sdk.data.folder import load_folder
 from pflkit.sdk.data.spec import (
     Dataset,
-    DatasetError,
     DatasetNotFoundError,
     DatasetSource,
     DatasetSpec,
     Preprocessing,
-    Standardize,
 )
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.registry import ExtensionError, known_names, resolve
+from pflkit.sdk.registry import known_names, resolve_as
 from pflkit.sdk.seeding import numpy_rng
-
-__all__ = ["Dataset", "DatasetError", "DatasetNotFoundError", "DatasetSource", "DatasetSpec",
-           "Preprocessing", "Standardize", "dataset_source", "dataset_spec", "load_dataset"]
 
 FMNIST_DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 
@@ -278,13 +273,8 @@ DATASETS: dict[str, DatasetSource] = {
 
 def dataset_source(ref: str) -> DatasetSource:
     """The source a dataset name, import path or entry point resolves to."""
-    found = resolve("dataset", ref, DATASETS)
-    if isinstance(found, DatasetSource):
-        return found
-    if not callable(found):
-        raise ExtensionError(f"dataset '{ref}' is a {type(found).__name__}, not a DatasetSource "
-                             "or a function (root, seed) -> Dataset")
-    return DatasetSource(found)  # type: ignore[arg-type]
+    return resolve_as("dataset", ref, DATASETS, DatasetSource, DatasetSource,
+                      "a DatasetSource or a function (root, seed) -> Dataset")
 
 
 def load_dataset(
