@@ -125,8 +125,9 @@ class RayExecutor(Executor):
                                  max_restarts=-1, max_task_retries=0,
                                  runtime_env={"env_vars": env} if env else None)(ClientWorker)
         threads = max(1, int(settings.num_cpus))
-        shipped = ray.put(algorithm)
-        self.workers = [self._actor.remote(shipped, self._rows, settings.device, threads,
+        # kept referenced for the run: a restarted worker is built from the same objects
+        self._algorithm = ray.put(algorithm)
+        self.workers = [self._actor.remote(self._algorithm, self._rows, settings.device, threads,
                                            settings.precision)
                         for _ in range(self._worker_count())]
         self._key = 0
