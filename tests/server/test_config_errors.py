@@ -46,9 +46,11 @@ def test_pfl_sim_set_overrides_reach_the_run_directory(tmp_path):
 
 
 def test_the_api_answers_422_naming_the_key_and_creates_no_run(make_server):
-    server = make_server(run_toml(rounds=1))
+    server = make_server(run_toml(rounds=3), "--set", "rounds=1")  # --set reaches the run
     with server.admin() as http:
-        first = http.get("/v1/runs/current").json()["id"]
+        current = http.get("/v1/runs/current").json()
+        first = current["id"]
+        assert current["rounds_total"] == 1
         http.post(f"/v1/runs/{first}/stop").raise_for_status()
         for bad, key in [(run_toml().replace("epochs = 1", 'epochs = "two"'), "training.epochs"),
                          (run_toml().replace("rounds = 3", 'rounds = "2"')
@@ -76,6 +78,12 @@ def test_pfl_server_names_the_flag_or_variable_and_the_run_config_key(tmp_path):
     assert bad_run.stderr.strip() == ("pfl-server: rounds: input should be a valid integer, "
                                       "got '2'")
     assert not (tmp_path / "data").exists()  # validated before anything was created
+    overridden = subprocess.run([*base, "--admin-token-file", str(tmp_path / "admin"), "--set",
+                                 "rounds=2", "--set", 'training.lr="fast"'],
+                                capture_output=True, text=True, env=env, timeout=120)
+    assert overridden.returncode == 2
+    assert overridden.stderr.strip() == ("pfl-server: training.lr: input should be a valid "
+                                         "number, got 'fast'")
     fixed = subprocess.run([*base, "--admin-token-file", str(tmp_path / "admin"),
                             "--round-deadline", "-1"], capture_output=True, text=True, env=env,
                            timeout=120)
