@@ -27,6 +27,10 @@ Name = Annotated[str, Strict(), Field(min_length=1)]
 Text = Annotated[str, Strict()]
 Bool = Annotated[bool, Strict()]
 
+class ConfigError(ValueError):
+    """A configuration has an unknown key or a bad value (one line naming the key)."""
+
+
 _MESSAGES = {
     "extra_forbidden": "unknown key",
     "unexpected_keyword_argument": "unknown key",

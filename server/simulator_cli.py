@@ -16,16 +16,9 @@ from typing import Annotated, Any
 
 import typer
 
+from pflkit.sdk.config_toml import apply_overrides, parse_toml, parse_value, set_key
 from pflkit.sdk.registry import ExtensionError, add_project_path
-from pflkit.sdk.run_config import (
-    ConfigError,
-    ExecutionConfig,
-    SimConfig,
-    apply_overrides,
-    parse_toml,
-    parse_value,
-    set_key,
-)
+from pflkit.sdk.run_config import ConfigError, ExecutionConfig, SimConfig
 from pflkit.sdk.rundir import RunDir
 
 app = typer.Typer(add_completion=False, help=__doc__, invoke_without_command=True,

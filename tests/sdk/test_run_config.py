@@ -2,7 +2,8 @@
 
 import pytest
 
-from pflkit.sdk.run_config import ConfigError, SimConfig, apply_overrides, parse_toml, parse_value
+from pflkit.sdk.config_toml import apply_overrides, parse_toml, parse_value
+from pflkit.sdk.run_config import ConfigError, SimConfig
 
 GOOD = """
 seed = 1

@@ -1,0 +1,86 @@
+"""The run config as TOML text: parsing, ``--set KEY=VALUE`` overrides, canonical writing.
+
+Overrides address dotted TOML keys (``training.lr``) and their values are parsed as TOML, so a
+command-line override means exactly what the same line in the file would.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pflkit.sdk.config_types import ConfigError
+
+
+def parse_toml(text: str, source: str = "config") -> dict[str, Any]:
+    """Parse TOML; a syntax error is a one-line :class:`ConfigError` naming ``source``."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{source}: not valid TOML ({err})") from None
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value as TOML (``0.05``, ``true``, ``[1, 2]``, ``"2"``); else the raw text.
+
+    So ``--set data.dataset=digits`` needs no quotes, and ``--set rounds='"2"'`` is the string
+    "2" (refused by the schema like the same line in a file).
+    """
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings (dotted TOML keys, TOML values) applied to a parsed config."""
+    out = _deep_copy(raw)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects KEY=VALUE (e.g. training.lr=0.05), got {item!r}")
+        set_key(out, key.strip(), parse_value(value.strip()))
+    return out
+
+
+def set_key(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set one dotted key in nested dicts, creating tables on the way."""
+    *path, leaf = dotted.split(".")
+    node = raw
+    for i, part in enumerate(path):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{'.'.join(path[: i + 1])} is a value, not a table: "
+                              f"cannot set {dotted}")
+        node = child
+    node[leaf] = value
+
+
+def dump_toml(mapping: Mapping[str, Any]) -> str:
+    """Nested dicts -> TOML text: top-level values first, then one table per dict."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in mapping.items() if not isinstance(v, dict)]
+    tables = [(k, v) for k, v in mapping.items() if isinstance(v, dict)]
+    while tables:
+        title, table = tables.pop(0)
+        lines.append(f"\n[{title}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items()
+                     if not isinstance(v, dict))
+        tables[:0] = [(f"{title}.{k}", v) for k, v in table.items() if isinstance(v, dict)]
+    return "\n".join(lines).lstrip() + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise ConfigError(f"cannot write {value!r} to TOML")
+
+
+def _deep_copy(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in mapping.items()}
