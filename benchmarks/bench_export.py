@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from common import RUNS, pct, save, set_threads
 
-from pflkit.export import Selection, build_exportable, export_model, load_run_source
+from pflkit.export import Choice, build_exportable, export_model, load_run_source
 from pflkit.export.formats import FORMATS
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
@@ -36,16 +36,16 @@ CLIENT = 17
 TARGET_INT8_SPEEDUP = 1.5
 # method label -> (algorithm, model, params, selections to export). SuPerFed uses the TwoNN
 # of its paper's FMNIST setting (and its 12-way final evaluation stays cheap).
-METHODS: dict[str, tuple[str, str, dict, dict[str, Selection]]] = {
+METHODS: dict[str, tuple[str, str, dict, dict[str, Choice]]] = {
     "FedAvg+FT": ("fedavg_ft", "fedrod_convnet", {"ft_epochs": 1},
-                  {"personalized": Selection()}),
+                  {"personalized": Choice()}),
     "SuPerFed-MM": ("superfed_mm", "twonn", {},
-                    {"lambda 0.3 (baked)": Selection(lam=0.3),
-                     "lambda runtime input": Selection(lam="runtime")}),
+                    {"lambda 0.3 (baked)": Choice(lam=0.3),
+                     "lambda runtime input": Choice(lam="runtime")}),
     "FedRoD (hyper)": ("fedrod_hyper", "fedrod_convnet", {},
-                       {"personalized + generic": Selection()}),
+                       {"personalized + generic": Choice()}),
     "PFL-MFE": ("pflmoe", "fedrod_convnet", {"variant": "mfe", "epochs": 2},
-                {"gated experts": Selection()}),
+                {"gated experts": Choice()}),
 }
 
 
@@ -97,7 +97,7 @@ def median_ms(call: Callable[[], object], batch: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def measure(label: str, selection: Selection, source, out: Path) -> dict:
+def measure(label: str, selection: Choice, source, out: Path) -> dict:
     """Export one selection (fp32 + int8, both formats) and time every artifact."""
     result = export_model(source, selection, out, int8=True, force_int8=True, force=True)
     ex, _ = build_exportable(source, selection)

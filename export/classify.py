@@ -1,7 +1,8 @@
 """Run an export's files on real test images beside the eager PyTorch model (the demo's end).
 
-The eager model is rebuilt from the card alone (its ``source`` and ``mixture``), so the table
-also shows that the card describes the files it sits next to.
+The eager model is rebuilt from the card alone (its ``source`` and ``mixture.choice``, the
+resolved choice any method writes), so the table also shows that the card describes the files
+it sits next to.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import torch
 from pflkit.export.contract import ExportError
 from pflkit.export.formats import FORMATS
 from pflkit.export.golden import raw_images
-from pflkit.export.selection import Selection, build_exportable
+from pflkit.export.selection import build_exportable
 from pflkit.export.source import Source, load_device_source, load_run_source
+from pflkit.sdk.algorithms.inference import Choice
 
 
 def source_from_card(card: dict[str, Any]) -> Source:
@@ -29,22 +31,15 @@ def source_from_card(card: dict[str, Any]) -> Source:
     raise ExportError("the card's source names no run directory or device folder")
 
 
-def selection_from_card(card: dict[str, Any]) -> Selection:
-    """Rebuild the choice that produced the export from its ``mixture``."""
-    mixture = card.get("mixture") or {}
-    if mixture.get("kind") == "superfed":
-        return Selection(lam=mixture["lambda"])
-    if mixture.get("kind") == "fedrod":
-        dist = mixture.get("class_distribution")
-        return Selection(head=mixture["head"],
-                         class_distribution=tuple(dist) if dist is not None else None)
-    return Selection()
+def choice_from_card(card: dict[str, Any]) -> Choice:
+    """Rebuild the choice that produced the export from ``mixture.choice``."""
+    return Choice.from_card((card.get("mixture") or {}).get("choice") or {})
 
 
 def classify_table(export_dir: Path, card: dict[str, Any], count: int) -> str:
     """Tabulate the true label and each runtime's top-1 class and probability per image."""
     source = source_from_card(card)
-    ex, _ = build_exportable(source, selection_from_card(card))
+    ex, _ = build_exportable(source, choice_from_card(card))
     raw, labels = raw_images(source, count)
     feeds = ex.feeds(source.spec.preprocessing.apply(torch.from_numpy(raw)))
     columns = {"PyTorch (eager)": ex.eager(*feeds)[0]}

@@ -74,14 +74,14 @@ def main(
     if ctx.invoked_subcommand is not None:
         return
     from pflkit.export.pipeline import export_model
-    from pflkit.export.selection import Selection
+    from pflkit.export.selection import parse_choice
     from pflkit.export.source import load_device_source, load_run_source
 
     logging.basicConfig(level=logging.WARNING)
     try:
         if not 0.0 <= max_int8_drop <= 100.0:
             raise ExportError(f"--max-int8-drop must be in [0, 100] points, got {max_int8_drop:g}")
-        selection = Selection.parse(lam, head, class_counts, proportions)
+        choice = parse_choice(lam, head, class_counts, proportions)
         if run is not None and state_dir is None:
             source = load_run_source(run, client, round_done)
             default_out = run / "exports" / (f"client{client}" if client is not None
@@ -94,7 +94,7 @@ def main(
         else:
             raise ExportError("give --run RUN_DIR, or --state-dir DIR --global FILE "
                               "--config TOML")
-        result = export_model(source, selection, out or default_out,
+        result = export_model(source, choice, out or default_out,
                               fmt or ("onnx", "executorch"), int8=int8, force_int8=force_int8,
                               max_int8_drop=max_int8_drop / 100,
                               golden=golden_samples if golden else 0, force=force,

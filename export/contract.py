@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from pflkit.sdk.algorithms.inference import RuntimeInput
+
 EXAMPLE_BATCH = 32  # ExecuTorch sizes XNNPACK inputs from small example batches: keep it >= 16
 
 
@@ -42,14 +44,17 @@ class TensorSpec:
 class Exportable:
     """What every format exports: ``module(*inputs) -> logits`` (or a tuple of logits).
 
-    ``lam`` is the fixed value fed to a runtime-lambda model's second input during
-    verification and calibration (None: the model has one input).
+    ``runtime`` describes the optional scalar input after the images (``inputs[1]``); its
+    ``default`` is fed during verification and calibration unless a value is given.
+    ``quantizable`` is False when int8 cannot represent the module (weights computed from the
+    runtime input in the graph).
     """
 
     module: nn.Module
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
-    lam: float | None = None
+    runtime: RuntimeInput | None = None
+    quantizable: bool = True
 
     @property
     def input_names(self) -> list[str]:
@@ -61,11 +66,12 @@ class Exportable:
         """Graph output names, in return order."""
         return [s.name for s in self.outputs]
 
-    def feeds(self, images: torch.Tensor, lam: float | None = None) -> tuple[torch.Tensor, ...]:
-        """Build the argument tuple for a batch of images (adds the lambda input if any)."""
-        if len(self.inputs) == 1:
+    def feeds(self, images: torch.Tensor, value: float | None = None
+              ) -> tuple[torch.Tensor, ...]:
+        """Build the argument tuple for a batch of images (adds the runtime input if any)."""
+        if self.runtime is None:
             return (images.contiguous(),)
-        value = self.lam if lam is None else lam
+        value = self.runtime.default if value is None else value
         return images.contiguous(), torch.tensor([value], dtype=torch.float32)
 
     def example_inputs(self, sample: torch.Tensor) -> tuple[torch.Tensor, ...]:

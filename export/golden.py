@@ -71,7 +71,7 @@ def golden_document(source: Source, ex: Exportable, count: int, card_file: str) 
             "probabilities": probs[i].tolist(),
             "top_k": [[int(c), float(p)] for p, c in zip(top.values, top.indices, strict=True)],
         }
-        if ex.lam is not None:
-            sample["lam"] = ex.lam
+        if ex.runtime is not None:
+            sample[ex.runtime.name] = ex.runtime.default
         samples.append(sample)
     return {"schema_version": GOLDEN_SCHEMA, "card": card_file, "samples": samples}

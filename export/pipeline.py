@@ -27,7 +27,7 @@ from typing import Any
 from pflkit.export.contract import Exportable, ExportError
 from pflkit.export.formats import FORMATS, Format
 from pflkit.export.golden import golden_document
-from pflkit.export.selection import Selection, build_exportable
+from pflkit.export.selection import build_exportable
 from pflkit.export.source import Source
 from pflkit.export.training_program import (
     PROGRAM_FILE,
@@ -36,6 +36,7 @@ from pflkit.export.training_program import (
     write_trainer,
 )
 from pflkit.export.verify import verify
+from pflkit.sdk.algorithms.inference import Choice
 from pflkit.sdk.tensorio import save_json
 
 SCHEMA = "pflkit.model-card/1"
@@ -102,7 +103,7 @@ def _scratch_folder(out: Path) -> Path:
                           f"({err.filename or out.parent})") from err
 
 
-def export_model(source: Source, selection: Selection, out_dir: Path,
+def export_model(source: Source, choice: Choice, out_dir: Path,
                  formats: Sequence[str] = ("onnx", "executorch"), *, int8: bool = False,
                  force_int8: bool = False, max_int8_drop: float = MAX_INT8_DROP,
                  golden: int = 0, force: bool = False, trainer: bool = False,
@@ -123,13 +124,14 @@ def export_model(source: Source, selection: Selection, out_dir: Path,
         raise ExportError(f"{out} already exists; use --force to replace it")
     if len(source.test) == 0:
         raise ExportError("no test rows to verify the export on")
-    ex, mixture = build_exportable(source, selection)
-    if int8 and ex.lam is not None and not getattr(ex.module, "two_endpoint", False):
-        raise ExportError("int8 needs constant weights, but this runtime-lambda model computes "
-                          "its weights from lam (it has layers that cannot run at both "
-                          "endpoints); bake a lambda (--lambda 0.3) to quantize")
+    ex, mixture = build_exportable(source, choice)
+    if int8 and not ex.quantizable:
+        name = ex.runtime.name if ex.runtime else "its input"
+        raise ExportError(f"int8 needs constant weights, but this model computes its weights "
+                          f"from {name!r} in the graph; fix the choice (e.g. --lambda 0.3) to "
+                          f"quantize")
     card = base_card(source, ex, mixture)
-    if selection.class_distribution is not None:  # known only by its classes: a new client
+    if choice.class_distribution is not None:  # known only by its classes: a new client
         card["source"]["new_client"] = True
     program = plan_trainer(source, trainer_params) if trainer else None
     if program is not None:

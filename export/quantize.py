@@ -34,7 +34,7 @@ def calibration_batches(ex: Exportable, images: torch.Tensor
                         ) -> Iterator[tuple[torch.Tensor, ...]]:
     """Batches of real images; runtime inputs step evenly across their range batch by batch."""
     starts = range(0, len(images), CALIBRATION_BATCH)
-    low, high = ex.inputs[-1].extra.get("range", (0.0, 0.0))
+    low, high = (ex.runtime.low, ex.runtime.high) if ex.runtime else (0.0, 0.0)
     for i, start in enumerate(starts):
         share = i / max(len(starts) - 1, 1)
         yield ex.feeds(images[start:start + CALIBRATION_BATCH], low + share * (high - low))

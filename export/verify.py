@@ -3,7 +3,8 @@
 fp32: max |artifact - eager| <= :data:`FP32_TOLERANCE` on every output at several batch sizes,
 and the same top-1 accuracy on the test rows. int8 reports its accuracy drop (the caller
 refuses it above a threshold). A model with a runtime input (SuPerFed's ``lam``) is checked
-at both ends of the input's range, at :data:`INTERIOR` and at its default, with the test
+at both ends of the input's range, at :data:`INTERIOR` of the way between them and at its
+default, with the test
 top-1 of each value in the card (an int8 file that ignored lambda shows up at the other
 values); and out-of-range values must give exactly the output of the clamped value in the
 artifact itself (NaN: the input's ``nan`` value).
@@ -24,7 +25,7 @@ from pflkit.sdk.data.tensors import LabeledTensors
 BATCH_SIZES = (1, 7, 32)
 FP32_TOLERANCE = 1e-4
 PREDICT_CHUNK = 500
-INTERIOR = 0.37  # a runtime value inside the range that no lambda grid (0.1 steps) contains
+INTERIOR = 0.37  # where inside its range a runtime input is also checked: off any 0.1 grid
 OUT_OF_RANGE_MARGIN = 0.5  # checked just outside each end, besides +-inf and NaN
 
 
@@ -42,18 +43,19 @@ def predict(call: Callable[[tuple[torch.Tensor, ...]], list[torch.Tensor]], ex: 
 
 def checked_values(ex: Exportable) -> list[float | None]:
     """Runtime input values verified: range ends, :data:`INTERIOR`, the default (or [None])."""
-    if ex.lam is None:
+    if ex.runtime is None:
         return [None]
-    low, high = ex.inputs[1].extra["range"]
-    return sorted({float(low), INTERIOR, float(ex.lam), float(high)})
+    spec = ex.runtime
+    return sorted({spec.low, spec.low + INTERIOR * (spec.high - spec.low), spec.default,
+                   spec.high})
 
 
 def clamp_cases(ex: Exportable) -> list[tuple[float, float]]:
     """(out-of-range input, the in-range value the graph must treat it as)."""
-    spec = ex.inputs[1].extra
-    low, high = spec["range"]
+    assert ex.runtime is not None
+    low, high = ex.runtime.low, ex.runtime.high
     return [(low - OUT_OF_RANGE_MARGIN, low), (high + OUT_OF_RANGE_MARGIN, high),
-            (-math.inf, low), (math.inf, high), (math.nan, spec["nan"])]
+            (-math.inf, low), (math.inf, high), (math.nan, ex.runtime.nan)]
 
 
 def _scores(logits: torch.Tensor, eager: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
@@ -92,14 +94,15 @@ def verify(ex: Exportable, run: Runner, test: LabeledTensors, file: str, precisi
         eager = predict(lambda feeds: ex.eager(*feeds), ex, test.x, value)
         per_value.append({"lam": value, **_scores(predict(run, ex, test.x, value), eager,
                                                   test.y)})
-    headline = next(p for p in per_value if p["lam"] == ex.lam)
+    headline = next(p for p in per_value
+                    if p["lam"] == (ex.runtime.default if ex.runtime else None))
     entry: dict[str, Any] = {
         "file": file, "precision": precision, "batch_sizes": list(BATCH_SIZES),
         "max_abs_diff": diff, **{k: v for k, v in headline.items() if k != "lam"},
         "test_rows": len(test),
     }
-    if ex.lam is not None:
-        entry["lam"] = ex.lam
+    if ex.runtime is not None:
+        entry["lam"] = ex.runtime.default
         entry["lams_checked"] = values
         entry["per_lambda"] = per_value
         entry["clamp_checked"] = _check_clamping(ex, run, _rows(test.x, BATCH_SIZES[-1]), file)

@@ -21,6 +21,8 @@ import pydantic
 import torch
 from torch import nn
 
+from pflkit.sdk.algorithms.inference import Choice, InferenceModel, describe_choice
+
 # HyperparameterError is re-exported: methods raise it from their Params' __post_init__
 from pflkit.sdk.algorithms.paramcheck import HyperparameterError as HyperparameterError
 from pflkit.sdk.algorithms.paramcheck import parse_params
@@ -121,19 +123,6 @@ class FitJob:
     client_state: ClientState
     data: LabeledTensors
     ctx: RoundContext
-
-
-@dataclass(frozen=True)
-class Choice:
-    """How to personalize an inference model (fields unused by an algorithm must stay None).
-
-    ``lam``: a mixing weight in [0, 1], ``"best"`` (the client's chosen one) or ``"runtime"``
-    (the module takes lambda as a second input). ``class_distribution``: counts or
-    proportions for a client that never trained (FedRoD-hyper zero-shot).
-    """
-
-    lam: float | str | None = None
-    class_distribution: torch.Tensor | None = None
 
 
 class Aggregator(ABC):
@@ -294,6 +283,20 @@ class Algorithm(ABC):
         self._reject_choice(choice)
         return self.global_model(global_state)
 
+    def inference_model(self, global_state: State, client_state: ClientState,
+                        choice: Choice | None = None) -> InferenceModel:
+        """Export's hook: the module for a user's choice, its outputs, the card's description.
+
+        Default: ``head="generic"`` is :meth:`global_model`, anything else
+        :meth:`personalized_model` with one ``logits`` output, described by the fields the
+        choice sets. Override it to add outputs, a runtime input or a richer description
+        (docs/algorithms.md, "The algorithm contract").
+        """
+        choice = choice or Choice()
+        module = self.global_model(global_state) if choice.head == "generic" else \
+            self.personalized_model(global_state, client_state, choice if choice.given else None)
+        return InferenceModel(module, mixture=describe_choice(self.name, choice))
+
     def evaluation_choices(self, client_state: ClientState) -> dict[str, Choice | None]:
         """Named variants of a client's personalized model to score after the last round.
 
@@ -320,6 +323,9 @@ class Algorithm(ABC):
         if choice is not None and (choice.lam is not None
                                    or choice.class_distribution is not None):
             raise ValueError(f"{self.name}: takes no lambda or class distribution")
+        if choice is not None and choice.head != "personalized":
+            raise ValueError(f"{self.name}: personalized_model builds the personalized head; "
+                             f"the generic one is global_model")
 
 
 def _defining_class(cls: type, attribute: str) -> type:

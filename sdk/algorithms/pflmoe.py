@@ -54,6 +54,7 @@ from pflkit.sdk.algorithms.base import (
     register,
 )
 from pflkit.sdk.algorithms.fedavg import FedAvg
+from pflkit.sdk.algorithms.inference import InferenceModel, Mixture
 from pflkit.sdk.algorithms.personal import (
     TRAIN_ROWS,
     EagerSession,
@@ -69,6 +70,11 @@ from pflkit.sdk.models import SplitModel
 from pflkit.sdk.seeding import derive_seed, torch_generator
 
 VARIANTS = ("fb", "mf", "mfe")
+VARIANT_SUMMARIES = {  # the model card's one-line description of each personalized model
+    "fb": "PFL-FB: the shared extractor with the client's fine-tuned classifier",
+    "mf": "PFL-MF: g(x) C_global(a) + (1 - g(x)) C_personal(a), the gate on the raw input",
+    "mfe": "PFL-MFE: g(a) C_global(a) + (1 - g(a)) C_personal(a), the gate on the features",
+}
 GATE_OPTIMIZERS = ("sgd", "adam")
 PERSONAL = "personal."  # client-state prefix of the personal classifier C_i (keys keep "head.")
 GATE = "gate."  # client-state prefix of the gate's Linear(input -> 1)
@@ -278,6 +284,19 @@ class PFLMoE(FedAvg):
             ("features", "global_logits", "gate_input")
         return PersonalTraining(plan, program, prepare, {TRAIN_ROWS: per_idx, "gate": gate_idx},
                                 ctx.generator, finish, prepared)
+
+    def inference_model(self, global_state: State, client_state: ClientState,
+                        choice: Choice | None = None) -> InferenceModel:
+        """The personalized model of :meth:`personalized_model`, described by its variant."""
+        model = super().inference_model(global_state, client_state, choice)
+        if choice is not None and choice.head == "generic":
+            return model
+        stage2 = any(k.startswith(PERSONAL) for k in client_state.tensors)
+        variant = client_state.meta.get("variant", self.params.variant)
+        summary = VARIANT_SUMMARIES[variant] if stage2 else \
+            "the FedAvg model: stage 2 has not run for this client"
+        model.mixture = Mixture("pflmoe", summary, {}, {"variant": variant, "stage2": stage2})
+        return model
 
     def personalized_model(self, global_state: State, client_state: ClientState,
                            choice: Choice | None = None) -> nn.Module:

@@ -59,6 +59,7 @@ from pflkit.sdk.algorithms.base import (
     shared_lr,
 )
 from pflkit.sdk.algorithms.fedavg import train_proximal, train_proximal_batch
+from pflkit.sdk.algorithms.inference import InferenceModel, Mixture, RuntimeInput
 from pflkit.sdk.algorithms.mixing import RuntimeMixture, float_buffers, mix, mix_states
 from pflkit.sdk.algorithms.personal import (  # noqa: F401 (LAMBDA_GRID, choose_lambda: API)
     LAMBDA_GRID,
@@ -466,16 +467,36 @@ class SuPerFed(Algorithm):
         No lambda: :meth:`default_lambda`. The runtime module clamps lam into [0, 1] and reads
         NaN as :meth:`default_lambda`.
         """
-        if choice is not None and choice.class_distribution is not None:
+        return self.inference_model(global_state, client_state, choice).module
+
+    def inference_model(self, global_state: State, client_state: ClientState,
+                        choice: Choice | None = None) -> InferenceModel:
+        """W(lambda) with lambda baked in, or as the runtime input ``lam``; the card's mixture."""
+        choice = choice or Choice()
+        if choice.head == "generic":
+            return super().inference_model(global_state, client_state, choice)
+        if choice.class_distribution is not None:
             raise ValueError(f"{self.name}: takes no class distribution")
-        lam = self.resolve_lambda(client_state, choice.lam if choice is not None else None)
+        lam = self.resolve_lambda(client_state, choice.lam)
         federated, local, names = self._endpoints(global_state, client_state)
+        chosen = client_state.meta.get("lambda")
+        details = {"mode": "mm" if self.mixing == "model" else "lm", "chosen_lambda": chosen}
+        formula = "W(lambda) = (1 - lambda) w_f + lambda w_l"
         if lam == "runtime":
-            return RuntimeMixture(federated, local, names, self.default_lambda(client_state))
+            default = self.default_lambda(client_state)
+            module = RuntimeMixture(federated, local, names, default)
+            return InferenceModel(
+                module, runtime_input=RuntimeInput("lam", 0.0, 1.0, default, default),
+                quantizable=module.two_endpoint, mixture=Mixture(
+                    "superfed", f"{formula}, lambda an input in [0, 1] (default {default:g})",
+                    {"lambda": "runtime"}, details))
         lam_t = torch.tensor([float(lam)], dtype=torch.float32, device=self.device)
         with torch.no_grad():
             federated.load_state_dict(mix_states(federated, local, names, lam_t), strict=False)
-        return federated
+        origin = "the client's choice" if lam == chosen and choice.lam in (None, "best") else \
+            "given" if choice.lam is not None else "default: no lambda chosen yet"
+        return InferenceModel(federated, mixture=Mixture(
+            "superfed", f"{formula} at lambda = {lam:g} ({origin})", {"lambda": lam}, details))
 
     def _endpoints(self, global_state: State, client_state: ClientState
                    ) -> tuple[nn.Module, nn.Module, list[str]]:

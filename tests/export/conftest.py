@@ -14,12 +14,13 @@ from pflkit.server.simulator import Simulation
 FAST_PARAMS = {"pflmoe": {"epochs": 1}, "fedavg_ft": {"ft_epochs": 1}}
 
 
-def run_config(algorithm: str, rounds: int = 2, **params: object) -> SimConfig:
+def run_config(algorithm: str, rounds: int = 2, new_clients: int = 0, **params: object
+               ) -> SimConfig:
     """A seconds-long run on scikit-learn's digits with per-client test rows."""
     return SimConfig(
         seed=0, rounds=rounds, eval_interval=rounds, checkpoint_interval=1,
-        data=DataConfig("digits", partition=PartitionConfig("dirichlet", 4, 1.0,
-                                                            test_fraction=0.25)),
+        data=DataConfig("digits", partition=PartitionConfig(
+            "dirichlet", 4 + new_clients, 1.0, test_fraction=0.25, num_new_clients=new_clients)),
         model="twonn", algorithm=algorithm,
         params={**FAST_PARAMS.get(algorithm, {}), **params},
         training=TrainingConfig(clients_per_round=4, epochs=1, batch_size=32, lr=0.05),
@@ -28,15 +29,16 @@ def run_config(algorithm: str, rounds: int = 2, **params: object) -> SimConfig:
 
 @pytest.fixture(scope="session")
 def make_run(tmp_path_factory):
-    """``make_run(algorithm)`` -> the run directory (cached per worker)."""
-    runs: dict[str, Path] = {}
+    """``make_run(algorithm, new_clients=0)`` -> the run directory (cached per worker)."""
+    runs: dict[tuple[str, int], Path] = {}
 
-    def make(algorithm: str) -> Path:
-        if algorithm not in runs:
+    def make(algorithm: str, new_clients: int = 0) -> Path:
+        if (algorithm, new_clients) not in runs:
             path = tmp_path_factory.mktemp(f"run-{algorithm}")
-            Simulation(run_config(algorithm), path / "run", progress=False).run()
-            runs[algorithm] = path / "run"
-        return runs[algorithm]
+            Simulation(run_config(algorithm, new_clients=new_clients), path / "run",
+                       progress=False).run()
+            runs[algorithm, new_clients] = path / "run"
+        return runs[algorithm, new_clients]
 
     return make
 

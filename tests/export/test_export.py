@@ -10,11 +10,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from pflkit.export import ExportError, Selection, export_model, load_run_source
+from pflkit.export import Choice, ExportError, export_model, load_run_source
 from pflkit.export.cli import app
 from pflkit.export.formats import FORMATS
 from pflkit.export.golden import raw_images, raw_test_images
-from pflkit.sdk.algorithms import ALGORITHMS, Choice, ClientState
+from pflkit.sdk.algorithms import ALGORITHMS, ClientState
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.state_store import DeviceStateStore
 
@@ -52,7 +52,7 @@ def check_card(card: dict, out_dir) -> None:
 def test_every_algorithm_exports_to_every_format_with_parity(algorithm, make_run, tmp_path):
     run = make_run(algorithm)
     source = load_run_source(run, CLIENT)
-    result = export_model(source, Selection(), tmp_path / "out")
+    result = export_model(source, Choice(), tmp_path / "out")
     card = json.loads((tmp_path / "out" / "model_card.json").read_text())
     assert card == result.card
     check_card(card, tmp_path / "out")
@@ -75,17 +75,28 @@ def test_every_algorithm_exports_to_every_format_with_parity(algorithm, make_run
         got = fmt.load(tmp_path / "out" / f"model.{fmt.suffix}")((x,))
         for ref, out in zip(expected, got, strict=True):
             torch.testing.assert_close(out, ref, atol=1e-4, rtol=0, msg=name)
+    # The card's generic description rebuilds the same model, whatever the method.
+    mixture = card["mixture"]
+    if mixture is not None:
+        assert isinstance(mixture["kind"], str) and isinstance(mixture["summary"], str)
+        assert isinstance(mixture["details"], dict)
+    rebuilt = source.algorithm.inference_model(source.global_state, source.client_state,
+                                               Choice.from_card((mixture or {}).get("choice", {})))
+    for ref, out in zip(expected, eager_outputs(rebuilt.module.eval(), x), strict=True):
+        torch.testing.assert_close(out, ref, atol=0, rtol=0)
 
 
 def test_superfed_runtime_lambda_equals_baked_lambda(make_run, tmp_path):
     run = make_run("superfed_mm")
     source = load_run_source(run, CLIENT)
-    card = export_model(source, Selection(lam="runtime"), tmp_path / "rt").card
+    card = export_model(source, Choice(lam="runtime"), tmp_path / "rt").card
     assert [i["name"] for i in card["inputs"]] == ["image", "lam"]
-    assert card["mixture"] == {"kind": "superfed", "lambda": "runtime", "mode": "mm"}
+    assert card["mixture"]["choice"] == {"lambda": "runtime"}
+    assert card["mixture"]["details"]["mode"] == "mm"
     assert card["parity"][0]["lams_checked"][0] == 0.0
-    baked_card = export_model(source, Selection(lam=0.3), tmp_path / "baked", ["onnx"]).card
-    assert baked_card["mixture"]["lambda"] == 0.3 and len(baked_card["inputs"]) == 1
+    baked_card = export_model(source, Choice(lam=0.3), tmp_path / "baked", ["onnx"]).card
+    assert baked_card["mixture"]["choice"] == {"lambda": 0.3}
+    assert len(baked_card["inputs"]) == 1
     baked_onnx = FORMATS["onnx"].load(tmp_path / "baked" / "model.onnx")
     x = source.test.x[:16]
     for fmt in FORMATS.values():
@@ -101,16 +112,19 @@ def test_superfed_runtime_lambda_equals_baked_lambda(make_run, tmp_path):
 
 def test_superfed_best_lambda_is_the_clients_choice(make_run, tmp_path):
     source = load_run_source(make_run("superfed_lm"), CLIENT)
-    card = export_model(source, Selection(lam="best"), tmp_path / "out", ["onnx"]).card
-    assert card["mixture"] == {"kind": "superfed", "lambda": source.client_state.meta["lambda"],
-                               "mode": "lm"}
+    card = export_model(source, Choice(lam="best"), tmp_path / "out", ["onnx"]).card
+    chosen = source.client_state.meta["lambda"]
+    assert card["mixture"]["choice"] == {"lambda": chosen}
+    assert card["mixture"]["details"] == {"mode": "lm", "chosen_lambda": chosen}
+    assert "the client's choice" in card["mixture"]["summary"]
 
 
 def test_fedrod_new_client_export_equals_zero_shot_model(make_run, tmp_path):
     source = load_run_source(make_run("fedrod_hyper"), None)
     counts = (5, 0, 12, 0, 0, 3, 0, 0, 9, 1)
-    card = export_model(source, Selection(class_distribution=counts), tmp_path / "out").card
-    assert card["mixture"]["class_distribution"] == [float(c) for c in counts]
+    card = export_model(source, Choice(class_distribution=torch.tensor(counts)),
+                        tmp_path / "out").card
+    assert card["mixture"]["choice"] == {"class_distribution": [float(c) for c in counts]}
     assert card["source"]["new_client"] is True
     zero_shot = source.algorithm.generic_and_personalized_model(
         source.global_state, ClientState(), Choice(class_distribution=torch.tensor(counts)))
@@ -124,8 +138,9 @@ def test_fedrod_new_client_export_equals_zero_shot_model(make_run, tmp_path):
 
 def test_fedrod_generic_head_is_the_global_model(make_run, tmp_path):
     source = load_run_source(make_run("fedrod_linear"), CLIENT)
-    card = export_model(source, Selection(head="generic"), tmp_path / "out", ["onnx"]).card
-    assert card["mixture"] == {"kind": "fedrod", "head": "generic"}
+    card = export_model(source, Choice(head="generic"), tmp_path / "out", ["onnx"]).card
+    assert card["mixture"]["kind"] == "fedrod"
+    assert card["mixture"]["choice"] == {"head": "generic"}
     assert [o["name"] for o in card["outputs"]] == ["logits"]
     x = source.test.x[:16]
     got = FORMATS["onnx"].load(tmp_path / "out" / "model.onnx")((x,))[0]
@@ -135,7 +150,7 @@ def test_fedrod_generic_head_is_the_global_model(make_run, tmp_path):
 
 def test_int8_keeps_top1_agreement_on_a_real_batch(make_run, tmp_path):
     source = load_run_source(make_run("fedavg"), CLIENT)
-    card = export_model(source, Selection(), tmp_path / "out", int8=True, force_int8=True).card
+    card = export_model(source, Choice(), tmp_path / "out", int8=True, force_int8=True).card
     int8 = [e for e in card["parity"] if e["precision"] == "int8"]
     assert [e["file"] for e in int8] == ["model_int8.onnx", "model_int8.pte"]
     x = source.test.x[:32]
@@ -160,13 +175,13 @@ def test_int8_above_the_drop_threshold_is_refused_and_nothing_is_written(make_ru
     x[0, 0, 0, 0] = 1e5
     spoiled = dataclasses.replace(source, train=LabeledTensors(x, source.train.y))
     with pytest.raises(ExportError, match="int8 loses .* use --force-int8"):
-        export_model(spoiled, Selection(), tmp_path / "out", ["onnx"], int8=True)
+        export_model(spoiled, Choice(), tmp_path / "out", ["onnx"], int8=True)
     assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == []
 
 
 def test_golden_vectors_hold_real_pixels_and_eager_outputs(make_run, tmp_path):
     source = load_run_source(make_run("local"), CLIENT)
-    export_model(source, Selection(), tmp_path / "out", ["onnx"], golden=3)
+    export_model(source, Choice(), tmp_path / "out", ["onnx"], golden=3)
     golden = json.loads((tmp_path / "out" / "golden.json").read_text())
     assert golden["schema_version"] == "pflkit.golden/1" and golden["card"] == "model_card.json"
     raw, labels = raw_images(source, 3)
@@ -208,20 +223,24 @@ def test_device_state_folder_exports_like_the_run(make_run, tmp_path):
     assert "all runtimes agree on top-1: yes" in shown.output
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--client", "99"], "unknown client 99"),
-    (["--client", "1", "--lambda", "1.5"], "lambda must be in [0, 1]"),
-    (["--client", "1", "--lambda", "abc"], "lambda must be a number"),
-    (["--client", "1", "--lambda", "0.3"], "takes no lambda"),
-    (["--class-counts", "1,2,3"], "10 entries"),
-    (["--class-counts", "0,0,0,0,0,0,0,0,0,0"], "all zero"),
-    (["--class-counts", "1,2", "--proportions", "0.5,0.5"], "not both"),
-    (["--head", "generic", "--lambda", "0.3"], "generic model takes no lambda"),
-    (["--round", "7"], "no checkpoint of round 7"),
+@pytest.mark.parametrize(("algorithm", "args", "message"), [
+    ("fedavg_ft", ["--client", "99"], "unknown client 99"),
+    ("superfed_mm", ["--client", "1", "--lambda", "1.5"],
+     "superfed_mm: lambda must be in [0, 1]"),
+    ("superfed_mm", ["--client", "1", "--lambda", "abc"], "--lambda must be a number"),
+    ("superfed_mm", ["--client", "1", "--class-counts", "1,1,1,1,1,1,1,1,1,1"],
+     "superfed_mm: takes no class distribution"),
+    ("fedavg_ft", ["--client", "1", "--lambda", "0.3"], "takes no lambda"),
+    ("fedrod_hyper", ["--class-counts", "1,2,3"], "10 entries"),
+    ("fedrod_hyper", ["--class-counts", "0,0,0,0,0,0,0,0,0,0"], "all zero"),
+    ("fedrod_hyper", ["--class-counts", "1,2", "--proportions", "0.5,0.5"], "not both"),
+    ("fedavg_ft", ["--head", "generic", "--lambda", "0.3"], "generic model takes no lambda"),
+    ("fedavg_ft", ["--head", "both"], "head must be one of personalized, generic"),
+    ("fedavg_ft", ["--round", "7"], "no checkpoint of round 7"),
 ])
-def test_clear_errors(make_run, args, message):
-    algorithm = "fedrod_hyper" if any("counts" in a for a in args) else "fedavg_ft"
-    result = CliRunner().invoke(app, ["--run", str(make_run(algorithm)), *args])
+def test_clear_errors(make_run, tmp_path, algorithm, args, message):
+    result = CliRunner().invoke(app, ["--run", str(make_run(algorithm)), *args,
+                                      "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
 

@@ -11,10 +11,9 @@ import math
 import pytest
 import torch
 
-from pflkit.export import Selection, export_model, load_run_source
+from pflkit.export import Choice, export_model, load_run_source
 from pflkit.export.formats import FORMATS
 from pflkit.export.verify import INTERIOR
-from pflkit.sdk.algorithms import Choice
 
 CLIENT = 1
 
@@ -24,7 +23,7 @@ def runtime_export(make_run, tmp_path_factory):
     """fp32 and int8 runtime-lambda files of one SuPerFed-MM client, in both formats."""
     source = load_run_source(make_run("superfed_mm"), CLIENT)
     out = tmp_path_factory.mktemp("runtime") / "out"
-    card = export_model(source, Selection(lam="runtime"), out, int8=True, force_int8=True).card
+    card = export_model(source, Choice(lam="runtime"), out, int8=True, force_int8=True).card
     return source, out, card
 
 
