@@ -95,16 +95,7 @@ class MainActivity : AppCompatActivity() {
     }
 
     private fun describe(card: ModelCard): String {
-        val mix = card.mixture
-        val detail = when (mix?.kind) {
-            "superfed" -> {
-                val lam = if (mix.runtimeLambda) "λ at runtime" else "λ = ${mix.fixedLambda}"
-                "$lam (${mix.mode})"
-            }
-            "fedrod" -> "${mix.head} head"
-            "pflmoe" -> "variant ${mix.variant}"
-            else -> "plain model"
-        }
+        val detail = card.mixture?.summary ?: "plain model"
         val pre = card.preprocessing
         return "${card.algorithm} · ${card.model} · $detail\n" +
             "input ${pre.channels}×${pre.height}×${pre.width}, ${card.classes.size} classes"

@@ -156,7 +156,7 @@ public final class ModelCard {
     boolean runtime = mixture != null && mixture.runtimeLambda;
     if (lambda == null) {
       if (runtime) {
-        throw Fields.fail("inputs", "mixture.lambda is \"runtime\" but there is no \""
+        throw Fields.fail("inputs", "mixture.choice.lambda is \"runtime\" but there is no \""
             + LAMBDA_INPUT + "\" input");
       }
       return;
@@ -166,8 +166,8 @@ public final class ModelCard {
           + "\", found \"" + lambda.name + "\"");
     }
     if (!runtime) {
-      throw Fields.fail("inputs[1]", "a \"lam\" input needs mixture {\"kind\": \"superfed\", "
-          + "\"lambda\": \"runtime\"}");
+      throw Fields.fail("inputs[1]", "a \"lam\" input needs mixture.choice.lambda = "
+          + "\"runtime\"");
     }
     if (lambda.shape.size() != 1 || !Long.valueOf(1).equals(lambda.shape.get(0))) {
       throw Fields.fail("inputs[1].shape", "expected [1], found " + lambda.shape);
@@ -270,32 +270,40 @@ public final class ModelCard {
     }
   }
 
-  /** The optional {@code mixture} block; which fields are set depends on {@code kind}. */
+  /**
+   * The optional {@code mixture} block: how the model is personalized, described the same way
+   * for every method (docs/model-card.md), so no list of methods is needed to read it.
+   */
   public static final class Mixture {
+    /** The method family, free text (e.g. "superfed", or a user's own method). */
     public final String kind;
-    /** SuPerFed: true for {@code "lambda": "runtime"}. */
+    /** One line saying what the model computes, for people. */
+    public final String summary;
+    /** {@code choice.lambda} is {@code "runtime"}: lambda is the {@code lam} input. */
     public final boolean runtimeLambda;
-    /** SuPerFed with a fixed lambda: its value; otherwise NaN. */
+    /** {@code choice.lambda} as a number, or NaN when absent or runtime. */
     public final float fixedLambda;
-    /** SuPerFed: {@code mm} or {@code lm}; otherwise null. */
-    public final String mode;
-    /** FedRoD: {@code generic} or {@code personalized}; otherwise null. */
+    /** {@code choice.head}: {@code personalized} (the default) or {@code generic}. */
     public final String head;
-    /** FedRoD new clients: the class proportions the head was generated from, or null. */
+    /** {@code choice.class_distribution} as proportions (the head's source), or null. */
     public final double[] classDistribution;
-    /** PFL-MoE: {@code fb}, {@code mf} or {@code mfe}; otherwise null. */
-    public final String variant;
 
     Mixture(Object node, int numClasses) {
       String path = "mixture";
       Map<String, Object> map = Fields.object(node, path);
-      kind = Fields.oneOf(Fields.required(map, "kind", path), path + ".kind",
-          "superfed", "fedrod", "pflmoe");
-      boolean superfed = kind.equals("superfed");
-      boolean fedrod = kind.equals("fedrod");
-      Object lam = superfed ? Fields.required(map, "lambda", path) : null;
+      kind = Fields.string(Fields.required(map, "kind", path), path + ".kind");
+      summary = Fields.string(Fields.required(map, "summary", path), path + ".summary");
+      Object details = Fields.optional(map, "details");
+      if (details != null) {
+        Fields.object(details, path + ".details");
+      }
+      Object chosen = Fields.optional(map, "choice");
+      Map<String, Object> choice = chosen == null ? Collections.<String, Object>emptyMap()
+          : Fields.object(chosen, path + ".choice");
+      path += ".choice";
+      Object lam = Fields.optional(choice, "lambda");
       runtimeLambda = "runtime".equals(lam);
-      if (superfed && !runtimeLambda) {
+      if (lam != null && !runtimeLambda) {
         double v = Fields.number(lam, path + ".lambda");
         if (!(v >= 0 && v <= 1)) {
           throw Fields.fail(path + ".lambda", "expected a number in [0, 1] or \"runtime\", "
@@ -305,15 +313,12 @@ public final class ModelCard {
       } else {
         fixedLambda = Float.NaN;
       }
-      mode = superfed ? Fields.oneOf(Fields.required(map, "mode", path), path + ".mode",
-          "mm", "lm") : null;
-      head = fedrod ? Fields.oneOf(Fields.required(map, "head", path), path + ".head",
-          "generic", "personalized") : null;
-      Object dist = fedrod ? Fields.optional(map, "class_distribution") : null;
+      Object h = Fields.optional(choice, "head");
+      head = h == null ? "personalized"
+          : Fields.oneOf(h, path + ".head", "generic", "personalized");
+      Object dist = Fields.optional(choice, "class_distribution");
       classDistribution = dist == null ? null
           : readDistribution(dist, path + ".class_distribution", numClasses);
-      variant = kind.equals("pflmoe") ? Fields.oneOf(Fields.required(map, "variant", path),
-          path + ".variant", "fb", "mf", "mfe") : null;
     }
 
     /** Counts or proportions (the schema allows either), returned as proportions. */

@@ -57,7 +57,8 @@ public class ModelCardTest {
     assertTrue(card.mixture.runtimeLambda);
     assertTrue(Float.isNaN(card.mixture.fixedLambda));
     assertArrayEquals(new float[] {0f, 1f}, card.lambdaRange(), 0f);
-    assertEquals("mm", card.mixture.mode);
+    assertEquals("superfed", card.mixture.kind);
+    assertTrue(card.mixture.summary, card.mixture.summary.contains("lambda an input"));
   }
 
   @Test
@@ -86,7 +87,12 @@ public class ModelCardTest {
     double[] p = ModelCard.parse(cardText("fedrod_new_client")).mixture.classDistribution;
     assertArrayEquals(new double[] {5 / 30.0, 0, 12 / 30.0, 0, 0, 3 / 30.0, 0, 0, 9 / 30.0,
         1 / 30.0}, p, 1e-12);
-    assertNull(ModelCard.parse(cardText("fedrod_personalized")).mixture.classDistribution);
+    // a trained FedRoD-hyper client's head also comes from its class counts: the card says so
+    double sum = 0;
+    for (double v : ModelCard.parse(cardText("fedrod_personalized")).mixture.classDistribution) {
+      sum += v;
+    }
+    assertEquals(1.0, sum, 1e-12);
   }
 
   @Test
@@ -98,8 +104,21 @@ public class ModelCardTest {
     }
     assertNull(ModelCard.parse(cardText("fedavg")).mixture);
     ModelCard moe = ModelCard.parse(cardText("pflmoe_mfe"));
-    assertEquals("mfe", moe.mixture.variant);
+    assertTrue(moe.mixture.summary, moe.mixture.summary.startsWith("PFL-MFE"));
     assertEquals(32, moe.preprocessing.height); // LeNet-5: 28x28 images are resized
+  }
+
+  @Test
+  public void readsTheMixtureOfAMethodItHasNeverHeardOf() {
+    String text = Fixtures.mutate(cardText("fedavg"), "mixture",
+        map("kind", "my_method", "summary", "logits / temperature", "choice", map(),
+            "details", map("temperature", list(0.5, 2.0))));
+    ModelCard.Mixture mix = ModelCard.parse(text).mixture;
+    assertEquals("my_method", mix.kind);
+    assertEquals("logits / temperature", mix.summary);
+    assertEquals("personalized", mix.head);
+    assertTrue(Float.isNaN(mix.fixedLambda));
+    assertNull(mix.classDistribution);
   }
 
   @Test
@@ -137,23 +156,23 @@ public class ModelCardTest {
         {plain, "outputs", list(), "outputs: expected at least one output"},
         {plain, "classes", list("a"), "at least 2 class names"},
         {plain, "classes.1", 3.0, "classes[1]: expected a non-empty string"},
-        {plain, "mixture", map("kind", "superfed", "lambda", "runtime", "mode", "mm"),
-            "no \"lam\" input"},
-        {plain, "mixture", map("kind", "moe"), "mixture.kind: expected one of"},
-        {plain, "mixture", map("kind", "superfed", "lambda", 1.5, "mode", "mm"),
-            "mixture.lambda: expected a number in [0, 1]"},
-        {plain, "mixture", map("kind", "superfed", "lambda", 0.5),
-            "mixture.mode: required field is missing"},
-        {plain, "mixture", map("kind", "pflmoe", "variant", "moe"), "mixture.variant"},
+        {plain, "mixture", mixture("superfed", map("lambda", "runtime")), "no \"lam\" input"},
+        {plain, "mixture", map("kind", "any_method"), "mixture.summary: required field"},
+        {plain, "mixture", map("kind", 3.0, "summary", "s"), "mixture.kind: expected a non-empty"},
+        {plain, "mixture", mixture("superfed", map("lambda", 1.5)),
+            "mixture.choice.lambda: expected a number in [0, 1]"},
+        {plain, "mixture", mixture("mine", list()), "mixture.choice: expected an object"},
+        {plain, "mixture", map("kind", "mine", "summary", "s", "details", 1.0),
+            "mixture.details: expected an object"},
         {superfed, "inputs.1.name", "lambda", "inputs[1].name: the second input must be \"lam\""},
-        {superfed, "mixture.lambda", 0.3, "a \"lam\" input needs mixture"},
+        {superfed, "mixture.choice.lambda", 0.3, "a \"lam\" input needs mixture"},
         {superfed, "inputs.1.range", list(0.0, 2.0), "must lie within [0, 1]"},
         {superfed, "inputs.1.range", list(0.8, 0.2), "expected [min, max] with min <= max"},
         {superfed, "inputs.1.shape", list(2.0), "inputs[1].shape: expected [1]"},
-        {fedrod, "mixture.head", "both", "mixture.head: expected one of"},
-        {fedrod, "mixture.class_distribution", list(0.5, 0.5), "one value per class (10)"},
-        {fedrod, "mixture.class_distribution", list(1.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
-            0.0), "values must be >= 0"},
+        {fedrod, "mixture.choice.head", "both", "mixture.choice.head: expected one of"},
+        {fedrod, "mixture.choice.class_distribution", list(0.5, 0.5), "one value per class (10)"},
+        {fedrod, "mixture.choice.class_distribution", list(1.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+            0.0, 0.0, 0.0), "values must be >= 0"},
         {fedrod, "outputs.1.name", "logits", "duplicate output name"},
         {plain, "artifacts", list(artifact("../x.pte", "pte", sha)), "plain file name"},
         {plain, "artifacts", list(artifact("m.pte", 3.0, sha)), "artifacts[0].format: expected a"},
@@ -178,6 +197,11 @@ public class ModelCardTest {
           e.getMessage().contains(fragment));
       assertTrue(e.getMessage(), e.getMessage().startsWith("invalid model card: "));
     }
+  }
+
+  /** A mixture block of any (even unknown) kind: readers need no list of methods. */
+  private static Map<String, Object> mixture(String kind, Object choice) {
+    return map("kind", kind, "summary", "a one-line description", "choice", choice);
   }
 
   private static Map<String, Object> artifact(String file, Object format, String sha) {
