@@ -13,7 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from pflkit.export import ExportError, Selection, export_model, load_run_source
+from pflkit.export import Choice, ExportError, export_model, load_run_source
 from pflkit.export.cli import app
 from pflkit.export.device_trainer import DeviceTrainer, TrainingProgramError
 from pflkit.export.training_program import (
@@ -47,7 +47,7 @@ def exported(make_run, tmp_path_factory):
             algorithm, params = CASES[case]
             source = load_run_source(make_run(algorithm), CLIENT)
             out = tmp_path_factory.mktemp(case) / "out"
-            result = export_model(source, Selection(), out, ["executorch"], trainer=True,
+            result = export_model(source, Choice(), out, ["executorch"], trainer=True,
                                   trainer_params=params)
             done[case] = out, source, result.card
         return done[case]
@@ -180,4 +180,4 @@ def test_export_error_for_no_training_rows(make_run):
     source = load_run_source(make_run("pflmoe"), CLIENT)
     empty = dataclasses.replace(source, train=source.train.subset(torch.arange(0)))
     with pytest.raises(ExportError, match="no training rows"):
-        export_model(empty, Selection(), source.info["run"] + "/x", ["onnx"], trainer=True)
+        export_model(empty, Choice(), source.info["run"] + "/x", ["onnx"], trainer=True)
