@@ -239,7 +239,7 @@ class Algorithm(ABC):
 
         The results equal :meth:`fit` on each job up to float rounding.
         """
-        if self.batching_blocker() is None:
+        if jobs and self.batching_blocker() is None:
             return self.fit_together(global_state, jobs)
         return [self.fit(global_state, j.client_state, j.data, j.ctx) for j in jobs]
 

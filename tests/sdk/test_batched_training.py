@@ -143,3 +143,4 @@ def test_a_client_without_rows_keeps_the_global_weights_and_reports_no_loss():
     results = algorithm.fit_batch(glob, [*jobs_for(algorithm, 0)[:1], empty])
     assert all(torch.equal(results[1].update[k], glob[k]) for k in glob)
     assert math.isnan(results[1].metrics["train_loss"])
+    assert algorithm.fit_batch(glob, []) == []
