@@ -164,12 +164,14 @@ def test_cli_writes_the_trainer_next_to_the_inference_files(make_run, tmp_path):
     ("fedrod_linear", [], "no post-federation stage a device can run"),
     ("pflmoe", ["gate_optimizer=adam"], "SGD only"),
     ("superfed_mm", ["ft_epochs=-1"], "'ft_epochs' must be >= 0"),
+    ("superfed_mm", ["--head", "generic"], "give --client N"),
+    ("fedrod_hyper", ["--class-counts", "1,2,3,4,5,6,7,8,9,10"], "give --client N"),
 ])
 def test_trainer_errors_are_one_line(make_run, algorithm, params, message, tmp_path):
-    args = ["--run", str(make_run(algorithm)), "--client", str(CLIENT), "--format", "onnx",
-            "--trainer", "--out", str(tmp_path / "o")]
-    for item in params:
-        args += ["--trainer-param", item]
+    args = ["--run", str(make_run(algorithm)), "--format", "onnx", "--trainer",
+            "--out", str(tmp_path / "o")]
+    args += params if params[:1] and params[0].startswith("--") else \
+        ["--client", str(CLIENT), *(a for item in params for a in ("--trainer-param", item))]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
