@@ -34,6 +34,7 @@ from pflkit.sdk.tensorio import State, load_state, save_state
 TRAIN_METHOD = "train"
 PREPARE_METHOD = "prepare"
 CARD_FILE = "model_card.json"
+_threadpool_size: int | None = None  # the runtime's thread pool is per process: set it once
 
 
 class TrainingProgramError(ValueError):
@@ -51,8 +52,10 @@ class DeviceTrainer:
             get_sgd_optimizer,
         )
 
-        if hasattr(portable_lib, "_unsafe_reset_threadpool"):  # XNNPACK threads (prepare)
-            portable_lib._unsafe_reset_threadpool(threads)
+        global _threadpool_size
+        if _threadpool_size != threads and hasattr(portable_lib, "_unsafe_reset_threadpool"):
+            portable_lib._unsafe_reset_threadpool(threads)  # XNNPACK threads (prepare); it logs
+            _threadpool_size = threads
         # The runtime reads the program from this buffer for its whole life: keep it referenced.
         self._buffer = program if isinstance(program, bytes) else Path(program).read_bytes()
         self.section = section
