@@ -203,10 +203,15 @@ def render(payload: dict[str, Any]) -> str:
         ok = "met" if abs(row["difference"]) <= BAR else "NOT met"
         extra = f" (same lambda: {row['same_lambda']}/{row['clients']})" \
             if "same_lambda" in row else ""
-        out.append(f"| {row['label']} | {row['metric']} | {pct(row['eager'])} | "
-                   f"{pct(row['executorch'])} | {100 * row['difference']:+.2f} | "
+        out.append(f"| {row['label']} | {row['metric']} | {100 * row['eager']:.2f} | "
+                   f"{100 * row['executorch']:.2f} | {100 * row['difference']:+.2f} | "
                    f"{row['clients_within_1e-4']}/{row['clients']}{extra} | "
                    f"{row['max_rel_weight_diff']:.1e} | {ok} |")
+    out += ["", "The two engines round differently, so personal weights drift apart with the "
+            "steps: slowly where training is stable, fast where a client's training is unstable "
+            "(SuPerFed at the default ft_lr, the lr of the round after the last: "
+            f"{superfed_config(None).schedule().lr_at(ROUNDS):.3f}); docs/on-device.md says "
+            "more."]
     if "pflmoe" in {r["method"] for r in payload.get("accuracy", [])}:
         moe = next(r for r in payload["accuracy"] if r["method"] == "pflmoe")
         out += ["", f"PFL-MFE global test (plain accuracy on the global test set): eager "
