@@ -133,7 +133,7 @@ def export_model(source: Source, choice: Choice, out_dir: Path,
     card = base_card(source, ex, mixture)
     if choice.class_distribution is not None:  # known only by its classes: a new client
         card["source"]["new_client"] = True
-    if trainer and (selection.head == "generic" or selection.class_distribution is not None
+    if trainer and (choice.head == "generic" or choice.class_distribution is not None
                     or ("run" in source.info and source.info.get("client") is None)):
         raise ExportError("--trainer trains one client's personal part: give --client N "
                           "(not --head generic or a class distribution)")
