@@ -6,7 +6,8 @@ turns any such description into files a device runs:
 
 * ``personal_train.pte`` with the method ``train``: the joint forward + backward graph of the
   trainable program (``torch.export`` -> ``_export_forward_backward`` -> ``to_edge``), portable
-  kernels, inputs with a dynamic batch; its user outputs are ``(loss, logits)``, then the
+  kernels (:data:`DECOMPOSE_FOR_RUNTIME` says which backward op is decomposed around a runtime
+  bug), inputs with a dynamic batch; its user outputs are ``(loss, logits)``, then the
   runtime's gradients and parameters. ``prepare`` (inference, XNNPACK) computes the frozen
   tensors the program reads, once per row; ``model_card`` is the card as a uint8 constant.
 * ``personal_init.safetensors``: the weights the stage starts from, named as the client state.
@@ -42,6 +43,11 @@ SCHEMA = "pflkit.training/1"
 PROGRAM_FILE = "personal_train.pte"
 WEIGHTS_FILE = "personal_init.safetensors"
 PROGRAM_FORMAT = "executorch-training"
+# Backward ops whose ExecuTorch 1.5.1 portable kernel is wrong, lowered as PyTorch's own
+# decomposition instead: max_pool2d_with_indices_backward adds into its output buffer without
+# zeroing it first, so the gradient of every layer before a max pool is garbage plus the true
+# one (and grows with each call); decomposed, it is a scatter of zeros and a scatter_add.
+DECOMPOSE_FOR_RUNTIME = (torch.ops.aten.max_pool2d_with_indices_backward.default,)
 VERIFY_STEPS = 20
 RELATIVE_TOLERANCE = 1e-4
 
@@ -147,6 +153,7 @@ def program_bytes(trainer: TrainerExport, images: torch.Tensor, labels: torch.Te
     """Lower the stage to one ``.pte``: ``train`` (joint graph), ``prepare``, ``model_card``."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+    from torch._decomp import get_decompositions
     from torch.export.experimental import _export_forward_backward
 
     part, section = trainer.part, trainer.section
@@ -161,6 +168,7 @@ def program_bytes(trainer: TrainerExport, images: torch.Tensor, labels: torch.Te
     try:
         joint = _export_forward_backward(torch.export.export(program, example,
                                                              dynamic_shapes=dynamic))
+        joint = joint.run_decompositions(get_decompositions(list(DECOMPOSE_FOR_RUNTIME)))
         methods = {TRAIN_METHOD: joint}
         partitioners: dict[str, list[Any]] = {TRAIN_METHOD: []}
         if part.prepare is not None:

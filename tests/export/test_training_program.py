@@ -183,3 +183,39 @@ def test_export_error_for_no_training_rows(make_run):
     empty = dataclasses.replace(source, train=source.train.subset(torch.arange(0)))
     with pytest.raises(ExportError, match="no training rows"):
         export_model(empty, Choice(), source.info["run"] + "/x", ["onnx"], trainer=True)
+
+
+@pytest.mark.parametrize(("algorithm", "model", "params"), [
+    ("pflmoe", "twonn", {"variant": "fb", "epochs": 1}),  # one optimizer, no gate
+    ("pflmoe", "twonn", {"variant": "mf", "epochs": 1}),  # the gate reads the raw image
+    ("superfed_mm", "twocnn", {"ft_epochs": 1}),  # convolutions in the joint graph
+    ("fedrod_linear", "twocnn", HEAD),  # convolutions in prepare (XNNPACK)
+])
+def test_variants_and_conv_models_train_like_eager(algorithm, model, params):
+    """Lowering and the runtime beyond the run-based cases: other variants, conv nets."""
+    from pflkit.export.training_program import (
+        TrainerExport,
+        device_stage,
+        program_bytes,
+        training_section,
+    )
+    from pflkit.sdk.algorithms import LocalTraining, ModelFactory, RoundContext, make_algorithm
+    from pflkit.sdk.data.datasets import load_dataset
+
+    rows = load_dataset("digits", seed=0).train
+    data = rows.subset(torch.arange(200))  # real rows, one client's worth
+    algo = make_algorithm(algorithm, ModelFactory(model, (1, 8, 8), 10),
+                          LocalTraining(1, 16, 0.9, 1e-4), params)
+    glob = algo.init_global(0)
+    part = device_stage(algo, glob, algo.init_client(3, 0, data), data,
+                        RoundContext(2, 2, 0.05, 0, 3))
+    trainer = TrainerExport(part, training_section(part, (1, 8, 8), data.x[:1]), (1, 8, 8))
+    device = DeviceTrainer(program_bytes(trainer, data.x[:32], data.y[:32], "{}"),
+                           trainer.section, (1, 8, 8))
+    device.load_weights(part.initial_weights())
+    eager = EagerSession(part)
+    plan = dataclasses.replace(part.plan, epochs=VERIFY_STEPS)
+    for session in (eager, device):
+        run_plan(plan, session, data, part.rows, part.generator, max_steps=VERIFY_STEPS)
+    assert relative_difference(device.weights(), eager.weights()) <= 1e-4
+    assert relative_difference(device.weights(), part.initial_weights()) > 1e-3
