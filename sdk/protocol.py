@@ -18,3 +18,5 @@ RETRY_AFTER = "Retry-After"
 METRICS_KEY = "metrics"
 MAX_METRICS = 64
 MAX_METRIC_NAME = 64
+
+MAX_QUERY_BYTES = 2**20  # JSON body of an algorithm query (POST /v1/runs/{id}/queries/{name})

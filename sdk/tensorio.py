@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
+
+from pflkit.sdk.atomic import atomic_write_bytes  # re-exported: the one durable write
 
 State = dict[str, torch.Tensor]
 CHECKSUM_KEY = "pflkit.sha256"  # metadata: sha256 of the tensor data after the header
@@ -91,27 +91,6 @@ def read_metadata(data: bytes) -> dict[str, str]:
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise CorruptStateError("safetensors __metadata__ is not an object of strings")
     return dict(meta)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` durably: temp file in the same folder, fsync, rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def save_state(path: Path, state: State, metadata: dict[str, str] | None = None) -> None:

@@ -1,37 +1,36 @@
-"""The FastAPI application: routers under ``/v1``, the service, and the round ticker.
+"""The FastAPI application of an HTTP worker: routers under ``/v1`` over the service.
 
 ``create_app()`` with no argument reads :class:`ServerSettings` from the environment (and the
-config file it names): that is how ``uvicorn --factory`` workers started by ``pfl-server``
-build their app. Each worker runs a ticker that opens the first round, closes rounds at
-quorum or deadline (an upload wakes it early) and opens the next; workers coordinate through
-the database (see ``service.py``).
+config file it names): that is how the uvicorn workers started by ``pfl-server`` build their
+app. Workers keep no rounds: the process that started them does (``ticker.py``), and an
+accepted upload wakes it, so a worker serves enrollment, tasks, downloads and uploads without
+importing PyTorch.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import ctypes
 import logging
 import math
+import multiprocessing
+import os
+import signal
 import sys
 import time
-from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pflkit.sdk.protocol import RETRY_AFTER
-from pflkit.server.api import clients, globals, heads, health, runs, tasks, tokens, updates
-from pflkit.server.blobs import BlobStore, private_dir
-from pflkit.server.db import init_db, make_engine
+from pflkit.server.api import clients, globals, health, queries, runs, tasks, tokens, updates
 from pflkit.server.errors import ServiceError
 from pflkit.server.http_protocol import BoundedHeadProtocol
-from pflkit.server.service import FederationService
+from pflkit.server.service import build_service
 from pflkit.server.settings import ServerSettings
 from pflkit.server.throttle import FailedAuthThrottle
+from pflkit.server.ticker import WAKE_ENV, wake
 
 log = logging.getLogger(__name__)
 API_VERSION = "v1"
@@ -90,24 +89,21 @@ class ServerTiming:
         await self.app(scope, receive, timed_send)
 
 
-def build_service(settings: ServerSettings) -> FederationService:
-    """Database, blob store and service for these settings (tables created if missing)."""
-    private_dir(settings.data_dir)
-    sessions = init_db(make_engine(settings.db_url))
-    return FederationService(settings, sessions, BlobStore(settings.blobs))
+def die_with_the_parent() -> bool:
+    """In a uvicorn worker process (Linux): get SIGTERM when the supervising process dies.
 
-
-async def _ticker(service: FederationService, wake: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    with ThreadPoolExecutor(1, thread_name_prefix="rounds") as executor:
-        while True:
-            try:
-                await loop.run_in_executor(executor, service.tick)
-            except Exception:
-                log.exception("round ticker failed; retrying")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), service.settings.tick_seconds)
-            wake.clear()
+    The supervisor also keeps the rounds (``ticker.py``); workers left behind by a killed
+    supervisor would go on accepting uploads that no round ever closes, and hold the port a
+    restarted server needs. Returns False where this does not apply.
+    """
+    if multiprocessing.parent_process() is None or not sys.platform.startswith("linux"):
+        return False
+    pr_set_pdeathsig = 1
+    if ctypes.CDLL("libc.so.6").prctl(pr_set_pdeathsig, signal.SIGTERM) != 0:
+        return False
+    if os.getppid() == 1:  # the parent died before the request: no signal will come
+        os.kill(os.getpid(), signal.SIGTERM)
+    return True
 
 
 def create_app(settings: ServerSettings | None = None) -> FastAPI:
@@ -115,20 +111,10 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     settings = settings or ServerSettings.load()
     return_large_buffers_to_the_os()
     BoundedHeadProtocol.max_head_bytes = settings.max_header_bytes
-    service = build_service(settings)
+    die_with_the_parent()
+    service = build_service(settings, partial(wake, os.environ.get(WAKE_ENV)))
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        loop = asyncio.get_running_loop()
-        wake = asyncio.Event()
-        service.on_accept = lambda: loop.call_soon_threadsafe(wake.set)
-        task = asyncio.create_task(_ticker(service, wake))
-        yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    app = FastAPI(title="pflkit aggregation server", version=API_VERSION, lifespan=lifespan,
+    app = FastAPI(title="pflkit aggregation server", version=API_VERSION,
                   description="Personalized federated learning: enroll, poll, download the "
                               "global state, upload updates. Tensors travel as safetensors.")
     app.state.service = service
@@ -145,6 +131,6 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             headers["WWW-Authenticate"] = "Bearer"
         return JSONResponse({"detail": err.message}, status_code=err.status, headers=headers)
 
-    for module in (health, runs, tokens, clients, tasks, globals, updates, heads):
+    for module in (health, runs, tokens, clients, tasks, globals, updates, queries):
         app.include_router(module.router, prefix=f"/{API_VERSION}")
     return app

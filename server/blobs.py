@@ -11,7 +11,7 @@ import hashlib
 import re
 from pathlib import Path
 
-from pflkit.sdk.tensorio import State, atomic_write_bytes, state_from_bytes
+from pflkit.sdk.atomic import atomic_write_bytes
 
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 
@@ -67,7 +67,3 @@ class BlobStore:
     def exists(self, digest: str) -> bool:
         """Whether a blob is stored."""
         return is_hash(digest) and self.path(digest).is_file()
-
-    def state(self, digest: str) -> State:
-        """Parse a blob as safetensors."""
-        return state_from_bytes(self.get(digest), f"blob {digest}")

@@ -5,7 +5,9 @@
 
 Flags override ``PFL_SERVER_*`` environment variables, which override the config file.
 Before the workers start, the database is prepared once: tables created, the run of
-``--run-config`` created if there is none, and rounds a crash left mid-close reopened.
+``--run-config`` created if there is none, and rounds a crash left mid-close reopened. This
+process then keeps the rounds (a ticker thread: open, close at quorum or deadline) while
+uvicorn's HTTP workers, which never import PyTorch, serve the API.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from pydantic import ValidationError
 
 from pflkit.sdk.registry import add_project_path
 from pflkit.sdk.run_config import ConfigError, SimConfig
-from pflkit.server.app import build_service
 from pflkit.server.errors import ServiceError
 from pflkit.server.http_protocol import BoundedHeadProtocol
+from pflkit.server.service import build_service
 from pflkit.server.settings import ENV_PREFIX, ServerSettings, explain
+from pflkit.server.ticker import WAKE_ENV, Ticker
 
 app = typer.Typer(add_completion=False, help=__doc__)
 
@@ -97,8 +100,8 @@ def serve(
         elif set_:
             raise ConfigError("--set changes the run config: give --run-config too")
         service = build_service(settings)
-        service.ensure_run(run_toml)
-        reopened = service.recover()
+        service.runs.ensure(run_toml)
+        reopened = service.rounds.recover()
     except ValidationError as err:
         typer.echo(f"pfl-server: {explain(err)}", err=True)
         raise typer.Exit(2) from err
@@ -107,11 +110,16 @@ def serve(
         raise typer.Exit(2) from err
     if reopened:
         logging.getLogger(__name__).warning("reopened %d round(s) a crash left closing", reopened)
-    uvicorn.run("pflkit.server.app:create_app", factory=True, host=settings.host,
-                http=BoundedHeadProtocol,
-                port=settings.port, workers=settings.workers, log_level=log_level,
-                ssl_certfile=settings.tls_certfile, ssl_keyfile=settings.tls_keyfile,
-                timeout_graceful_shutdown=5,
-                # a worker importing PyTorch on a busy machine can miss uvicorn's default 5 s
-                # ping and be killed as hung, over and over
-                timeout_worker_healthcheck=120)
+    ticker = Ticker(service.rounds, settings.tick_seconds)
+    os.environ[WAKE_ENV] = ticker.socket_path  # the workers' uploads wake it
+    ticker.start()
+    try:
+        uvicorn.run("pflkit.server.app:create_app", factory=True, host=settings.host,
+                    http=BoundedHeadProtocol, port=settings.port, workers=settings.workers,
+                    log_level=log_level, ssl_certfile=settings.tls_certfile,
+                    ssl_keyfile=settings.tls_keyfile, timeout_graceful_shutdown=5,
+                    # a worker importing PyTorch (a run created, an algorithm query) on a busy
+                    # machine can miss uvicorn's default 5 s ping and be killed as hung
+                    timeout_worker_healthcheck=120)
+    finally:
+        ticker.stop()

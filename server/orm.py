@@ -99,3 +99,15 @@ class EnrollmentToken(Base):
     expires_at: Mapped[float | None]
     used_at: Mapped[float | None]
     revoked_at: Mapped[float | None]
+
+
+class RunPlan(Base):
+    """What HTTP workers need to know about a run, computed once when it is created.
+
+    The task config clients train with, the learning rate of every round and the update
+    schema: serving a round then needs no model and no PyTorch (see ``server/store.py``).
+    """
+
+    __tablename__ = "run_plans"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    plan: Mapped[dict[str, Any]]

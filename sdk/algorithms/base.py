@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -257,6 +257,15 @@ class Algorithm(ABC):
     def update_schema(self, global_state: State) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """Names, shapes and dtypes an update may contain (the server validates against it)."""
         return {k: (tuple(v.shape), v.dtype) for k, v in global_state.items()}
+
+    def server_queries(self) -> Mapping[str, Callable[[State, Any], State]]:
+        """Computations on the newest global state that a server answers for its clients.
+
+        Name -> function of (global state, the request's JSON body) -> named tensors, served
+        as ``POST /v1/runs/{run}/queries/{name}`` (safetensors); a ValueError is the client's
+        mistake (422). FedRoD offers ``head``; default: none.
+        """
+        return {}
 
     def personalize(self, global_state: State, client_state: ClientState, data: LabeledTensors,
                     ctx: RoundContext) -> ClientState:

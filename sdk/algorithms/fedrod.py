@@ -42,7 +42,7 @@ import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -247,6 +247,13 @@ def zero_shot_head(global_state: State, class_distribution: torch.Tensor | Seque
         return {k: v.clone() for k, v in net(a).items()}
 
 
+def head_query(global_state: State, body: Any) -> State:
+    """The server's ``head`` query: ``{"class_distribution": [...]}`` -> :func:`zero_shot_head`."""
+    if not isinstance(body, dict) or set(body) != {"class_distribution"}:
+        raise ValueError('the body must be {"class_distribution": [counts or proportions]}')
+    return zero_shot_head(global_state, body["class_distribution"])
+
+
 def _num_classes(head: State) -> int:
     last = [k for k in _canonical_order(list(head)) if k.endswith("weight")][-1]
     return int(head[last].shape[0])
@@ -290,6 +297,10 @@ class FedRoD(Algorithm):
     Params: ClassVar[type] = FedRoDParams
     params: FedRoDParams
     uses_hypernetwork: ClassVar[bool] = False
+
+    def server_queries(self) -> Mapping[str, Callable[[State, Any], State]]:
+        """``head``: a new client's personalized head from its class distribution alone."""
+        return {"head": head_query}
 
     # -- model plumbing -----------------------------------------------------------------------
     def _hypernetwork(self, split: SplitModel) -> HyperNetwork | None:

@@ -16,7 +16,7 @@ router = APIRouter(prefix="/clients", tags=["clients"])
 @router.post("/enroll", status_code=201)
 def enroll(body: EnrollIn, request: Request, service: ServiceDep) -> CredentialsPublic:
     """Trade a one-time enrollment token for a client id and secret (shown once)."""
-    client_id, secret = throttled(request, lambda: service.enroll(body.token))
+    client_id, secret = throttled(request, lambda: service.enrollment.enroll(body.token))
     return CredentialsPublic(client_id=client_id, secret=secret)
 
 
@@ -29,12 +29,12 @@ def whoami(client_id: CurrentClient) -> dict[str, int]:
 @router.get("")
 def list_clients(service: ServiceDep, _: AdminDep) -> list[ClientPublic]:
     """Every enrolled client."""
-    return [ClientPublic(**row) for row in service.list_clients()]
+    return [ClientPublic(**row) for row in service.enrollment.list_clients()]
 
 
 @router.post("/{client_id}/revoke", status_code=204)
 def revoke_client(client_id: Annotated[int, Path(ge=0, le=MAX_ID)], service: ServiceDep,
                   _: AdminDep) -> Response:
     """Revoke a client: its secret stops working and it is no longer sampled."""
-    service.revoke_client(client_id)
+    service.enrollment.revoke_client(client_id)
     return Response(status_code=204)

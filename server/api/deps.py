@@ -32,7 +32,7 @@ def get_settings(request: Request) -> ServerSettings:
 
 def get_session(service: Annotated[FederationService, Depends(get_service)]) -> Iterator[Session]:
     """Yield a session for plain reads (writes go through the service's transactions)."""
-    with service.sessions() as session:
+    with service.store.sessions() as session:
         yield session
 
 
@@ -65,7 +65,7 @@ def throttled(request: Request, check: Callable[[], T]) -> T:
 
 def current_client(request: Request, service: ServiceDep, credentials: Bearer) -> int:
     """Return the id of the enrolled, unrevoked client whose secret is the bearer token."""
-    return throttled(request, lambda: service.authenticate(_token(credentials)))
+    return throttled(request, lambda: service.enrollment.authenticate(_token(credentials)))
 
 
 def require_admin(request: Request, settings: SettingsDep, credentials: Bearer) -> None:

@@ -27,7 +27,7 @@ async def download_global(
     etag = f'"{digest}"'
     headers = {"ETag": etag, "Cache-Control": "private, max-age=31536000, immutable"}
     if if_none_match is not None and etag in [t.strip() for t in if_none_match.split(",")]:
-        await run_in_threadpool(service.check_global, digest)
+        await run_in_threadpool(service.tasks.check_global, digest)
         return Response(status_code=304, headers=headers)
-    data = await run_in_threadpool(service.global_blob, digest)
+    data = await run_in_threadpool(service.tasks.global_blob, digest)
     return Response(data, media_type=SAFETENSORS, headers=headers)

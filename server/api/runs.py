@@ -24,25 +24,25 @@ async def create_run(body: RunCreateIn, service: ServiceDep, _: AdminDep) -> Run
         if service.settings.run_config is None:
             raise Invalid("no config_toml given and the server has no run_config file")
         text = service.settings.run_config.read_text()
-    run = await run_in_threadpool(service.create_run, text)
-    return RunPublic(**service.run_status(run.id))
+    run = await run_in_threadpool(service.runs.create, text)
+    return RunPublic(**service.runs.status(run.id))
 
 
 @router.get("/current")
 def current_run(service: ServiceDep, _: AdminDep) -> RunPublic:
     """Status and progress of the newest run."""
-    return RunPublic(**service.run_status(None))
+    return RunPublic(**service.runs.status(None))
 
 
 @router.get("/{run_id}")
 def get_run(run_id: RunId, service: ServiceDep, _: AdminDep) -> RunPublic:
     """Status and progress of one run."""
-    return RunPublic(**service.run_status(run_id))
+    return RunPublic(**service.runs.status(run_id))
 
 
 def _transition(service: ServiceDep, run_id: int, action: str) -> RunPublic:
-    service.set_run_status(run_id, action)
-    return RunPublic(**service.run_status(run_id))
+    service.runs.transition(run_id, action)
+    return RunPublic(**service.runs.status(run_id))
 
 
 @router.post("/{run_id}/pause")

@@ -135,10 +135,3 @@ class ReceiptPublic(BaseModel):
     round: int
     sha256: str
     duplicate: bool  # True: this exact upload had already been accepted
-
-
-class HeadIn(BaseModel):
-    """A new client's class distribution (counts or proportions, one per class)."""
-
-    class_distribution: list[float] = Field(min_length=1, max_length=100_000)
-    run_id: int | None = Field(None, ge=0, le=MAX_ID)

@@ -13,4 +13,4 @@ router = APIRouter(tags=["tasks"])
 @router.get("/task")
 def poll_task(client_id: CurrentClient, service: ServiceDep) -> TaskPublic:
     """Train (round, deadline, algorithm config, global state hash), wait, or stop."""
-    return TaskPublic(**service.task(client_id))
+    return TaskPublic(**service.tasks.task(client_id))

@@ -16,7 +16,7 @@ router = APIRouter(prefix="/enrollment-tokens", tags=["enrollment"])
 @router.post("", status_code=201)
 def issue_token(body: TokenCreateIn, service: ServiceDep, _: AdminDep) -> TokenPublic:
     """Issue a token (optionally reserving a client id); only its hash is stored."""
-    token_id, token = service.issue_token(body.client_id, body.ttl_seconds)
+    token_id, token = service.enrollment.issue_token(body.client_id, body.ttl_seconds)
     return TokenPublic(id=token_id, token=token, client_id=body.client_id)
 
 
@@ -24,5 +24,5 @@ def issue_token(body: TokenCreateIn, service: ServiceDep, _: AdminDep) -> TokenP
 def revoke_token(token_id: Annotated[int, Path(ge=0, le=MAX_ID)], service: ServiceDep,
                  _: AdminDep) -> Response:
     """Revoke an unused token."""
-    service.revoke_token(token_id)
+    service.enrollment.revoke_token(token_id)
     return Response(status_code=204)

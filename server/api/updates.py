@@ -22,12 +22,12 @@ async def read_body(request: Request, limit: int) -> bytes:
     """Read the body, refusing it (413) as soon as it exceeds ``limit`` bytes."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise TooLarge(f"body of {declared} bytes exceeds the {limit}-byte upload limit")
+        raise TooLarge(f"body of {declared} bytes exceeds the {limit}-byte limit")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise TooLarge(f"body exceeds the {limit}-byte upload limit")
+            raise TooLarge(f"body exceeds the {limit}-byte limit")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -49,10 +49,10 @@ async def upload_update(
     validating and storing (``accept``) the update, in milliseconds.
     """
     started = time.perf_counter()
-    await run_in_threadpool(service.admit_upload, client_id, run_id, round_index, num_samples)
+    await run_in_threadpool(service.uploads.admit, client_id, run_id, round_index, num_samples)
     body = await read_body(request, service.settings.max_upload_bytes)
     received = time.perf_counter()
-    receipt = await run_in_threadpool(service.accept_upload, client_id, run_id, round_index,
+    receipt = await run_in_threadpool(service.uploads.accept, client_id, run_id, round_index,
                                       num_samples, body)
     accepted = time.perf_counter()
     response.headers["Server-Timing"] = (f"body;dur={1000 * (received - started):.1f}, "

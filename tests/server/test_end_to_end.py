@@ -96,22 +96,24 @@ def test_run_over_http_equals_the_simulation(algorithm, fleet, tmp_path):
 
 
 def check_zero_shot_head(server: Server, status: dict, global_state) -> None:
-    """POST /v1/heads/fedrod equals zero_shot_head on the run's final global state."""
+    """The algorithm query ``head`` equals zero_shot_head on the run's final global state."""
     from pflkit.sdk.algorithms.fedrod import zero_shot_head
 
     client_id, secret = server.enroll()
-    url, headers = f"{server.url}/v1/heads/fedrod", {"Authorization": f"Bearer {secret}"}
+    url = f"{server.url}/v1/runs/{status['id']}/queries/head"
+    headers = {"Authorization": f"Bearer {secret}"}
     counts = [5.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0]
-    reply = httpx.post(url, json={"class_distribution": counts, "run_id": status["id"]},
-                       headers=headers)
+    reply = httpx.post(url, json={"class_distribution": counts}, headers=headers)
     assert reply.status_code == 200, reply.text
     head = state_from_bytes(reply.content)
     expected = zero_shot_head(global_state, counts)
     assert sorted(head) == sorted(expected)
     assert all(torch.equal(head[k], expected[k]) for k in expected)
-    bad = httpx.post(url, json={"class_distribution": [1.0, 2.0], "run_id": status["id"]},
-                     headers=headers)
-    assert bad.status_code == 422 and bad.json()["detail"]
+    for bad in ({"class_distribution": [1.0, 2.0]}, {"counts": counts}, [1, 2], "x"):
+        refused = httpx.post(url, json=bad, headers=headers)
+        assert refused.status_code == 422 and refused.json()["detail"], bad
+    unknown = httpx.post(url.replace("/head", "/tail"), json={}, headers=headers)
+    assert unknown.status_code == 404 and "head" in unknown.json()["detail"]
     with server.admin() as http:  # keep later runs' rosters to the three training clients
         http.post(f"/v1/clients/{client_id}/revoke").raise_for_status()
 

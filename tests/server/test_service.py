@@ -5,6 +5,10 @@ Each test runs on a SQLite file and on a real PostgreSQL database (``database_ur
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,9 +19,10 @@ from server_harness import run_toml
 from sqlalchemy import select, update
 
 from pflkit.sdk.tensorio import state_to_bytes
-from pflkit.server.app import build_service, return_large_buffers_to_the_os
+from pflkit.server.app import return_large_buffers_to_the_os
 from pflkit.server.errors import Conflict, Forbidden, Gone, Invalid, Unauthorized
 from pflkit.server.orm import Round
+from pflkit.server.service import build_service
 from pflkit.server.settings import ServerSettings
 
 
@@ -27,83 +32,104 @@ def service_for(tmp_path, database_url: str | None, per_round: int = 2, **settin
     values = {"admin_token": "x" * 20, "data_dir": tmp_path / "data", "run_config": config,
               "database_url": database_url, "min_enrolled": 3, **settings}
     service = build_service(ServerSettings(**values))
-    service.ensure_run()
-    clients = dict(service.enroll(service.issue_token(cid, None)[1]) for cid in range(3))
-    service.tick()
+    service.runs.ensure()
+    enrollment = service.enrollment
+    clients = dict(enrollment.enroll(enrollment.issue_token(cid, None)[1]) for cid in range(3))
+    service.rounds.tick()
     return service, clients
 
 
+def global_of(service, digest: str):
+    return service.store.global_states.get(digest)
+
+
 def current(service):
-    status = service.run_status(None)
+    status = service.runs.status(None)
     return status, status["current_round"]
 
 
 def shifted(service, digest: str, value: float) -> bytes:
     return state_to_bytes({k: torch.full_like(v, value)
-                           for k, v in service.global_state(digest).items()})
+                           for k, v in global_of(service, digest).items()})
 
 
 def test_round_closes_at_the_deadline_with_the_updates_it_has(tmp_path, database_url):
     service, _ = service_for(tmp_path, database_url, round_deadline=60)
     status, rnd = current(service)
-    with service.sessions() as s:  # the round's deadline is the configured one
+    with service.store.sessions() as s:  # the round's deadline is the configured one
         opened = s.scalar(select(Round).where(Round.index == 0))
         assert opened.deadline_at - opened.opened_at == pytest.approx(60, abs=1)
     first, dropout = rnd["sampled"]
-    service.accept_upload(first, status["id"], 0, 10, shifted(service, status["global_hash"], 1))
-    service.tick()
+    service.uploads.accept(first, status["id"], 0, 10, shifted(service, status["global_hash"], 1))
+    service.rounds.tick()
     assert current(service)[0]["rounds_done"] == 0  # no quorum yet, deadline not reached
-    with service.sessions() as s, s.begin():  # a minute passes (no sleep to race a busy CI)
+    with service.store.sessions() as s, s.begin():  # a minute passes (no sleep to race a busy CI)
         s.execute(update(Round).where(Round.index == 0).values(deadline_at=time.time() - 0.01))
-    service.tick()
+    service.rounds.tick()
     status, rnd = current(service)
     assert status["rounds_done"] == 1 and rnd["index"] == 1
     assert status["history"][0]["metrics"]["participants"] == 1
-    assert all(bool((v == 1).all()) for v in service.global_state(status["global_hash"]).values())
+    assert all(bool((v == 1).all()) for v in global_of(service, status["global_hash"]).values())
     with pytest.raises(Gone, match="late"):
-        service.accept_upload(dropout, status["id"], 0, 10,
+        service.uploads.accept(dropout, status["id"], 0, 10,
                               shifted(service, status["history"][0]["global_hash"], 2))
 
 
-def test_the_ticker_prepares_the_open_round_once_for_all_uploads(tmp_path, database_url,
-                                                                 monkeypatch):
-    service, _ = service_for(tmp_path, database_url, per_round=3)  # its tick opened round 0
-    builds = []
-    build = service._coordinator
-    monkeypatch.setattr(service, "_coordinator",
-                        lambda *args, **kwargs: builds.append(args) or build(*args, **kwargs))
-    service.tick()  # off the upload path: the round's schema checker is built here
-    assert len(builds) == 1
+WORKER = """
+import sys, json
+from pflkit.server.service import build_service
+from pflkit.server.settings import ServerSettings
+service = build_service(ServerSettings())
+bodies = {int(k): bytes.fromhex(v) for k, v in json.loads(sys.stdin.read()).items()}
+token = service.enrollment.issue_token(None, None)[1]
+service.enrollment.enroll(token)
+for cid, body in bodies.items():
+    task = service.tasks.task(cid)
+    assert task["status"] == "train", task
+    service.tasks.global_blob(task["global_hash"])
+    service.uploads.accept(cid, task["run_id"], task["round"], 10, body)
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "torch")[:3]))
+"""
+
+
+def test_a_worker_serves_a_round_without_importing_pytorch(tmp_path, database_url):
+    """Enrollment, tasks, downloads and uploads (schema and NaN checks included) need no
+    model: an HTTP worker stays ~0.5 GB lighter per process."""
+    service, _ = service_for(tmp_path, database_url, per_round=3)
     status, rnd = current(service)
-    body = shifted(service, status["global_hash"], 1)
-    with ThreadPoolExecutor(3) as pool:
-        receipts = list(pool.map(
-            lambda cid: service.accept_upload(cid, status["id"], 0, 10, body), rnd["sampled"]))
-    assert [r.duplicate for r in receipts] == [False] * 3
-    assert len(builds) == 1
+    bodies = {cid: shifted(service, status["global_hash"], 1).hex() for cid in rnd["sampled"]}
+    env = {**os.environ, "PFL_SERVER_ADMIN_TOKEN": "x" * 20,
+           "PFL_SERVER_DATA_DIR": str(tmp_path / "data")}
+    if database_url:
+        env["PFL_SERVER_DATABASE_URL"] = database_url
+    done = subprocess.run([sys.executable, "-c", WORKER], input=json.dumps(bodies), env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+    assert current(service)[1]["received"] == rnd["sampled"]
 
 
 def test_median_rule_ignores_an_outlier(tmp_path, database_url):
     service, _ = service_for(tmp_path, database_url, per_round=3, aggregation="median")
     status, rnd = current(service)
     for cid, value in zip(rnd["sampled"], [1.0, 2.0, 1000.0], strict=True):
-        service.accept_upload(cid, status["id"], 0, 10 if value < 10 else 10_000,
+        service.uploads.accept(cid, status["id"], 0, 10 if value < 10 else 10_000,
                               shifted(service, status["global_hash"], value))
-    service.tick()
+    service.rounds.tick()
     status, _ = current(service)
     assert status["rounds_done"] == 1
-    assert all(bool((v == 2).all()) for v in service.global_state(status["global_hash"]).values())
+    assert all(bool((v == 2).all()) for v in global_of(service, status["global_hash"]).values())
 
 
 def test_norm_clipping_bounds_each_change(tmp_path, database_url):
     service, _ = service_for(tmp_path, database_url, per_round=3, clip_norm=1.0)
     status, rnd = current(service)
-    start = service.global_state(status["global_hash"])
+    start = global_of(service, status["global_hash"])
     for cid in rnd["sampled"]:
-        service.accept_upload(cid, status["id"], 0, 10,
+        service.uploads.accept(cid, status["id"], 0, 10,
                               state_to_bytes({k: v + 5 for k, v in start.items()}))
-    service.tick()
-    new = service.global_state(current(service)[0]["global_hash"])
+    service.rounds.tick()
+    new = global_of(service, current(service)[0]["global_hash"])
     change = np.sqrt(sum(float(((new[k] - start[k]) ** 2).sum()) for k in start))
     assert change == pytest.approx(1.0, rel=1e-4)
 
@@ -112,15 +138,15 @@ def test_a_close_interrupted_by_a_crash_is_redone_once(tmp_path, database_url):
     service, _ = service_for(tmp_path, database_url)
     status, rnd = current(service)
     for cid in rnd["sampled"]:
-        service.accept_upload(cid, status["id"], 0, 10,
+        service.uploads.accept(cid, status["id"], 0, 10,
                               shifted(service, status["global_hash"], 3))
-    with service.sessions() as s, s.begin():  # what a SIGKILL mid-close leaves behind
+    with service.store.sessions() as s, s.begin():  # what a SIGKILL mid-close leaves behind
         s.query(Round).filter(Round.index == 0).update({"status": "closing",
                                                         "claimed_at": time.time()})
-    service.tick()
+    service.rounds.tick()
     assert current(service)[0]["rounds_done"] == 0  # a fresh claim is not stolen
-    assert service.recover() == 1
-    service.tick()
+    assert service.rounds.recover() == 1
+    service.rounds.tick()
     status, _ = current(service)
     assert status["rounds_done"] == 1 and status["history"][0]["metrics"]["participants"] == 2
 
@@ -134,25 +160,25 @@ def test_a_close_overtaken_by_a_starting_replica_commits_nothing(tmp_path, datab
     replica = build_service(service.settings)
     status, rnd = current(service)
     first, second = rnd["sampled"]
-    service.accept_upload(first, status["id"], 0, 10, shifted(service, status["global_hash"], 1))
-    with service.sessions() as s, s.begin():  # the deadline passes with one update
+    service.uploads.accept(first, status["id"], 0, 10, shifted(service, status["global_hash"], 1))
+    with service.store.sessions() as s, s.begin():  # the deadline passes with one update
         s.execute(update(Round).where(Round.index == 0).values(deadline_at=time.time() - 0.01))
     claims = []
 
     def replica_starts(point: str) -> None:
         if point == "close_mid_fold" and not claims:
-            assert replica.recover() == 1
-            replica.accept_upload(second, status["id"], 0, 10,
+            assert replica.rounds.recover() == 1
+            replica.uploads.accept(second, status["id"], 0, 10,
                                   shifted(service, status["global_hash"], 3))
-            claims.append(replica._claim_due_round())
+            claims.append(replica.rounds._claim_due_round())
 
-    monkeypatch.setattr("pflkit.server.service.crash_point", replica_starts)
-    service.tick()  # claims round 0 at its deadline; the replica starts mid-fold
+    monkeypatch.setattr("pflkit.server.rounds.crash_point", replica_starts)
+    service.rounds.tick()  # claims round 0 at its deadline; the replica starts mid-fold
     assert claims[0] is not None
-    replica.close_round(claims[0])
+    replica.rounds.close_round(claims[0])
     status, _ = current(service)
     assert status["rounds_done"] == 1 and status["history"][0]["metrics"]["participants"] == 2
-    assert all(bool((v == 2).all()) for v in service.global_state(status["global_hash"]).values())
+    assert all(bool((v == 2).all()) for v in global_of(service, status["global_hash"]).values())
 
 
 def test_credentials_and_sampling_are_enforced(tmp_path, database_url):
@@ -161,32 +187,32 @@ def test_credentials_and_sampling_are_enforced(tmp_path, database_url):
     outsider = next(c for c in clients if c not in rnd["sampled"])
     body = shifted(service, status["global_hash"], 1)
     with pytest.raises(Forbidden, match="not sampled"):
-        service.accept_upload(outsider, status["id"], 0, 10, body)
-    full = service.global_state(status["global_hash"])
+        service.uploads.accept(outsider, status["id"], 0, 10, body)
+    full = global_of(service, status["global_hash"])
     with pytest.raises(Invalid, match="expected"):
-        service.accept_upload(rnd["sampled"][0], status["id"], 0, 10,
+        service.uploads.accept(rnd["sampled"][0], status["id"], 0, 10,
                               state_to_bytes({**full, "head.bias": torch.zeros(2, 2)}))
     with pytest.raises(Invalid, match="lacks tensor"):
-        service.accept_upload(rnd["sampled"][0], status["id"], 0, 10,
+        service.uploads.accept(rnd["sampled"][0], status["id"], 0, 10,
                               state_to_bytes({"head.bias": full["head.bias"]}))
     with pytest.raises(Unauthorized):
-        service.authenticate("pfc_nobody")
-    assert service.authenticate(clients[outsider]) == outsider
-    service.revoke_client(outsider)
+        service.enrollment.authenticate("pfc_nobody")
+    assert service.enrollment.authenticate(clients[outsider]) == outsider
+    service.enrollment.revoke_client(outsider)
     with pytest.raises(Forbidden, match="revoked"):
-        service.authenticate(clients[outsider])
+        service.enrollment.authenticate(clients[outsider])
 
 
 def test_concurrent_enrollments_get_distinct_ids(tmp_path, database_url):
     """A free id is the highest plus one; under PostgreSQL racing enrollments retry."""
     service, _ = service_for(tmp_path, database_url)
-    tokens = [service.issue_token(None, None)[1] for _ in range(12)]
+    tokens = [service.enrollment.issue_token(None, None)[1] for _ in range(12)]
     with ThreadPoolExecutor(6) as pool:
-        enrolled = list(pool.map(service.enroll, tokens))
+        enrolled = list(pool.map(service.enrollment.enroll, tokens))
     assert sorted(cid for cid, _ in enrolled) == list(range(3, 15))
-    assert all(service.authenticate(secret) == cid for cid, secret in enrolled)
+    assert all(service.enrollment.authenticate(secret) == cid for cid, secret in enrolled)
     with pytest.raises(Conflict, match="already used"):
-        service.enroll(tokens[0])
+        service.enrollment.enroll(tokens[0])
 
 
 def test_a_client_racing_itself_is_counted_once(tmp_path, database_url):
@@ -195,10 +221,10 @@ def test_a_client_racing_itself_is_counted_once(tmp_path, database_url):
     body, cid = shifted(service, status["global_hash"], 1), rnd["sampled"][0]
     with ThreadPoolExecutor(6) as pool:
         receipts = list(pool.map(
-            lambda _: service.accept_upload(cid, status["id"], 0, 10, body), range(6)))
+            lambda _: service.uploads.accept(cid, status["id"], 0, 10, body), range(6)))
     assert sorted(r.duplicate for r in receipts) == [False] + [True] * 5
     assert current(service)[1]["received"] == [cid]
-    with service.sessions() as s:  # the losers' increments rolled back with their inserts
+    with service.store.sessions() as s:  # the losers' increments rolled back with their inserts
         assert s.scalar(select(Round.received).where(Round.index == 0)) == 1
 
 
@@ -216,16 +242,16 @@ def test_a_close_that_raises_reopens_the_round_and_the_next_tick_closes_it(tmp_p
     service, _ = service_for(tmp_path, database_url)
     status, rnd = current(service)
     bodies = {cid: shifted(service, status["global_hash"], cid + 1) for cid in rnd["sampled"]}
-    receipts = [service.accept_upload(cid, status["id"], 0, 10, body)
+    receipts = [service.uploads.accept(cid, status["id"], 0, 10, body)
                 for cid, body in bodies.items()]
-    blob = service.blobs.path(receipts[0].sha256)
+    blob = service.store.blobs.path(receipts[0].sha256)
     hidden = blob.with_name("hidden")
     blob.rename(hidden)
     with pytest.raises(FileNotFoundError):
-        service.tick()
+        service.rounds.tick()
     status, rnd = current(service)
     assert status["rounds_done"] == 0 and rnd["status"] == "open"
     hidden.rename(blob)
-    service.tick()
+    service.rounds.tick()
     status, _ = current(service)
     assert status["rounds_done"] == 1 and status["history"][0]["metrics"]["participants"] == 2

@@ -1,0 +1,194 @@
+"""Rounds: open the first one, close each at quorum or deadline, open the next.
+
+The round keeper runs in one process per machine (``pfl-server serve`` runs it in a thread
+of the process that supervises the HTTP workers; see ``ticker.py``), and several keepers
+(replicas) coordinate through the database:
+
+* A round row holds its roster, its sample (drawn by :meth:`Coordinator.sample`, seeded), the
+  hash of the global state it starts from, its deadline and the count of accepted updates.
+* A round closes at quorum or deadline: one keeper claims it (``open -> closing``, a
+  compare-and-set), rebuilds a Coordinator from the round row and re-folds the accepted blobs
+  in client-id order with ``submit`` / ``close_round``. The new global state is written as a
+  blob, then one commit closes the round and opens the next. A crash anywhere leaves either
+  the old commit (the close is redone from the same blobs, on restart) or the new one, so no
+  acknowledged update is lost or counted twice, and the fold order (client id) makes the
+  result equal to the simulator's for the same clients. A close that raises gives its claim
+  back at once; a keeper that died holding one loses it after ``CLOSING_LEASE``.
+
+This is the part of the server that computes with tensors (PyTorch).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
+from pflkit.server.aggregation import aggregator_factory
+from pflkit.server.coordinator import Coordinator
+from pflkit.server.faults import crash_point
+from pflkit.server.orm import Client, Round, Run, Update
+from pflkit.server.store import Store
+
+log = logging.getLogger(__name__)
+
+CLOSING_LEASE = 300.0  # seconds after which another keeper may retake a stuck close
+
+
+class RoundKeeper:
+    """Opens and closes the rounds of the current run."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def _coordinator(self, run: Run, rnd: Round) -> Coordinator:
+        """The round's Coordinator, with the server's clipping and robust rules."""
+        setup, s = self.store.setup(run), self.store.settings
+        factory = aggregator_factory(setup.algorithm.new_aggregator, s.aggregation,
+                                     s.clip_norm, s.data_dir / "scratch", s.trim_fraction)
+        return Coordinator(setup.algorithm, setup.schedule, rnd.roster,
+                           self.store.global_states.get(rnd.global_hash), setup.config.seed,
+                           rnd.index, aggregator_factory=factory)
+
+    def recover(self) -> int:
+        """After a crash: rounds left ``closing`` are reopened (their close is redone)."""
+        with self.store.transaction() as s:
+            result = s.execute(update(Round).where(Round.status == "closing")
+                               .values(status="open", claimed_at=None))
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    def tick(self) -> None:
+        """Open the first round when enough clients enrolled; close rounds at quorum/deadline."""
+        try:
+            round_id = self._claim_due_round()
+        except IntegrityError:  # another keeper opened the same round first
+            return
+        if round_id is not None:
+            self.close_round(round_id)
+
+    def _claim_due_round(self) -> int | None:
+        now = time.time()
+        with self.store.transaction() as s:
+            run = self.store.current_run(s)
+            if run is None or run.status != "active":
+                return None
+            rnd = self.store.round_of(s, run, run.rounds_done)
+            if rnd is None:
+                if run.rounds_done < run.rounds_total:
+                    self._open_round(s, run)
+                return None
+            stuck = rnd.status == "closing" and (rnd.claimed_at or 0) < now - CLOSING_LEASE
+            if rnd.status == "open":
+                revoked = set(s.scalars(select(Client.id).where(Client.revoked_at.isnot(None))))
+                reachable = len(set(rnd.sampled) - revoked)
+                quorum = min(self.store.settings.min_clients or len(rnd.sampled), reachable)
+                due = rnd.received >= quorum or now >= rnd.deadline_at
+            else:
+                due = stuck
+            if not due:
+                return None
+            same = [Round.id == rnd.id, Round.status == rnd.status]
+            if stuck:  # retake only the claim we saw, not a fresh one
+                same.append(Round.claimed_at == rnd.claimed_at)
+            claim = s.execute(update(Round).where(*same).values(status="closing", claimed_at=now))
+            return rnd.id if claim.rowcount else None  # type: ignore[attr-defined]
+
+    def _open_round(self, s: Session, run: Run) -> Round | None:
+        setup = self.store.setup(run)
+        roster = sorted(s.scalars(select(Client.id).where(Client.revoked_at.is_(None))))
+        needed = max(setup.schedule.clients_per_round or 1, self.store.settings.min_enrolled or 1)
+        if len(roster) < needed:
+            return None
+        index = run.rounds_done
+        coord = Coordinator(setup.algorithm, setup.schedule, roster,
+                            self.store.global_states.get(run.global_hash), setup.config.seed,
+                            index)
+        rnd = Round(run_id=run.id, index=index, status="open", roster=roster,
+                    sampled=coord.sample(index), global_hash=run.global_hash,
+                    deadline_at=time.time() + self.store.settings.round_deadline, metrics={})
+        s.add(rnd)
+        s.flush()
+        log.info("run %d: round %d open, sampled %s", run.id, index, rnd.sampled)
+        return rnd
+
+    def close_round(self, round_id: int) -> None:
+        """Fold the round's accepted blobs (client-id order), store the result, commit.
+
+        A close that raises (a blob unreadable, the disk full, the database gone) gives its
+        claim back at once, so the next tick of any keeper retries it, instead of the round
+        staying ``closing`` until the lease expires.
+        """
+        with self.store.transaction() as s:
+            rnd = s.get(Round, round_id)
+            assert rnd is not None
+            run = s.get(Run, rnd.run_id)
+            assert run is not None
+            updates = s.scalars(select(Update).where(Update.round_id == round_id)
+                                .order_by(Update.client_id)).all()
+        try:
+            self._close_claimed(run, rnd, list(updates))
+        except Exception:
+            with self.store.transaction() as s:
+                s.execute(update(Round).where(Round.id == round_id, Round.status == "closing",
+                                              Round.claimed_at == rnd.claimed_at)
+                          .values(status="open", claimed_at=None))
+            log.warning("run %d: closing round %d failed; it is open again", run.id, rnd.index)
+            raise
+
+    def _close_claimed(self, run: Run, rnd: Round, updates: list[Update]) -> None:
+        round_id = rnd.id
+        started = time.perf_counter()
+        coord = self._coordinator(run, rnd)
+        plan = coord.open_round()
+        if plan.sampled != rnd.sampled:
+            raise RuntimeError(f"round {rnd.index}: resampling gave {plan.sampled}, "
+                               f"stored {rnd.sampled}")
+        for row in updates:
+            coord.submit(row.client_id, row.num_samples,
+                         state_from_bytes(self.store.blobs.get(row.blob_hash), row.blob_hash))
+            crash_point("close_mid_fold")
+        new_global = coord.close_round()
+        digest = self.store.blobs.put(state_to_bytes(new_global,
+                                                     {"rounds_done": str(rnd.index + 1)}))
+        crash_point("close_after_blob")
+        metrics = _round_metrics(updates)
+        with self.store.transaction() as s:
+            # only under the claim whose updates were folded: a replica starting up reopens
+            # closing rounds (recover), so uploads can land before the next claim
+            done = s.execute(update(Round).where(Round.id == round_id,
+                                                 Round.status == "closing",
+                                                 Round.claimed_at == rnd.claimed_at)
+                             .values(status="closed", closed_at=time.time(),
+                                     result_hash=digest, metrics=metrics))
+            if not done.rowcount:  # type: ignore[attr-defined]
+                return  # another keeper finished it or claimed it anew
+            run = s.get(Run, rnd.run_id)
+            assert run is not None
+            run.rounds_done = rnd.index + 1
+            run.global_hash = digest
+            if run.rounds_done >= run.rounds_total:
+                run.status = "finished"
+            elif run.status == "active":
+                self._open_round(s, run)
+        log.info("run %d: round %d closed with %d/%d updates in %.3fs", run.id, rnd.index,
+                 len(updates), len(rnd.sampled), time.perf_counter() - started)
+
+
+
+
+def _round_metrics(updates: list[Update] | Any) -> dict[str, Any]:
+    """Sample-weighted mean of each metric the clients reported, plus participation."""
+    total = sum(u.num_samples for u in updates)
+    keys = sorted({k for u in updates for k in u.metrics})
+    out: dict[str, Any] = {"participants": len(updates), "samples": total}
+    for key in keys:
+        rows = [(u.metrics[key], u.num_samples) for u in updates if key in u.metrics]
+        weight = sum(n for _, n in rows)
+        if weight > 0:
+            out[key] = sum(v * n for v, n in rows) / weight
+    return out

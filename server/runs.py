@@ -1,0 +1,149 @@
+"""Runs: create one from a pfl-sim TOML config, pause, resume, stop, report progress.
+
+Creating a run is the one place a run's config is resolved to an algorithm in every process
+that serves HTTP: it builds the initial global state (PyTorch, imported on first use) and
+stores the run's :class:`~pflkit.server.store.Plan`, from which workers serve tasks and check
+uploads without PyTorch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+
+from pflkit.server.errors import Conflict, Invalid
+from pflkit.server.orm import Client, Round, Run, RunPlan, Update
+from pflkit.server.settings import ServerSettings
+from pflkit.server.store import Plan, Store
+from pflkit.server.update_check import SAFETENSORS_DTYPES
+
+if TYPE_CHECKING:
+    from pflkit.sdk.algorithms.base import Algorithm, State
+    from pflkit.sdk.data.spec import DatasetSpec
+    from pflkit.sdk.run_config import Schedule, SimConfig
+
+log = logging.getLogger(__name__)
+
+LIVE = ("active", "paused")  # run statuses that block creating another run
+TRANSITIONS = {"pause": (("active",), "paused"), "resume": (("paused",), "active"),
+               "stop": (LIVE, "stopped")}  # action -> (from, to)
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What a run's TOML config resolves to (built once per process and run)."""
+
+    config: SimConfig
+    algorithm: Algorithm
+    schedule: Schedule
+    spec: DatasetSpec  # the dataset's shapes and classes (its data is never read)
+
+
+def build_setup(config_toml: str, settings: ServerSettings) -> RunSetup:
+    """Resolve a pfl-sim TOML into algorithm and schedule (the dataset's files are not read)."""
+    from pflkit.sdk.builder import build_algorithm, data_spec
+    from pflkit.sdk.registry import ExtensionError
+    from pflkit.sdk.run_config import ConfigError, SimConfig
+
+    try:
+        config = SimConfig.from_toml(config_toml, "config_toml")
+        spec = data_spec(config)
+        algorithm = build_algorithm(config, spec)
+    except (ConfigError, ExtensionError, KeyError, ValueError, OSError) as err:
+        raise Invalid(f"run config: {err}") from err
+    schedule = config.schedule()
+    if settings.clients_per_round is not None:
+        schedule = replace(schedule, clients_per_round=settings.clients_per_round)
+    return RunSetup(config, algorithm, schedule, spec)
+
+
+def plan_of(setup: RunSetup, global_state: State) -> Plan:
+    """The run's plan: task config, learning rate per round, update schema."""
+    from pflkit.sdk.task_config import TaskConfig
+
+    cfg = setup.config
+    lrs = [setup.schedule.lr_at(r) for r in range(cfg.rounds + 1)]
+    task = TaskConfig.of(cfg, setup.spec, lrs[0]).to_wire()
+    del task["lr"]  # per round: Plan.task_config
+    schema = {name: (list(shape), SAFETENSORS_DTYPES[str(dtype).removeprefix("torch.")])
+              for name, (shape, dtype) in setup.algorithm.update_schema(global_state).items()}
+    return Plan(cfg.algorithm, cfg.model, task, lrs, schema)
+
+
+class Runs:
+    """Run lifecycle and progress."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def create(self, config_toml: str) -> Run:
+        """Start a run from a pfl-sim TOML config (refused while another is active or paused)."""
+        from pflkit.sdk.tensorio import state_to_bytes
+
+        setup = build_setup(config_toml, self.store.settings)
+        state = setup.algorithm.init_global(setup.config.seed)
+        digest = self.store.blobs.put(state_to_bytes(state, {"rounds_done": "0"}))
+        plan = plan_of(setup, state)
+        with self.store.transaction() as s:
+            live = s.scalar(select(Run).where(Run.status.in_(LIVE)))
+            if live is not None:
+                raise Conflict(f"run {live.id} is {live.status}; stop it before creating another")
+            run = Run(config_toml=config_toml, status="active",
+                      rounds_total=setup.config.rounds, rounds_done=0, global_hash=digest)
+            s.add(run)
+            s.flush()
+            s.add(RunPlan(run_id=run.id, plan=plan.to_json()))
+        log.info("created run %d (%s, %d rounds)", run.id, plan.algorithm, setup.config.rounds)
+        return run
+
+    def ensure(self, config_toml: str | None = None) -> None:
+        """Create a run if the database has none: ``config_toml``, else settings.run_config."""
+        run_config = self.store.settings.run_config
+        if config_toml is None and run_config is None:
+            return
+        with self.store.transaction() as s:
+            if self.store.current_run(s) is not None:
+                return
+        self.create(config_toml or run_config.read_text())  # type: ignore[union-attr]
+
+    def transition(self, run_id: int, action: str) -> None:
+        """Pause, resume or stop a run (see TRANSITIONS)."""
+        allowed, target = TRANSITIONS[action]
+        with self.store.transaction() as s:
+            run = self.store.get_run(s, run_id)
+            if run.status not in allowed:
+                raise Conflict(f"cannot {action} run {run.id}: it is {run.status}")
+            run.status = target
+            rnd = self.store.round_of(s, run, run.rounds_done)
+            if rnd is not None and rnd.status == "open":
+                if action == "stop":
+                    rnd.status = "abandoned"
+                elif action == "resume":  # the paused time does not count against the clients
+                    rnd.deadline_at = time.time() + self.store.settings.round_deadline
+
+    def status(self, run_id: int | None) -> dict[str, Any]:
+        """Progress of a run: status, rounds, the open round's participants, per-round metrics."""
+        with self.store.transaction() as s:
+            run = self.store.get_run(s, run_id)
+            plan = self.store.plan(s, run)
+            rounds = s.scalars(select(Round).where(Round.run_id == run.id)
+                               .order_by(Round.index)).all()
+            current = None
+            for rnd in rounds:
+                if rnd.status in ("open", "closing"):
+                    senders = s.scalars(select(Update.client_id)
+                                        .where(Update.round_id == rnd.id)).all()
+                    current = {"index": rnd.index, "status": rnd.status, "sampled": rnd.sampled,
+                               "received": sorted(senders), "deadline": rnd.deadline_at}
+            history = [{"index": r.index, "closed_at": r.closed_at, "global_hash": r.result_hash,
+                        "metrics": r.metrics} for r in rounds if r.status == "closed"]
+            enrolled = s.scalar(select(func.count(Client.id))
+                                .where(Client.revoked_at.is_(None))) or 0
+            return {"id": run.id, "status": run.status, "algorithm": plan.algorithm,
+                    "model": plan.model, "rounds_total": run.rounds_total,
+                    "rounds_done": run.rounds_done, "global_hash": run.global_hash,
+                    "enrolled_clients": enrolled, "current_round": current, "history": history}

@@ -1,0 +1,151 @@
+"""What every part of the service shares: settings, database transactions, blobs, caches.
+
+The caches hold what does not change once written: run plans (:class:`Plan`, read from the
+database), run setups (config -> algorithm, built with PyTorch only where a process needs
+them: the round keeper, run creation, algorithm queries) and the newest two global states
+(bytes for downloads, tensors for the keeper).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from pflkit.server.blobs import BlobStore
+from pflkit.server.errors import NotFound
+from pflkit.server.orm import Round, Run, RunPlan
+from pflkit.server.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from pflkit.sdk.algorithms.base import State
+    from pflkit.server.runs import RunSetup
+
+T = TypeVar("T")
+
+
+class NewestTwo(Generic[T]):
+    """A thread-safe cache of the two most recently loaded values, by key.
+
+    Every sampled client downloads the same global state at the start of a round, so one
+    shared copy serves them all; the previous round's stays for stragglers.
+    """
+
+    def __init__(self, load: Callable[[str], T]) -> None:
+        self._load = load
+        self._values: dict[str, T] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> T:
+        """The value of ``key``, loaded on first use."""
+        with self._lock:
+            if key in self._values:
+                return self._values[key]
+        value = self._load(key)
+        with self._lock:
+            if len(self._values) >= 2 and key not in self._values:
+                self._values.pop(next(iter(self._values)))
+            self._values[key] = value
+        return value
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A run as HTTP workers see it: names, the clients' task config, the update schema."""
+
+    algorithm: str
+    model: str
+    task: dict[str, Any]  # the task config of protocol.TASK_CONFIG_KEYS but the learning rate
+    lrs: list[float]  # the learning rate of each round, 0 .. rounds (the last: after the run)
+    schema: dict[str, tuple[list[int], str]]  # update tensor -> (shape, safetensors dtype)
+
+    def task_config(self, round_index: int) -> dict[str, Any]:
+        """What a client needs to train ``round_index``."""
+        return {**self.task, "lr": self.lrs[min(round_index, len(self.lrs) - 1)]}
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Plan:
+        """Read the stored form."""
+        schema = {k: (list(shape), dtype) for k, (shape, dtype) in data["schema"].items()}
+        return cls(data["algorithm"], data["model"], data["task"], data["lrs"], schema)
+
+
+class Store:
+    """Settings, sessions, blobs and the caches of one process."""
+
+    def __init__(self, settings: ServerSettings, sessions: sessionmaker[Session],
+                 blobs: BlobStore) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.blobs = blobs
+        self.global_bytes: NewestTwo[bytes] = NewestTwo(blobs.get)
+        self.global_states: NewestTwo[State] = NewestTwo(self._load_state)
+        self._plans: dict[int, Plan] = {}
+        self._setups: dict[int, RunSetup] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """A session in a transaction, committed on success, rolled back on error."""
+        with self.sessions() as session, session.begin():
+            yield session
+
+    @staticmethod
+    def current_run(s: Session) -> Run | None:
+        """The newest run."""
+        return s.scalar(select(Run).order_by(Run.id.desc()).limit(1))
+
+    def get_run(self, s: Session, run_id: int | None) -> Run:
+        """A run by id, or the newest one (None); NotFound if there is none."""
+        run = self.current_run(s) if run_id is None else s.get(Run, run_id)
+        if run is None:
+            raise NotFound("no such run" if run_id is not None else "no run has been created")
+        return run
+
+    @staticmethod
+    def round_of(s: Session, run: Run, index: int) -> Round | None:
+        """A round of a run by index."""
+        return s.scalar(select(Round).where(Round.run_id == run.id, Round.index == index))
+
+    def plan(self, s: Session, run: Run) -> Plan:
+        """The run's plan (cached; runs created by an older version get theirs computed)."""
+        with self._lock:
+            if run.id in self._plans:
+                return self._plans[run.id]
+        row = s.get(RunPlan, run.id)
+        if row is not None:
+            plan = Plan.from_json(row.plan)
+        else:
+            from pflkit.server.runs import plan_of  # needs PyTorch: only for such old runs
+
+            plan = plan_of(self.setup(run), self.global_states.get(run.global_hash))
+            s.merge(RunPlan(run_id=run.id, plan=plan.to_json()))
+        with self._lock:
+            self._plans[run.id] = plan
+        return plan
+
+    def setup(self, run: Run) -> RunSetup:
+        """The run's config resolved to algorithm and schedule (built with PyTorch, cached)."""
+        with self._lock:
+            if run.id in self._setups:
+                return self._setups[run.id]
+        from pflkit.server.runs import build_setup
+
+        setup = build_setup(run.config_toml, self.settings)
+        with self._lock:
+            self._setups[run.id] = setup
+        return setup
+
+    def _load_state(self, digest: str) -> State:
+        from pflkit.sdk.tensorio import state_from_bytes
+
+        return state_from_bytes(self.blobs.get(digest), f"blob {digest}")

@@ -1,0 +1,92 @@
+"""What clients ask for between uploads: their task, global states, algorithm queries.
+
+Tasks and downloads need no PyTorch (the run's plan and the blob bytes). An algorithm query
+(e.g. FedRoD's zero-shot head for a class distribution) computes on the global state: the
+process imports PyTorch on the first one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from pflkit.server.errors import Invalid, NotFound
+from pflkit.server.orm import Round, Run, Update
+from pflkit.server.store import Store
+
+
+class Tasks:
+    """Task polling, global-state downloads and algorithm queries."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def task(self, client_id: int) -> dict[str, Any]:
+        """Tell a client what to do now: train (with everything it needs), wait, or stop.
+
+        A finished run also sends its config, so clients can run the algorithm's
+        post-federation stage (``personalize``) on the final global state.
+        """
+        retry = 2 * self.store.settings.tick_seconds
+        with self.store.transaction() as s:
+            run = self.store.current_run(s)
+            if run is None:
+                return {"status": "wait", "retry_after": retry}
+            plan = self.store.plan(s, run)
+            # "round" is the run's current round whatever the status: a client holding a
+            # trained round keeps it until the run has moved past it (a pause does not)
+            base = {"run_id": run.id, "round": run.rounds_done, "retry_after": retry,
+                    "global_hash": run.global_hash}
+            if run.status == "finished":
+                return {**base, "status": "finished",
+                        "config": plan.task_config(run.rounds_total)}
+            if run.status != "active":
+                return {**base, "status": run.status}
+            rnd = self.store.round_of(s, run, run.rounds_done)
+            if rnd is None or rnd.status != "open" or client_id not in rnd.sampled:
+                return {**base, "status": "wait"}
+            sent = s.scalar(select(Update.id).where(Update.round_id == rnd.id,
+                                                    Update.client_id == client_id))
+            return {**base, "status": "uploaded" if sent is not None else "train",
+                    "deadline": rnd.deadline_at, "global_hash": rnd.global_hash,
+                    "config": plan.task_config(rnd.index)}
+
+    def check_global(self, digest: str) -> None:
+        """Raise NotFound unless some run or round names this global state and it is stored."""
+        with self.store.transaction() as s:
+            known = s.scalar(select(Run.id).where(Run.global_hash == digest).limit(1)) or \
+                s.scalar(select(Round.id).where(Round.global_hash == digest).limit(1))
+        if known is None or not self.store.blobs.exists(digest):
+            raise NotFound(f"no global state {digest}")
+
+    def global_blob(self, digest: str) -> bytes:
+        """Return a global state's bytes (never another client's update: see check_global).
+
+        The newest two are kept in memory: every sampled client downloads the same state at
+        the start of a round, and one shared ``bytes`` object serves all those responses.
+        """
+        self.check_global(digest)
+        return self.store.global_bytes.get(digest)
+
+    def query(self, run_id: int, name: str, body: Any) -> bytes:
+        """Answer an algorithm query (``Algorithm.server_queries``) on the run's newest global.
+
+        The answer is safetensors whose metadata names the global state it was computed from.
+        """
+        from pflkit.sdk.tensorio import state_to_bytes
+
+        with self.store.transaction() as s:
+            run = self.store.get_run(s, run_id)
+            digest = run.global_hash
+            setup = self.store.setup(run)
+        queries = setup.algorithm.server_queries()
+        if name not in queries:
+            offered = ", ".join(sorted(queries)) or "none"
+            raise NotFound(f"run {run_id} ({setup.config.algorithm}) answers no query "
+                           f"'{name}'; it answers: {offered}")
+        try:
+            answer = queries[name](self.store.global_states.get(digest), body)
+        except ValueError as err:
+            raise Invalid(f"query '{name}': {err}") from err
+        return state_to_bytes(answer, {"global_hash": digest})
