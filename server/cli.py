@@ -22,7 +22,6 @@ import uvicorn
 from pydantic import ValidationError
 
 from pflkit.sdk.registry import add_project_path
-from pflkit.sdk.run_config import ConfigError, SimConfig
 from pflkit.server.errors import ServiceError
 from pflkit.server.http_protocol import BoundedHeadProtocol
 from pflkit.server.service import build_service
@@ -91,6 +90,10 @@ def serve(
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     add_project_path()  # run configs may name module:attr paths (uvicorn workers inherit it)
+    # imported here, not at the top: uvicorn's workers re-import this module (multiprocessing
+    # spawn), and they must stay without PyTorch
+    from pflkit.sdk.run_config import ConfigError, SimConfig
+
     try:
         settings = ServerSettings.load()
         run_toml = None

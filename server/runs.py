@@ -1,7 +1,7 @@
 """Runs: create one from a pfl-sim TOML config, pause, resume, stop, report progress.
 
-Creating a run is the one place a run's config is resolved to an algorithm in every process
-that serves HTTP: it builds the initial global state (PyTorch, imported on first use) and
+Creating a run resolves its config to an algorithm and builds the initial global state
+(PyTorch: in a child process when the caller is an HTTP worker, which stays without it), then
 stores the run's :class:`~pflkit.server.store.Plan`, from which workers serve tasks and check
 uploads without PyTorch.
 """
@@ -9,15 +9,19 @@ uploads without PyTorch.
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
+from pflkit.server.blobs import BlobStore
 from pflkit.server.errors import Conflict, Invalid
 from pflkit.server.orm import Client, Round, Run, RunPlan, Update
-from pflkit.server.settings import ServerSettings
 from pflkit.server.store import Plan, Store
 from pflkit.server.update_check import SAFETENSORS_DTYPES
 
@@ -43,8 +47,11 @@ class RunSetup:
     spec: DatasetSpec  # the dataset's shapes and classes (its data is never read)
 
 
-def build_setup(config_toml: str, settings: ServerSettings) -> RunSetup:
-    """Resolve a pfl-sim TOML into algorithm and schedule (the dataset's files are not read)."""
+def build_setup(config_toml: str, clients_per_round: int | None = None) -> RunSetup:
+    """Resolve a pfl-sim TOML into algorithm and schedule (the dataset's files are not read).
+
+    ``clients_per_round``: the server's override of the config's sample size.
+    """
     from pflkit.sdk.builder import build_algorithm, data_spec
     from pflkit.sdk.registry import ExtensionError
     from pflkit.sdk.run_config import ConfigError, SimConfig
@@ -56,8 +63,8 @@ def build_setup(config_toml: str, settings: ServerSettings) -> RunSetup:
     except (ConfigError, ExtensionError, KeyError, ValueError, OSError) as err:
         raise Invalid(f"run config: {err}") from err
     schedule = config.schedule()
-    if settings.clients_per_round is not None:
-        schedule = replace(schedule, clients_per_round=settings.clients_per_round)
+    if clients_per_round is not None:
+        schedule = replace(schedule, clients_per_round=clients_per_round)
     return RunSetup(config, algorithm, schedule, spec)
 
 
@@ -74,6 +81,17 @@ def plan_of(setup: RunSetup, global_state: State) -> Plan:
     return Plan(cfg.algorithm, cfg.model, task, lrs, schema)
 
 
+def prepare_run(config_toml: str, blob_dir: Path, clients_per_round: int | None
+                ) -> tuple[str, int, Plan]:
+    """Build a run's initial global state into the blob store; its hash, rounds and plan."""
+    from pflkit.sdk.tensorio import state_to_bytes
+
+    setup = build_setup(config_toml, clients_per_round)
+    state = setup.algorithm.init_global(setup.config.seed)
+    digest = BlobStore(blob_dir).put(state_to_bytes(state, {"rounds_done": "0"}))
+    return digest, setup.config.rounds, plan_of(setup, state)
+
+
 class Runs:
     """Run lifecycle and progress."""
 
@@ -81,23 +99,27 @@ class Runs:
         self.store = store
 
     def create(self, config_toml: str) -> Run:
-        """Start a run from a pfl-sim TOML config (refused while another is active or paused)."""
-        from pflkit.sdk.tensorio import state_to_bytes
+        """Start a run from a pfl-sim TOML config (refused while another is active or paused).
 
-        setup = build_setup(config_toml, self.store.settings)
-        state = setup.algorithm.init_global(setup.config.seed)
-        digest = self.store.blobs.put(state_to_bytes(state, {"rounds_done": "0"}))
-        plan = plan_of(setup, state)
+        Building the initial global state needs PyTorch: a process without it (an HTTP
+        worker) does that in a short-lived child process instead of importing it for good.
+        """
+        args = (config_toml, self.store.settings.blobs, self.store.settings.clients_per_round)
+        if "torch" in sys.modules:
+            digest, rounds, plan = prepare_run(*args)
+        else:
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                digest, rounds, plan = pool.submit(prepare_run, *args).result()
         with self.store.transaction() as s:
             live = s.scalar(select(Run).where(Run.status.in_(LIVE)))
             if live is not None:
                 raise Conflict(f"run {live.id} is {live.status}; stop it before creating another")
-            run = Run(config_toml=config_toml, status="active",
-                      rounds_total=setup.config.rounds, rounds_done=0, global_hash=digest)
+            run = Run(config_toml=config_toml, status="active", rounds_total=rounds,
+                      rounds_done=0, global_hash=digest)
             s.add(run)
             s.flush()
             s.add(RunPlan(run_id=run.id, plan=plan.to_json()))
-        log.info("created run %d (%s, %d rounds)", run.id, plan.algorithm, setup.config.rounds)
+        log.info("created run %d (%s, %d rounds)", run.id, plan.algorithm, rounds)
         return run
 
     def ensure(self, config_toml: str | None = None) -> None:

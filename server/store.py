@@ -140,7 +140,7 @@ class Store:
                 return self._setups[run.id]
         from pflkit.server.runs import build_setup
 
-        setup = build_setup(run.config_toml, self.settings)
+        setup = build_setup(run.config_toml, self.settings.clients_per_round)
         with self._lock:
             self._setups[run.id] = setup
         return setup

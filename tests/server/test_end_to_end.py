@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import shutil
+from pathlib import Path
 
 import httpx
 import pytest
@@ -118,10 +119,22 @@ def check_zero_shot_head(server: Server, status: dict, global_state) -> None:
         http.post(f"/v1/clients/{client_id}/revoke").raise_for_status()
 
 
+def uvicorn_workers(pid: int) -> list[int]:
+    """The pfl-server process's uvicorn workers (its python children but the resource tracker)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(c) for c in children
+            if "multiprocessing" in Path(f"/proc/{c}/cmdline").read_text()
+            and "resource_tracker" not in Path(f"/proc/{c}/cmdline").read_text()]
+
+
+def maps_pytorch(pid: int) -> bool:
+    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+
 def test_two_workers_serve_one_run_with_pfl_client_processes(database_url, make_server,
                                                             tmp_path):
-    """uvicorn --workers 2: the database (SQLite, then PostgreSQL) decides who closes a round;
-    same result as pfl-sim."""
+    """uvicorn --workers 2 (SQLite, then PostgreSQL): same result as pfl-sim, and the HTTP
+    workers never loaded PyTorch (the rounds are kept by the supervising process)."""
     config = run_toml("fedavg", rounds=2)
     database = ["--database-url", database_url] if database_url else []
     server = make_server(config, "--min-enrolled", "3", "--workers", "2", *database)
@@ -131,6 +144,8 @@ def test_two_workers_serve_one_run_with_pfl_client_processes(database_url, make_
     assert [p.wait(60) for p in procs] == [0, 0, 0]
     assert [r["metrics"]["participants"] for r in status["history"]] == [2, 2]
     assert (server.data_dir / "server.db").exists() == (database_url is None)
+    workers = uvicorn_workers(server.proc.pid)
+    assert len(workers) == 2 and not any(maps_pytorch(pid) for pid in workers)
     expected = simulated_global(config, tmp_path / "sim")
     got = server_global(server, status["global_hash"])
     for key in expected:

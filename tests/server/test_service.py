@@ -21,7 +21,7 @@ from sqlalchemy import select, update
 from pflkit.sdk.tensorio import state_to_bytes
 from pflkit.server.app import return_large_buffers_to_the_os
 from pflkit.server.errors import Conflict, Forbidden, Gone, Invalid, Unauthorized
-from pflkit.server.orm import Round
+from pflkit.server.orm import Round, Update
 from pflkit.server.service import build_service
 from pflkit.server.settings import ServerSettings
 
@@ -88,25 +88,33 @@ for cid, body in bodies.items():
     assert task["status"] == "train", task
     service.tasks.global_blob(task["global_hash"])
     service.uploads.accept(cid, task["run_id"], task["round"], 10, body)
+service.runs.transition(task["run_id"], "stop")
+service.runs.create(service.settings.run_config.read_text())  # in a child process
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "torch")[:3]))
 """
 
 
 def test_a_worker_serves_a_round_without_importing_pytorch(tmp_path, database_url):
-    """Enrollment, tasks, downloads and uploads (schema and NaN checks included) need no
-    model: an HTTP worker stays ~0.5 GB lighter per process."""
+    """Enrollment, tasks, downloads, uploads (schema and NaN checks included) and creating a
+    run leave an HTTP worker without PyTorch (~0.5 GB lighter per process)."""
     service, _ = service_for(tmp_path, database_url, per_round=3)
     status, rnd = current(service)
     bodies = {cid: shifted(service, status["global_hash"], 1).hex() for cid in rnd["sampled"]}
     env = {**os.environ, "PFL_SERVER_ADMIN_TOKEN": "x" * 20,
-           "PFL_SERVER_DATA_DIR": str(tmp_path / "data")}
+           "PFL_SERVER_DATA_DIR": str(tmp_path / "data"),
+           "PFL_SERVER_RUN_CONFIG": str(tmp_path / "run.toml")}
     if database_url:
         env["PFL_SERVER_DATABASE_URL"] = database_url
     done = subprocess.run([sys.executable, "-c", WORKER], input=json.dumps(bodies), env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
-    assert current(service)[1]["received"] == rnd["sampled"]
+    with service.store.sessions() as s:  # the stopped run's round took the three uploads
+        received = s.scalars(select(Update.client_id).join(Round).where(
+            Round.run_id == status["id"]).order_by(Update.client_id)).all()
+    assert list(received) == rnd["sampled"]
+    created = service.runs.status(None)
+    assert created["id"] == status["id"] + 1 and created["status"] == "active"
 
 
 def test_median_rule_ignores_an_outlier(tmp_path, database_url):
