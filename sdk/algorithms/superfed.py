@@ -37,7 +37,7 @@ Choices where the papers (000 KDD'22, 001 arXiv) and the public code leave room:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -75,6 +75,12 @@ from pflkit.sdk.algorithms.personal import (  # noqa: F401 (LAMBDA_GRID, choose_
     choose_lambda_from,
     personalize_with,
 )
+from pflkit.sdk.algorithms.superfed_objective import (
+    FlatLayout,
+    cosine,
+    lambda_sampler,
+    superfed_loss,
+)
 from pflkit.sdk.batched_training import BatchPlan, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.metrics import Scores, predict, scores_from_logits
@@ -111,132 +117,6 @@ class SuPerFedParams:
                 raise HyperparameterError(f"superfed: hyperparameter '{name}' must be in [0, 1]")
         if self.holdout_fraction == 1.0:
             raise HyperparameterError("superfed: 'holdout_fraction' = 1 leaves nothing to train")
-
-
-# -- the maths, as pure functions ---------------------------------------------------------------
-def cosine(wf: torch.Tensor, wl: torch.Tensor) -> torch.Tensor:
-    """Cosine similarity of two flat weight vectors (all parameters concatenated)."""
-    return wf @ wl / torch.sqrt((wf @ wf) * (wl @ wl))
-
-
-@dataclass(frozen=True)
-class FlatLayout:
-    """Named tensors <-> one flat vector, so the regularizers and SGD run on one tensor each."""
-
-    names: tuple[str, ...]
-    shapes: tuple[torch.Size, ...]
-    sizes: tuple[int, ...]
-
-    @classmethod
-    def of(cls, tensors: Mapping[str, torch.Tensor]) -> FlatLayout:
-        """Record the names, shapes and sizes of ``tensors`` in their iteration order."""
-        return cls(tuple(tensors), tuple(t.shape for t in tensors.values()),
-                   tuple(t.numel() for t in tensors.values()))
-
-    def flatten(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """One detached 1-d copy of ``tensors`` (in layout order)."""
-        return torch.cat([tensors[n].detach().reshape(-1) for n in self.names])
-
-    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Split ``flat`` into views shaped like the named tensors (differentiable)."""
-        return {n: chunk.view(shape)
-                for n, shape, chunk in zip(self.names, self.shapes, flat.split(self.sizes),
-                                           strict=True)}
-
-    def layers(self) -> tuple[torch.Tensor, int]:
-        """(layer index of every tensor, number of layers); a layer = a parameter-owning module."""
-        owners: dict[str, int] = {}
-        per_tensor = [owners.setdefault(n.rpartition(".")[0], len(owners)) for n in self.names]
-        return torch.tensor(per_tensor), len(owners)
-
-
-def lambda_sampler(mixing: str, layout: FlatLayout, gen: torch.Generator
-                   ) -> Callable[[], torch.Tensor]:
-    """Draw lambda ~ U(0, 1) per batch, one value per tensor: shared (MM) or per layer (LM)."""
-    if mixing == "model":
-        return lambda: torch.rand((), generator=gen).expand(len(layout.names))
-    layer, count = layout.layers()
-    return lambda: torch.rand(count, generator=gen)[layer]
-
-
-def superfed_loss(model: nn.Module, layout: FlatLayout, wf: torch.Tensor, wl: torch.Tensor,
-                  wg: torch.Tensor, lam: torch.Tensor, batch: Batch, mu: float, nu: float
-                  ) -> torch.Tensor:
-    """Eq. 4 on one batch: CE of W(lambda) + mu ||w_f - w_g||^2 + nu cos^2(w_f, w_l).
-
-    ``wf``, ``wl``, ``wg`` are flat (``layout``); ``lam`` holds one lambda per tensor.
-    """
-    f_parts, l_parts = layout.unflatten(wf), layout.unflatten(wl)
-    mixed = {n: mix(f_parts[n], l_parts[n], lam[i]) for i, n in enumerate(layout.names)}
-    loss = batch.cross_entropy(functional_call(model, mixed, (batch.x,)))  # logits (B, C)
-    if mu or nu:
-        loss = loss + regularizer(wf, wl, wg, mu, nu)
-    return loss
-
-
-def regularizer(wf: torch.Tensor, wl: torch.Tensor, wg: torch.Tensor, mu: float, nu: float
-                ) -> torch.Tensor:
-    """Return mu ||w_f - w_g||^2 + nu cos^2(w_f, w_l) of flat vectors (closed-form backward)."""
-    return Regularizer.apply(wf, wl, wg, mu, nu)[0]
-
-
-class Regularizer(torch.autograd.Function):
-    """:func:`regularizer` with a closed-form backward, row by row over the last dimension.
-
-    Autograd through the plain expression makes ~18 passes over the weights per batch; the
-    closed form (the last terms of eq. 5-6) makes ~10. For small nets such as TwoNN, weight-sized
-    work dominates a step, so this is a third of SuPerFed's step time. Forward and backward
-    work on one flat vector or on a stack of them (K, P), one client per row; the vmap rule
-    (batched clients) therefore runs the stack through the same code instead of letting vmap
-    turn each dot product into a batched matrix product (5x slower on CPU).
-    """
-
-    @staticmethod
-    def forward(wf: torch.Tensor, wl: torch.Tensor, wg: torch.Tensor, mu: float, nu: float
-                ) -> tuple[torch.Tensor, ...]:
-        """(value, w_f - w_g, cos, |w_f|^2, |w_l|^2), each per row."""
-        gap = wf - wg
-        ff, ll = torch.linalg.vecdot(wf, wf), torch.linalg.vecdot(wl, wl)
-        cos = torch.linalg.vecdot(wf, wl) / torch.sqrt(ff * ll)
-        return mu * torch.linalg.vecdot(gap, gap) + nu * cos**2, gap, cos, ff, ll
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]
-                      ) -> None:
-        """Keep what the backward needs (the intermediates are outputs, as vmap requires)."""
-        wf, wl, _, mu, nu = inputs
-        _, gap, cos, ff, ll = output
-        ctx.mark_non_differentiable(gap, cos, ff, ll)
-        ctx.save_for_backward(wf, wl, gap, cos, ff, ll)
-        ctx.mu, ctx.nu = mu, nu
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor, *_: Any) -> tuple[torch.Tensor | None, ...]:
-        """d/dw_f = 2 mu (w_f - w_g) + nu dcos^2/dw_f;  d/dw_l = nu dcos^2/dw_l."""
-        wf, wl, gap, cos, ff, ll = ctx.saved_tensors
-        k = 2 * ctx.nu * cos * grad  # d(nu cos^2)/dcos, times the incoming gradient
-
-        def per_row(scalar: torch.Tensor) -> torch.Tensor:
-            return scalar.unsqueeze(-1)  # (K,) -> (K, 1) against (K, P); () -> (1,)
-
-        # dcos/dw_f = w_l / (|w_f||w_l|) - cos w_f / |w_f|^2, and symmetrically for w_l
-        across = per_row(k / torch.sqrt(ff * ll))
-        grad_f = torch.addcmul(torch.addcmul(wl * across, wf, per_row(-k * cos / ff)), gap,
-                               per_row(2 * ctx.mu * grad))
-        grad_l = torch.addcmul(wf * across, wl, per_row(-k * cos / ll))
-        return grad_f, grad_l, None, None, None
-
-    @staticmethod
-    def vmap(info: Any, in_dims: tuple[int | None, ...], wf: torch.Tensor, wl: torch.Tensor,
-             wg: torch.Tensor, mu: float, nu: float) -> tuple[tuple[torch.Tensor, ...], int]:
-        """Batched clients: stack the rows and run the row-wise forward on them."""
-        def rows(t: torch.Tensor, dim: int | None) -> torch.Tensor:
-            return t.expand(info.batch_size, -1) if dim is None else t.movedim(dim, 0)
-
-        stacked = Regularizer.apply(rows(wf, in_dims[0]), rows(wl, in_dims[1]),
-                                    rows(wg, in_dims[2]) if in_dims[2] is not None else wg,
-                                    mu, nu)
-        return stacked, 0
 
 
 class SuPerFed(Algorithm):

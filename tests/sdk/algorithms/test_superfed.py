@@ -15,12 +15,10 @@ from pflkit.sdk.algorithms import (
     make_algorithm,
 )
 from pflkit.sdk.algorithms.mixing import RuntimeMixture, mix, mix_states
-from pflkit.sdk.algorithms.superfed import (
-    LAMBDA_GRID,
-    LOCAL,
+from pflkit.sdk.algorithms.superfed import LAMBDA_GRID, LOCAL, lambda_sweep
+from pflkit.sdk.algorithms.superfed_objective import (
     FlatLayout,
     lambda_sampler,
-    lambda_sweep,
     regularizer,
     superfed_loss,
 )
