@@ -281,7 +281,7 @@ def run_plan(plan: Plan, session: Session, data: LabeledTensors, rows: dict[str,
     """Train ``session`` through ``plan`` on ``data`` (``rows``: indices per row set).
 
     ``max_steps`` stops early (parity checks). A plan with ``choose_lambda_on`` then picks
-    lambda on those rows from the session's own logits (:func:`choose_lambda_from`).
+    lambda on those rows (if any) from the session's own logits (:func:`choose_lambda_from`).
     """
     prepared = session.prepare(data.x)
     gens = {p.purpose: generator(p.purpose) for p in plan.phases}
@@ -300,8 +300,8 @@ def run_plan(plan: Plan, session: Session, data: LabeledTensors, rows: dict[str,
             if count:
                 losses[phase.optimizer] = total / count
     chosen: dict[str, Any] = {}
-    if plan.choose_lambda_on is not None and plan.lam is not None:
-        held = rows[plan.choose_lambda_on]
+    held = rows.get(plan.choose_lambda_on or "", torch.zeros(0, dtype=torch.long))
+    if plan.lam is not None and len(held):  # no held-out rows: the client keeps its lambda
         lam_input = plan.lam
 
         def logits_at(value: float) -> torch.Tensor:
