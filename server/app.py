@@ -20,6 +20,8 @@ import time
 from functools import partial
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -130,6 +132,13 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         if err.status == 401:
             headers["WWW-Authenticate"] = "Bearer"
         return JSONResponse({"detail": err.message}, status_code=err.status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        # FastAPI's own handler echoes each bad value, and a NaN or 1e400 one cannot be
+        # written as JSON (a 500): say where and what is wrong, without the value
+        errors = [{k: v for k, v in e.items() if k != "input"} for e in err.errors()]
+        return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
 
     for module in (health, runs, tokens, clients, tasks, globals, updates, queries):
         app.include_router(module.router, prefix=f"/{API_VERSION}")

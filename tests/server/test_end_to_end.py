@@ -113,6 +113,11 @@ def check_zero_shot_head(server: Server, status: dict, global_state) -> None:
     for bad in ({"class_distribution": [1.0, 2.0]}, {"counts": counts}, [1, 2], "x"):
         refused = httpx.post(url, json=bad, headers=headers)
         assert refused.status_code == 422 and refused.json()["detail"], bad
+    deep = "[" * 200_000 + "]" * 200_000
+    for value in ("1" + "0" * 400, "9" * 5000, "1e400", "NaN", "-Infinity", deep):
+        refused = httpx.post(url, content='{"class_distribution": [' + value + "]}",
+                             headers={**headers, "Content-Type": "application/json"})
+        assert refused.status_code in (400, 422) and refused.json()["detail"], value[:20]
     unknown = httpx.post(url.replace("/head", "/tail"), json={}, headers=headers)
     assert unknown.status_code == 404 and "head" in unknown.json()["detail"]
     with server.admin() as http:  # keep later runs' rosters to the three training clients
