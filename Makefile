@@ -100,8 +100,9 @@ bench-scale: setup $(FLOWER_VENV)/.installed
 	cd benchmarks && ../$(BIN)/python bench_scale.py
 
 # Accuracy part first (it trains the runs), then the speed part alone on the machine: it holds
-# the speed lock that every timing benchmark on a shared machine takes.
-SPEED_LOCK ?= $(if $(wildcard /work),/work/speed.lock,/tmp/pflkit-speed.lock)
+# a lock file (flock) for its timings; on a shared machine point SPEED_LOCK at the lock that the
+# machine's other timing jobs take.
+SPEED_LOCK ?= $(or $(TMPDIR),/tmp)/pflkit-speed.lock
 .PHONY: bench-on-device
 bench-on-device: setup
 	cd benchmarks && ../$(BIN)/python bench_on_device.py

@@ -188,8 +188,8 @@ def render(payload: dict[str, Any]) -> str:
     out = ["# bench-on-device", "",
            f"Command: `make bench-on-device` (accuracy: `cd benchmarks && ROUNDS={ROUNDS} "
            f"PER_EPOCHS={PER_EPOCHS} ../.venv/bin/python bench_on_device.py`; speed: "
-           "`cd benchmarks && SPEED=1 flock /work/speed.lock ../.venv/bin/python "
-           "bench_on_device.py`, not niced).", "",
+           "`cd benchmarks && SPEED=1 flock $SPEED_LOCK ../.venv/bin/python "
+           "bench_on_device.py`, not niced, holding the Makefile's SPEED_LOCK).", "",
            f"Fashion-MNIST, {CLIENTS} clients, {ROUNDS} federated rounds per method (a short run: "
            "this benchmark compares two engines of the same post-federation stage, not the "
            "methods' accuracy). The stage ran eagerly, then again from the same final global "

@@ -30,3 +30,9 @@ def test_the_wheel_contains_every_module_of_the_source_tree(tmp_path):
     assert not missing, f"modules missing from the wheel: {missing}"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "pfl-sim" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_make_targets_name_no_path_outside_the_checkout():
+    """A user's machine has no /work: every make target runs from a fresh clone anywhere."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert "/work" not in makefile
