@@ -44,7 +44,8 @@ from fedrod_common import (
 )
 
 from pflkit.sdk.algorithms.base import State
-from pflkit.sdk.algorithms.fedrod import PHI, _prefixed
+from pflkit.sdk.algorithms.fedrod import PHI
+from pflkit.sdk.algorithms.state_layout import strip_prefix
 from pflkit.sdk.builder import build_run
 from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.tensorio import load_state
@@ -92,7 +93,7 @@ def score(run_dir: Path, final: dict[str, Any] | None) -> dict[str, Any]:
 
         def phi_of(cid: int) -> State | None:
             kept = store.load(cid, rounds - 1)
-            return (_prefixed(kept.tensors, PHI) or None) if kept is not None else None
+            return (strip_prefix(kept.tensors, PHI) or None) if kept is not None else None
     variant = cfg.algorithm.removeprefix("fedrod_").removesuffix("_ft")
     return {
         "variant": variant, "alpha": cfg.data.partition.alpha, "rounds": rounds,

@@ -50,6 +50,7 @@ from pflkit.sdk.algorithms.base import (
     RoundContext,
     State,
 )
+from pflkit.sdk.algorithms.state_layout import add_prefix, strip_prefix
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import check_precision, data_to, resolve_device, state_to
 from pflkit.sdk.protocol import METRICS_KEY, RETRY_AFTER
@@ -249,7 +250,7 @@ class FederatedClient:
         metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(v)}
         upload = state_to_bytes(result.update, {METRICS_KEY: json.dumps(metrics)})
         tensors = {_UPLOAD: torch.frombuffer(bytearray(upload), dtype=torch.uint8),
-                   **{_STATE_PREFIX + k: v for k, v in result.client_state.tensors.items()}}
+                   **add_prefix(result.client_state.tensors, _STATE_PREFIX)}
         meta = {"run_id": task["run_id"], "round": task["round"],
                 "num_samples": result.num_samples, "metrics": metrics,
                 "client_meta": result.client_state.meta}
@@ -261,9 +262,7 @@ class FederatedClient:
         """Make the round's client state the device's state (the server has answered)."""
         meta = json.loads(read_metadata(pending)[_PENDING_META])
         tensors = state_from_bytes(pending, "pending round")
-        state = {k.removeprefix(_STATE_PREFIX): v for k, v in tensors.items()
-                 if k.startswith(_STATE_PREFIX)}
-        self.store.save(ClientState(state, meta["client_meta"]))
+        self.store.save(ClientState(strip_prefix(tensors, _STATE_PREFIX), meta["client_meta"]))
         self._write_json("cache.json", {**self._read_json("cache.json"),
                                         "state_run": meta["run_id"]})
         (self.state_dir / "pending.safetensors").unlink(missing_ok=True)

@@ -18,6 +18,7 @@ import typer
 
 from pflkit.sdk.algorithms.base import ClientState, State
 from pflkit.sdk.algorithms.fedrod import COUNTS, HYPER, PHI, zero_shot_head
+from pflkit.sdk.algorithms.state_layout import add_prefix
 from pflkit.sdk.class_distribution import (
     ClassDistributionError,
     class_proportions,
@@ -70,7 +71,7 @@ def make_head(state: State, distribution: tuple[float, ...], proportions: bool) 
     meta = {"class_proportions": a.tolist(), "zero_shot": True}
     if not proportions:
         meta[COUNTS] = [int(v) for v in distribution]
-    return ClientState({f"{PHI}{k}": v for k, v in phi.items()}, meta)
+    return ClientState(add_prefix(phi, PHI), meta)
 
 
 @app.command()

@@ -32,8 +32,8 @@ from pflkit.sdk.algorithms.base import (
     State,
     register,
 )
-from pflkit.sdk.algorithms.ditto import PERSONAL, personal_of
 from pflkit.sdk.algorithms.paramcheck import require
+from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.training import sgd

@@ -27,11 +27,10 @@ from pflkit.sdk.algorithms.base import (
 from pflkit.sdk.algorithms.fedavg import FedAvg
 from pflkit.sdk.algorithms.gradtools import added_gradient
 from pflkit.sdk.algorithms.paramcheck import require
+from pflkit.sdk.algorithms.state_layout import PERSONAL, add_prefix, personal_of
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.training import cross_entropy_of, run_epochs, sgd
-
-PERSONAL = "personal."
 
 
 @dataclass(frozen=True)
@@ -68,8 +67,8 @@ class Ditto(FedAvg):
         with added_gradient(model, lambda n, p: lam * (p.detach() - global_state[n])):
             loss = run_epochs(optimizer, cross_entropy_of(model), data, epochs,
                               self.local.batch_size, ctx.generator("personal"))
-        personal = {PERSONAL + k: v for k, v in float_state(model).items()}
-        result.client_state = ClientState(personal, client_state.meta)
+        result.client_state = ClientState(add_prefix(float_state(model), PERSONAL),
+                                          client_state.meta)
         result.metrics["personal_loss"] = loss
         return result
 
@@ -79,8 +78,3 @@ class Ditto(FedAvg):
         self._reject_choice(choice)
         return self.global_model(personal_of(client_state) or global_state)
 
-
-def personal_of(client_state: ClientState) -> State:
-    """Select the ``personal.*`` tensors of a client state, prefix removed."""
-    return {k.removeprefix(PERSONAL): v for k, v in client_state.tensors.items()
-            if k.startswith(PERSONAL)}

@@ -29,6 +29,7 @@ from pflkit.sdk.algorithms.base import (
     register,
     shared_lr,
 )
+from pflkit.sdk.algorithms.state_layout import PERSONAL, add_prefix, personal_of
 from pflkit.sdk.batched_training import BatchPlan, Stacked, repeat, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
@@ -166,13 +167,11 @@ class FedAvgFineTune(FedAvg):
         optimizer = sgd(model.parameters(), lr, self.local.momentum, self.local.weight_decay)
         run_epochs(optimizer, lambda x, y: F.cross_entropy(model(x), y), data,
                    self.params.ft_epochs, self.local.batch_size, ctx.generator("fine-tune"))
-        return ClientState({f"personal.{k}": v for k, v in float_state(model).items()},
+        return ClientState(add_prefix(float_state(model), PERSONAL),
                            {**client_state.meta, "fine_tuned_round": ctx.round})
 
     def personalized_model(self, global_state: State, client_state: ClientState,
                            choice: Choice | None = None) -> nn.Module:
         """The fine-tuned model if this client has one, else the global model."""
         self._reject_choice(choice)
-        personal = {k.removeprefix("personal."): v for k, v in client_state.tensors.items()
-                    if k.startswith("personal.")}
-        return self.global_model(personal or global_state)
+        return self.global_model(personal_of(client_state) or global_state)

@@ -71,6 +71,7 @@ from pflkit.sdk.algorithms.personal import (
     Plan,
     personalize_with,
 )
+from pflkit.sdk.algorithms.state_layout import add_prefix, strip_prefix
 from pflkit.sdk.batched_training import BatchPlan, stack, train_together
 from pflkit.sdk.class_distribution import ClassDistributionError as ClassDistributionError
 from pflkit.sdk.class_distribution import class_proportions
@@ -219,10 +220,6 @@ def fedrod_loss(body: Forward, head: Forward, phead: nn.Module, batch: Batch,
     return l_br, batch.cross_entropy(personal)
 
 
-def _prefixed(state: Mapping[str, torch.Tensor], prefix: str) -> State:
-    return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
-
-
 def zero_shot_head(global_state: State, class_distribution: torch.Tensor | Sequence[float]
                    ) -> State:
     """Generate the personalized head phi of a client known only by its class distribution.
@@ -232,10 +229,10 @@ def zero_shot_head(global_state: State, class_distribution: torch.Tensor | Seque
     head, i.e. the personalized model equals the generic one. Keys are the head's parameter
     names (``weight``, ``bias``, ...).
     """
-    head = _prefixed(global_state, "head.")
+    head = strip_prefix(global_state, "head.")
     if not head:
         raise ValueError("not a FedRoD global state: no 'head.*' tensors")
-    hyper = _prefixed(global_state, HYPER)
+    hyper = strip_prefix(global_state, HYPER)
     num_classes = hyper["fc1.weight"].shape[1] if hyper else _num_classes(head)
     a = class_proportions(class_distribution, num_classes)
     if not hyper:
@@ -315,7 +312,7 @@ class FedRoD(Algorithm):
         state = {**global_state, **(local or {})}
         phi = phi if phi is not None else {k: torch.zeros_like(v)
                                            for k, v in net.phead.state_dict().items()}
-        net.load_state_dict({**state, **{f"phead.{k}": v for k, v in phi.items()}})
+        net.load_state_dict({**state, **add_prefix(phi, "phead.")})
         return net
 
     def init_global(self, seed: int) -> State:
@@ -333,7 +330,7 @@ class FedRoD(Algorithm):
 
     def _phi(self, global_state: State, client_state: ClientState) -> State | None:
         """Return a trained client's phi (linear: its own; hyper: H(a_m; nu-bar)); None: zero."""
-        phi = _prefixed(client_state.tensors, PHI)
+        phi = strip_prefix(client_state.tensors, PHI)
         if phi or not self.uses_hypernetwork:
             return phi or None
         counts = self._counts(client_state)
@@ -352,13 +349,13 @@ class FedRoD(Algorithm):
                     prior: torch.Tensor, proportions: torch.Tensor | None) -> torch.Tensor:
         """Eq. 14 on one batch, ``net`` run with the trainable weights ``params``."""
         def body(x: torch.Tensor) -> torch.Tensor:
-            return functional_call(net.body, _prefixed(params, "body."), (x,))
+            return functional_call(net.body, strip_prefix(params, "body."), (x,))
 
         def head(z: torch.Tensor) -> torch.Tensor:
-            return functional_call(net.head, _prefixed(params, "head."), (z,))
+            return functional_call(net.head, strip_prefix(params, "head."), (z,))
 
-        phi = (functional_call(net.hyper, _prefixed(params, HYPER), (proportions,))
-               if self.uses_hypernetwork else _prefixed(params, "phead."))
+        phi = (functional_call(net.hyper, strip_prefix(params, HYPER), (proportions,))
+               if self.uses_hypernetwork else strip_prefix(params, "phead."))
         l_br, l_m = fedrod_loss(body, head, net.phead, batch, prior, phi)
         return l_br + l_m
 
@@ -367,7 +364,7 @@ class FedRoD(Algorithm):
         """(net at the round's start, the client's log prior, its class proportions for hyper)."""
         c = self.model_factory.num_classes
         counts = data.class_counts(c)
-        phi0 = None if self.uses_hypernetwork else _prefixed(client_state.tensors, PHI) or None
+        phi0 = None if self.uses_hypernetwork else strip_prefix(client_state.tensors, PHI) or None
         net = self._net(global_state, phi0).train()
         a = class_proportions(counts, c) if self.uses_hypernetwork else None
         return net, log_prior(counts, self.params.gamma), a
@@ -484,7 +481,7 @@ class FedRoD(Algorithm):
         counts = data.class_counts(self.model_factory.num_classes).tolist()
         state = ClientState(client_state.tensors, {COUNTS: counts, **client_state.meta})
         net = self._net(global_state, self._phi(global_state, state),
-                        _prefixed(state.tensors, LOCAL)).eval()
+                        strip_prefix(state.tensors, LOCAL)).eval()
         program = PersonalHeadProgram(net.phead)
         names = tuple(n for n, _ in program.named_parameters())
         lr = ctx.lr if p.ft_lr is None else p.ft_lr
@@ -519,7 +516,7 @@ class FedRoD(Algorithm):
             net = self._net(global_state, zero_shot_head(global_state, choice.class_distribution))
         else:
             net = self._net(global_state, self._phi(global_state, client_state),
-                            _prefixed(client_state.tensors, LOCAL))
+                            strip_prefix(client_state.tensors, LOCAL))
         if self.uses_hypernetwork:
             del net.hyper  # phi is materialized: the inference module has one input, images
         return net.eval()
@@ -546,13 +543,13 @@ class FedRoD(Algorithm):
                 "fedrod", "the generic model h_G(f(x)): the balanced generic head alone",
                 choice.to_card(), details))
         net = self.generic_and_personalized_model(global_state, client_state, choice)
-        dist, own = choice.class_distribution, _prefixed(client_state.tensors, PHI)
+        dist, own = choice.class_distribution, strip_prefix(client_state.tensors, PHI)
         if dist is not None:
             how = "generated by the hypernetwork from the given class distribution" \
                 if self.uses_hypernetwork else "zero (fedrod_linear has no zero-shot head)"
         elif own:
             how = "the client's own trained head" + (
-                " after a final local pass" if _prefixed(client_state.tensors, LOCAL) else "")
+                " after a final local pass" if strip_prefix(client_state.tensors, LOCAL) else "")
         elif self.uses_hypernetwork:  # H(a_m; nu-bar) from the client's counts (new or not)
             dist, how = torch.tensor(counts), "generated by the hypernetwork from its class counts"
         else:

@@ -65,6 +65,7 @@ from pflkit.sdk.algorithms.personal import (
     Split,
     personalize_with,
 )
+from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of, strip_prefix
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import SplitModel
 from pflkit.sdk.seeding import derive_seed, torch_generator
@@ -76,7 +77,6 @@ VARIANT_SUMMARIES = {  # the model card's one-line description of each personali
     "mfe": "PFL-MFE: g(a) C_global(a) + (1 - g(a)) C_personal(a), the gate on the features",
 }
 GATE_OPTIMIZERS = ("sgd", "adam")
-PERSONAL = "personal."  # client-state prefix of the personal classifier C_i (keys keep "head.")
 GATE = "gate."  # client-state prefix of the gate's Linear(input -> 1)
 
 
@@ -302,8 +302,7 @@ class PFLMoE(FedAvg):
                            choice: Choice | None = None) -> nn.Module:
         """Build the mixed model (PFL-FB: the personal classifier); global before stage 2."""
         self._reject_choice(choice)
-        personal = {k.removeprefix(PERSONAL): v for k, v in client_state.tensors.items()
-                    if k.startswith(PERSONAL)}
+        personal = personal_of(client_state)  # the classifier C_i, as "head.*"
         if not personal:
             return self.global_model(global_state)
         variant = client_state.meta.get("variant")
@@ -315,8 +314,7 @@ class PFLMoE(FedAvg):
             return fb_model
         base = self.global_model(global_state)
         gate = nn.Linear(self.gate_input_dim(base), 1).to(self.device)
-        gate.load_state_dict({k.removeprefix(GATE): v for k, v in client_state.tensors.items()
-                              if k.startswith(GATE)})
+        gate.load_state_dict(strip_prefix(client_state.tensors, GATE))
         return GatedExperts(base.body, base.head, fb_model.head, gate,
                             variant == "mfe").eval()
 

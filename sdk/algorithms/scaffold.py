@@ -36,6 +36,7 @@ from pflkit.sdk.algorithms.base import (
 )
 from pflkit.sdk.algorithms.gradtools import added_gradient
 from pflkit.sdk.algorithms.paramcheck import require
+from pflkit.sdk.algorithms.state_layout import strip_prefix
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.training import cross_entropy_of, run_epochs, sgd
@@ -57,8 +58,7 @@ class ScaffoldParams:
 def split_state(state: State) -> tuple[State, State]:
     """(model tensors, control variates with the prefix removed) of a SCAFFOLD global state."""
     model = {k: v for k, v in state.items() if not k.startswith(CONTROL)}
-    control = {k.removeprefix(CONTROL): v for k, v in state.items() if k.startswith(CONTROL)}
-    return model, control
+    return model, strip_prefix(state, CONTROL)
 
 
 class ScaffoldAggregator(Aggregator):

@@ -75,6 +75,7 @@ from pflkit.sdk.algorithms.personal import (  # noqa: F401 (LAMBDA_GRID, choose_
     choose_lambda_from,
     personalize_with,
 )
+from pflkit.sdk.algorithms.state_layout import strip_prefix
 from pflkit.sdk.algorithms.superfed_objective import (
     FlatLayout,
     cosine,
@@ -381,8 +382,7 @@ class SuPerFed(Algorithm):
     def _endpoints(self, global_state: State, client_state: ClientState
                    ) -> tuple[nn.Module, nn.Module, list[str]]:
         """(w_f module, w_l module, names of the tensors that mix: parameters, float buffers)."""
-        wl = {k.removeprefix(LOCAL): v for k, v in client_state.tensors.items()
-              if k.startswith(LOCAL)}
+        wl = strip_prefix(client_state.tensors, LOCAL)
         differ = sorted(set(wl) ^ {k for k, v in global_state.items() if v.is_floating_point()})
         if differ:
             raise ValueError(f"{self.name}: client state does not match the model "
