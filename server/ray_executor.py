@@ -10,7 +10,9 @@ executor with one thread.
 
 A worker that dies mid-round (a killed process, a lost node) is restarted by Ray and the
 clients it held are sent again; their fits are deterministic, so the round's result is the
-same. Ray serializes the algorithm object and the data between our own processes with its own
+same. A dead worker gets no client until it answers again: calls to a restarting actor fail
+at once (``ActorUnavailableError``), and on a loaded machine a restart outlasted every retry.
+Ray serializes the algorithm object and the data between our own processes with its own
 object store; nothing from outside the run is unpickled.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -34,11 +37,12 @@ from pflkit.sdk.state_store import client_state_from_bytes, client_state_to_byte
 from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
 from pflkit.sdk.training import autocast_training
 from pflkit.server.executors import ClientTask, Executor
-from pflkit.server.faults import crash_point
+from pflkit.server.faults import crash_point, slow_point
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 4  # a client is sent at most this many times before the round fails
+RESTART_TIMEOUT = 600.0  # seconds a dead worker may take to come back before the round fails
 
 
 class ClientFitFailed(RuntimeError):
@@ -58,6 +62,7 @@ class ClientWorker:
 
     def __init__(self, algorithm: Algorithm, rows: dict[int, tuple[np.ndarray, np.ndarray]],
                  device: str, threads: int, precision: str) -> None:
+        slow_point("ray_worker_start")
         torch.set_num_threads(threads)
         self.device = resolve_device(device)  # "auto" is resolved where the worker runs
         self.algorithm = algorithm.to(self.device)
@@ -154,6 +159,7 @@ class RayExecutor(Executor):
         queue = list(range(len(tasks)))
         attempts = [0] * len(tasks)
         running: dict[Any, tuple[int, int]] = {}  # object ref -> (task index, worker index)
+        restarting: dict[Any, tuple[int, float]] = {}  # probe ref -> (worker index, since)
         done: dict[int, Any] = {}
         idle = list(range(len(self.workers)))
         next_out = 0
@@ -170,9 +176,15 @@ class RayExecutor(Executor):
                 yield done.pop(next_out)
                 next_out += 1
                 continue
-            (ref,), _ = ray.wait(list(running), num_returns=1)
+            (ref,), _ = ray.wait([*running, *restarting], num_returns=1)
+            if ref in restarting:
+                worker, since = restarting.pop(ref)
+                if self._answered(ref, since):
+                    idle.append(worker)
+                else:
+                    restarting[self._probe(worker)] = worker, since
+                continue
             index, worker = running.pop(ref)
-            idle.append(worker)
             try:
                 done[index] = ray.get(ref)
             except ray.exceptions.RayActorError as err:
@@ -180,11 +192,32 @@ class RayExecutor(Executor):
                 if attempts[index] >= MAX_ATTEMPTS:
                     raise ClientFitFailed(f"client {client}: its worker died "
                                           f"{attempts[index]} times ({err})") from err
-                log.warning("worker died while fitting client %d; sending it again", client)
+                log.warning("worker died while fitting client %d; sending it again once a "
+                            "worker is free", client)
                 queue.insert(0, index)
+                restarting[self._probe(worker)] = worker, time.monotonic()
             except ray.exceptions.RayTaskError as err:
                 raise ClientFitFailed(f"client {tasks[index].client_id}: "
                                       f"{err.cause!r}") from err
+            else:
+                idle.append(worker)
+
+    def _probe(self, worker: int) -> Any:
+        """A call that answers once the (restarting) worker is up again."""
+        return self.workers[worker].pid.options(max_task_retries=-1).remote()
+
+    def _answered(self, probe: Any, since: float) -> bool:
+        """Whether a restarting worker's probe answered (if not, back off a little)."""
+        try:
+            self._ray.get(probe)
+        except self._ray.exceptions.RayActorError as err:
+            waited = time.monotonic() - since
+            if waited > RESTART_TIMEOUT:
+                raise ClientFitFailed(f"a Ray worker did not come back within "
+                                      f"{RESTART_TIMEOUT:.0f} s ({err})") from err
+            time.sleep(min(1.0, 0.1 + waited / 10))
+            return False
+        return True
 
     def fit(self, global_state: State, tasks: Sequence[ClientTask]) -> Iterator[FitResult]:
         """Fit the tasks on the workers; results in task order, tensors on the CPU."""

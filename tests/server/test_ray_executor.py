@@ -24,14 +24,14 @@ def cluster():
     ray.shutdown()
 
 
-def config(algorithm="fedavg_ft", executor="sequential", rounds=3):
+def config(algorithm="fedavg_ft", executor="sequential", rounds=3, workers=2):
     return SimConfig(
         seed=5, rounds=rounds, eval_interval=3, checkpoint_interval=3,
         data=DataConfig("digits", partition=PartitionConfig("dirichlet", 6, 0.5, min_size=20,
                                                             test_fraction=0.2)),
         model="twonn", algorithm=algorithm,
         training=TrainingConfig(clients_per_round=4, epochs=1, batch_size=16, lr=0.05),
-        execution=ExecutionConfig(executor=executor, workers=2),
+        execution=ExecutionConfig(executor=executor, workers=workers),
     )
 
 
@@ -55,14 +55,21 @@ def test_ray_is_bit_identical_to_sequential(tmp_path, cluster):
 
 
 def test_a_worker_killed_mid_round_gets_its_client_retried(tmp_path, cluster, monkeypatch):
+    """The only worker dies and takes 12 s to come back (a loaded machine): its client waits.
+
+    Calls to a restarting worker fail at once; sending the client again straight away burned
+    every retry before the restart finished.
+    """
     # SuPerFed: every client carries a private state through the workers and back
     Simulation(config("superfed_mm"), tmp_path / "seq", progress=False).run()
     monkeypatch.setenv("PFLKIT_CRASH_AT", "ray_worker_fit")
     monkeypatch.setenv("PFLKIT_CRASH_ONCE", str(tmp_path / "crashed-once"))
-    sim = Simulation(config("superfed_mm", "ray"), tmp_path / "ray", progress=False)
-    sim.run_round()  # one worker dies at its first fit; its client goes to a worker again
+    monkeypatch.setenv("PFLKIT_SLOW_AT", "ray_worker_start:12")
+    sim = Simulation(config("superfed_mm", "ray", workers=1), tmp_path / "ray", progress=False)
+    sim.run_round()  # the worker dies at its first fit; its client goes to it again
     assert (tmp_path / "crashed-once").exists()
     monkeypatch.delenv("PFLKIT_CRASH_AT")
+    monkeypatch.delenv("PFLKIT_SLOW_AT")
     sim.close()
     # resume (on Ray again) from the committed round: still the uninterrupted sequential run
     Simulation.resume(tmp_path / "ray", progress=False).run()
