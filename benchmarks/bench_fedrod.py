@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import RESULTS, RUNS, pct, save, set_threads
+from common import RESULTS, RUNS, command_block, pct, save, set_threads
 from fedrod_common import (
     config,
     curve,
@@ -160,7 +160,7 @@ def write_summary(threads: int) -> None:
         "# FedRoD on Fashion-MNIST (Table 1 setting, App. C)", "",
         "Measured numbers, last round, one seed (0). Command(s), run from benchmarks/ through "
         "the slot wrapper, single-threaded (PFLKIT_THREADS=1):", "",
-        *[f"    {c}" for c in commands], "",
+        *command_block(commands), "",
         text,
         "Protocols: `generic` = global model on the global test set. `final pass` = each "
         "client's local model after one more local pass of E=5 epochs from the final global "

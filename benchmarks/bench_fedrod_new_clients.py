@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from common import RESULTS, pct, save, set_threads
+from common import RESULTS, command_block, pct, save, set_threads
 from fedrod_common import (
     config,
     curve,
@@ -89,7 +89,8 @@ def main() -> None:
     notes = [
         "# FedRoD (hyper) for new clients on Fashion-MNIST (Table 4 protocol)", "",
         "Measured numbers, last round, one seed (0). Command, from benchmarks/ through the slot "
-        "wrapper, single-threaded:", "", f"    python bench_fedrod_new_clients.py {rounds}", "",
+        "wrapper, single-threaded:", "",
+        *command_block([f"python bench_fedrod_new_clients.py {rounds}"]), "",
         text,
         "Zero-shot: FedRoD-hyper's head H(a_m; nu-bar) from the new client's class counts; "
         "FedAvg's global model. After fine-tuning: one local pass of E=5 epochs on the new "

@@ -56,6 +56,12 @@ def pct(value: float) -> str:
     return f"{100 * value:.1f}"
 
 
+def command_block(commands: list[str]) -> list[str]:
+    """Markdown lines showing benchmark commands, marked as not run by the docs test."""
+    return ["*Not run by `make test`: benchmark runs that take hours; their results are "
+            "below.*", "```bash", *commands, "```"]
+
+
 def subset(variable: str, every: list[str]) -> list[str]:
     """The comma-separated subset named by an environment variable (default: every one)."""
     wanted = [w.strip() for w in os.environ.get(variable, ",".join(every)).split(",") if w.strip()]
