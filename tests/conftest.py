@@ -1,11 +1,22 @@
-"""Shared fixtures: one torch thread per test worker, small real datasets."""
+"""Shared fixtures: one torch thread per test worker and per process it spawns; small datasets.
+
+Results are compared bit for bit across processes (pfl-server vs the in-process simulation,
+pfl-client vs FederatedClient): a matmul's reduction order depends on the thread count (on an
+AVX-512 machine a 2-thread server's hypernetwork head differed by 7e-9 from the 1-thread
+test's), so every process a test starts inherits OMP_NUM_THREADS=1, which torch reads at
+start-up, and the test process itself runs one thread.
+"""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
 
-torch.set_num_threads(1)
+TORCH_THREADS = 1
+os.environ["OMP_NUM_THREADS"] = str(TORCH_THREADS)  # inherited by every spawned process
+torch.set_num_threads(TORCH_THREADS)
 
 
 @pytest.fixture(scope="session")

@@ -101,27 +101,30 @@ def check_zero_shot_head(server: Server, status: dict, global_state) -> None:
     from pflkit.sdk.algorithms.fedrod import zero_shot_head
 
     client_id, secret = server.enroll()
-    url = f"{server.url}/v1/runs/{status['id']}/queries/head"
-    headers = {"Authorization": f"Bearer {secret}"}
-    counts = [5.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0]
-    reply = httpx.post(url, json={"class_distribution": counts}, headers=headers)
-    assert reply.status_code == 200, reply.text
-    head = state_from_bytes(reply.content)
-    expected = zero_shot_head(global_state, counts)
-    assert sorted(head) == sorted(expected)
-    assert all(torch.equal(head[k], expected[k]) for k in expected)
-    for bad in ({"class_distribution": [1.0, 2.0]}, {"counts": counts}, [1, 2], "x"):
-        refused = httpx.post(url, json=bad, headers=headers)
-        assert refused.status_code == 422 and refused.json()["detail"], bad
-    deep = "[" * 200_000 + "]" * 200_000
-    for value in ("1" + "0" * 400, "9" * 5000, "1e400", "NaN", "-Infinity", deep):
-        refused = httpx.post(url, content='{"class_distribution": [' + value + "]}",
-                             headers={**headers, "Content-Type": "application/json"})
-        assert refused.status_code in (400, 422) and refused.json()["detail"], value[:20]
-    unknown = httpx.post(url.replace("/head", "/tail"), json={}, headers=headers)
-    assert unknown.status_code == 404 and "head" in unknown.json()["detail"]
-    with server.admin() as http:  # keep later runs' rosters to the three training clients
-        http.post(f"/v1/clients/{client_id}/revoke").raise_for_status()
+    try:
+        url = f"{server.url}/v1/runs/{status['id']}/queries/head"
+        headers = {"Authorization": f"Bearer {secret}"}
+        counts = [5.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0]
+        reply = httpx.post(url, json={"class_distribution": counts}, headers=headers)
+        assert reply.status_code == 200, reply.text
+        head = state_from_bytes(reply.content)
+        expected = zero_shot_head(global_state, counts)
+        assert sorted(head) == sorted(expected)
+        # bitwise: the server process runs the test's torch thread count (tests/conftest.py)
+        assert all(torch.equal(head[k], expected[k]) for k in expected)
+        for bad in ({"class_distribution": [1.0, 2.0]}, {"counts": counts}, [1, 2], "x"):
+            refused = httpx.post(url, json=bad, headers=headers)
+            assert refused.status_code == 422 and refused.json()["detail"], bad
+        deep = "[" * 200_000 + "]" * 200_000
+        for value in ("1" + "0" * 400, "9" * 5000, "1e400", "NaN", "-Infinity", deep):
+            refused = httpx.post(url, content='{"class_distribution": [' + value + "]}",
+                                 headers={**headers, "Content-Type": "application/json"})
+            assert refused.status_code in (400, 422) and refused.json()["detail"], value[:20]
+        unknown = httpx.post(url.replace("/head", "/tail"), json={}, headers=headers)
+        assert unknown.status_code == 404 and "head" in unknown.json()["detail"]
+    finally:  # keep later runs' rosters to the three training clients, even after a failure
+        with server.admin() as http:
+            http.post(f"/v1/clients/{client_id}/revoke").raise_for_status()
 
 
 def uvicorn_workers(pid: int) -> list[int]:
