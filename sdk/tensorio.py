@@ -34,17 +34,33 @@ class CorruptStateError(ValueError):
 
 def state_to_bytes(state: State, metadata: dict[str, str] | None = None, *,
                    checksum: bool = False) -> bytes:
-    """Serialize a state to safetensors bytes (contiguous CPU copies).
+    """Serialize a state to safetensors bytes (contiguous CPU copies), byte-reproducibly.
 
     ``checksum``: also store the sha256 of the tensor data (:data:`CHECKSUM_KEY`).
     """
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
     data = st_save(tensors, metadata=metadata)
-    if not checksum:
+    if checksum:
+        # The data section does not depend on the metadata, so the second pass only changes
+        # the header.
+        data = st_save(tensors, metadata={**(metadata or {}), CHECKSUM_KEY: _data_digest(data)})
+    return _sorted_metadata(data)
+
+
+def _sorted_metadata(data: bytes) -> bytes:
+    """Rewrite the header with ``__metadata__`` keys sorted.
+
+    safetensors writes the metadata from a Rust HashMap, whose order changes from process to
+    process: the same state and metadata gave different bytes (and content hashes) per run.
+    The tensor entries and the data are kept as written (ordered by offset).
+    """
+    header, start = _header(data)
+    if len(header.get("__metadata__") or {}) < 2:
         return data
-    # The data section does not depend on the metadata, so the second pass only changes the
-    # header.
-    return st_save(tensors, metadata={**(metadata or {}), CHECKSUM_KEY: _data_digest(data)})
+    header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    text += b" " * (-(8 + len(text)) % 8)  # the data starts 8-byte aligned, as safetensors pads
+    return len(text).to_bytes(8, "little") + text + data[start:]
 
 
 def _header(data: bytes) -> tuple[dict[str, Any], int]:

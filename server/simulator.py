@@ -206,7 +206,8 @@ class Simulation:
         done = plan.index + 1
         if done % self.config.eval_interval == 0 or done == self.config.rounds:
             row.update(self.evaluate_round())
-        self._append_metrics(row)
+        # the wall time is returned, not written: a run directory depends only on config and seed
+        self._append_metrics({k: v for k, v in row.items() if k != "seconds"})
         self._commit(plan.index, global_state, saved)
         return row
 
