@@ -15,7 +15,7 @@ from pflkit.sdk.algorithms import (
 )
 from pflkit.sdk.algorithms.ditto import personal_of
 from pflkit.sdk.algorithms.pfedme import BlendedMean
-from pflkit.sdk.algorithms.scaffold import CONTROL, DELTA, ScaffoldAggregator
+from pflkit.sdk.algorithms.scaffold import CONTROL, DELTA, ScaffoldAggregator, effective_steps
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.run_config import Schedule
 from pflkit.server.coordinator import Coordinator, UpdateRejected
@@ -61,6 +61,7 @@ def model_out(module, x):
     ("apfl", {"alpha": 1.5}, ("apfl", "alpha")),
     ("apfl", {"alpha_lr": -0.1}, ("apfl", "alpha_lr")),
     ("scaffold", {"server_lr": 0.0}, ("scaffold", "server_lr")),
+    ("scaffold", {"option": 3}, ("scaffold", "option")),
     ("fedrep", {"body_epochs": -1}, ("fedrep", "body_epochs")),
     ("fedrep", {"body_epochs": 3}, ("fedrep", "body_epochs")),  # more than E = 2
     ("fedper", {"head_size": 3}, ("fedper", "head_size")),
@@ -175,8 +176,8 @@ def test_scaffold_without_control_variates_is_fedavg_and_with_them_is_not():
     assert distance(corrected.update, fedavg.update, plain) > 1e-3
 
 
-def test_scaffold_client_control_variate_is_the_full_gradient_at_the_server_model():
-    a = algo("scaffold")
+def test_scaffold_option_one_control_variate_is_the_full_gradient_at_the_server_model():
+    a = algo("scaffold", option=1)
     glob = a.init_global(seed=0)
     data = tiny_data()
     result = a.fit(glob, ClientState(), data, ctx())
@@ -186,6 +187,62 @@ def test_scaffold_client_control_variate_is_the_full_gradient_at_the_server_mode
     for n, p in model.named_parameters():
         assert torch.allclose(result.client_state.tensors[CONTROL + n], p.grad, atol=1e-6)
         assert torch.allclose(result.update[DELTA + n], p.grad, atol=1e-6)  # c_i was 0
+
+
+def test_scaffold_defaults_to_option_two():
+    assert algo("scaffold").params.option == 2
+
+
+def test_scaffold_option_two_is_the_mean_gradient_along_the_local_steps():
+    """Hand computation: plain SGD, two full-batch steps, non-zero c and c_i.
+
+    c_i+ = c_i - c + (x - y) / (K lr) with y = x - lr sum_k (g_k - c_i + c) gives the mean of
+    the raw gradients g_1 = g(x), g_2 = g(x - lr (g_1 - c_i + c)), whatever c and c_i are.
+    """
+    lr, data = 0.1, tiny_data(n=32)
+    plain_sgd = LocalTraining(epochs=2, batch_size=32, momentum=0.0, weight_decay=0.0)
+    a = algo("scaffold", local=plain_sgd)
+    glob = a.init_global(seed=0)
+    names = [n for n, _ in FACTORY.build().named_parameters()]
+    g = torch.Generator().manual_seed(1)
+    c = {n: 0.01 * torch.randn(glob[n].shape, generator=g) for n in names}
+    c_i = {n: 0.01 * torch.randn(glob[n].shape, generator=g) for n in names}
+    glob = {**glob, **{CONTROL + n: c[n] for n in names}}
+    result = a.fit(glob, ClientState({CONTROL + n: c_i[n] for n in names}), data, ctx(lr=lr))
+
+    def gradient(weights):
+        model = FACTORY.build()
+        model.load_state_dict(weights)
+        torch.nn.functional.cross_entropy(model(data.x), data.y).backward()
+        return {n: p.grad.detach() for n, p in model.named_parameters()}
+
+    x = {k: v for k, v in glob.items() if not k.startswith(CONTROL)}
+    g1 = gradient(x)
+    y1 = {**x, **{n: x[n] - lr * (g1[n] - c_i[n] + c[n]) for n in names}}
+    g2 = gradient(y1)
+    y2 = {n: y1[n] - lr * (g2[n] - c_i[n] + c[n]) for n in names}
+    for n in names:
+        expected = (g1[n] + g2[n]) / 2
+        torch.testing.assert_close(result.client_state.tensors[CONTROL + n], expected,
+                                   atol=2e-5, rtol=1e-3)
+        torch.testing.assert_close(result.update[DELTA + n], expected - c_i[n],
+                                   atol=2e-5, rtol=1e-3)
+        torch.testing.assert_close(result.update[n], y2[n], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.5, 0.9])
+@pytest.mark.parametrize("steps", [1, 5, 96])
+def test_effective_steps_is_how_far_momentum_sgd_moves_under_a_constant_gradient(momentum,
+                                                                                steps):
+    p = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    gradient, lr = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64), 0.01
+    optimizer = torch.optim.SGD([p], lr=lr, momentum=momentum)
+    for _ in range(steps):
+        p.grad = gradient.clone()
+        optimizer.step()
+    travelled = -p.detach() / (lr * gradient)
+    torch.testing.assert_close(travelled, torch.full((3,), effective_steps(steps, momentum),
+                                                     dtype=torch.float64))
 
 
 def test_scaffold_aggregator_matches_the_paper_update():
