@@ -56,7 +56,7 @@ COMMAND_LIKE = re.compile(r"^(\$ )?(pfl-[a-z-]+|make|python3?|pip|\.venv/bin/\S+
 INDENTED_COMMAND = re.compile(r"^( {4}|\t)\s*" + COMMAND_LIKE.pattern[1:])
 EXCERPT = re.compile(r"^# (?P<path>docs/configs/\S+\.toml) \(excerpt\)$")
 NAMED_FILE = re.compile(r"^# (?P<path>[\w./-]+\.toml)$")
-BLOCK_TIMEOUT = 3600  # seconds: only a guard against a hung example (the suite may run on a busy machine)
+BLOCK_TIMEOUT = 3600  # seconds: a guard against a hung example only (machines may be busy)
 READY_TIMEOUT = 240
 
 
