@@ -16,7 +16,8 @@ The conventions (documented for doc writers in docs/contributing.md):
 
 All blocks of one doc run in order in one fresh working directory, which holds symlinks to the
 repository's ``docs/`` and ``.venv/`` (so ``docs/configs/demo.toml`` and ``.venv/bin/pfl-sim``
-work as they do in a checkout); files carry over from block to block, shell variables do not.
+work as they do in a checkout); files carry over from block to block, and so does the directory
+a shell block ended in (``cd my-project`` holds for the next blocks); shell variables do not.
 The CLIs of the venv under test are first on ``PATH``.
 
 Markers on the line right before a block (blank lines between are allowed):
@@ -183,13 +184,18 @@ def environment(workdir: Path) -> dict[str, str]:
 
 
 def command(block: Block, scratch: Path) -> list[str]:
-    """The argv that runs ``block`` (its source written to ``scratch``)."""
+    """The argv that runs ``block`` (its source written to ``scratch``).
+
+    A shell block leaves its last directory in ``scratch/cwd``: a reader's terminal stays
+    where a ``cd`` took it, so the next block starts there.
+    """
     if block.lang == "python":
         path = scratch / f"block_{block.line}.py"
         path.write_text(block.text)
         return [sys.executable, str(path)]
     script = console_script(block.text) if block.lang == "console" else block.text
-    return ["bash", "-c", "set -euo pipefail\n" + script]
+    keep_cwd = f"trap 'pwd > {str(scratch / 'cwd')!r}' EXIT\n"
+    return ["bash", "-c", "set -euo pipefail\n" + keep_cwd + script]
 
 
 def wait_ready(url: str, proc: subprocess.Popen, where: str) -> None:
@@ -217,12 +223,12 @@ def run_doc(doc: Path, workdir: Path) -> None:
     for name, target in (("docs", REPO / "docs"), (".venv", Path(sys.executable).parent.parent)):
         if not (workdir / name).exists():
             (workdir / name).symlink_to(target)
-    env, background = environment(workdir), []
+    env, background, cwd = environment(workdir), [], workdir
     try:
         for block in blocks:
             if block.lang in ("toml", "json"):
                 try:
-                    check_data_block(block, workdir)
+                    check_data_block(block, cwd)
                 except ValueError as err:  # TOML / JSON syntax errors too
                     raise DocError(f"{block.where}: {err}") from err
                 continue
@@ -235,13 +241,16 @@ def run_doc(doc: Path, workdir: Path) -> None:
             started = time.monotonic()
             if block.ready_url:
                 log = (scratch / f"background_{block.line}.log").open("w")
-                proc = subprocess.Popen(argv, cwd=workdir, env=env, stdout=log,
+                proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
                 background.append(proc)
                 wait_ready(block.ready_url, proc, block.where)
             else:
-                done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True,
+                done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True,
                                       text=True, timeout=BLOCK_TIMEOUT)
+                moved = scratch / "cwd"
+                if block.lang in SHELLS and moved.is_file():
+                    cwd = Path(moved.read_text().strip())
                 if done.returncode != 0:
                     raise RuntimeError(f"{block.where}: exit status {done.returncode}\n"
                                        f"--- block ---\n{block.text}--- stdout ---\n"

@@ -49,6 +49,15 @@ def test_blocks_run_in_order_in_one_folder_and_python_sees_the_files(tmp_path):
     assert (tmp_path / "work" / "runs" / "x" / "m").read_text() == "42"
 
 
+def test_a_cd_holds_for_the_next_blocks_like_in_a_terminal(tmp_path):
+    doc = write_doc(tmp_path, ("```bash\nmkdir -p project && cd project\necho x > here\n```\n\n"
+                               "```python\nfrom pathlib import Path\n"
+                               "assert Path('here').read_text() == 'x\\n'\n```\n\n"
+                               "```bash\ntest -f here\n```\n"))
+    done = run_runner(doc, tmp_path / "work")
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_failing_example_fails_with_its_line_and_output(tmp_path):
     doc = write_doc(tmp_path, "Intro.\n\n```sh\necho before\nfalse\necho after\n```\n")
     done = run_runner(doc, tmp_path / "work")
