@@ -6,8 +6,8 @@ The conventions (documented for doc writers in docs/contributing.md):
   (``set -euo pipefail``): every command must succeed.
 - ```` ```console ```` blocks: lines starting with ``$ `` are commands (a trailing ``\\``
   continues one onto the next line); the other lines are sample output and are not compared.
-- ```` ```python ```` blocks run as one script each (``python block.py``): every example is
-  complete, imports included, so a reader can paste it alone.
+- ```` ```python ```` blocks run as one script each (``python -c``, so modules in the current
+  folder import): every example is complete, imports included, so a reader can paste it alone.
 - ```` ```toml ```` / ```` ```json ```` blocks must parse. A TOML block whose first line is
   ``# NAME.toml`` is also written to NAME.toml for the blocks after it; one whose first line is
   ``# docs/configs/NAME.toml (excerpt)`` must agree with that file on every key it shows.
@@ -184,15 +184,13 @@ def environment(workdir: Path) -> dict[str, str]:
 
 
 def command(block: Block, scratch: Path) -> list[str]:
-    """The argv that runs ``block`` (its source written to ``scratch``).
+    """The argv that runs ``block``.
 
     A shell block leaves its last directory in ``scratch/cwd``: a reader's terminal stays
     where a ``cd`` took it, so the next block starts there.
     """
-    if block.lang == "python":
-        path = scratch / f"block_{block.line}.py"
-        path.write_text(block.text)
-        return [sys.executable, str(path)]
+    if block.lang == "python":  # -c: the current folder is importable, as in a terminal
+        return [sys.executable, "-c", block.text]
     script = console_script(block.text) if block.lang == "console" else block.text
     keep_cwd = f"trap 'pwd > {str(scratch / 'cwd')!r}' EXIT\n"
     return ["bash", "-c", "set -euo pipefail\n" + keep_cwd + script]
