@@ -1,0 +1,90 @@
+"""FedRoD's hypernetwork (eq. 11): a personalized head from a class distribution alone.
+
+``fedrod_hyper`` trains H(a_m; nu), two FC layers with ReLU, that maps a client's class
+proportions a_m to every parameter of its personalized head phi_m. So a client that never
+trained gets a head from its class distribution (:func:`zero_shot_head`), on the device, in
+export, or from the server's ``head`` query.
+
+Chosen where the paper is silent: the two layers have no bias (Table 6's hypernetwork sizes,
+8,160 for FMNIST = 10*16 + 16*500, count weights only). The output is every parameter of the
+registry head, bias included, so h_P has exactly the head's architecture (any registry model).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pflkit.sdk.algorithms.base import State
+from pflkit.sdk.algorithms.state_layout import strip_prefix
+from pflkit.sdk.class_distribution import class_proportions
+
+HYPER = "hyper."  # global-state prefix of the hypernetwork nu
+
+
+def _canonical_order(names: Sequence[str]) -> list[str]:
+    """Head parameter names in layer order ("4.weight" after "2.bias"), whatever dict order.
+
+    States loaded from safetensors come in no fixed order; the hypernetwork's output layout
+    and the head's class count must not depend on it.
+    """
+    return sorted(names, key=lambda n: [(0, int(p), "") if p.isdigit() else (1, 0, p)
+                                        for p in n.split(".")])
+
+
+class HyperNetwork(nn.Module):
+    """H(a; nu): class proportions (C,) -> every parameter of a head, by name (eq. 11)."""
+
+    def __init__(self, num_classes: int, hidden: int, head_shapes: dict[str, torch.Size]) -> None:
+        super().__init__()
+        self.shapes = {k: head_shapes[k] for k in _canonical_order(list(head_shapes))}
+        self.fc1 = nn.Linear(num_classes, hidden, bias=False)
+        self.fc2 = nn.Linear(hidden, sum(math.prod(s) for s in self.shapes.values()), bias=False)
+
+    def forward(self, proportions: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Return phi as a head state dict (names and shapes of the head's parameters)."""
+        flat = self.fc2(F.relu(self.fc1(proportions)))  # (total head parameters,)
+        sizes = [math.prod(s) for s in self.shapes.values()]
+        return {name: chunk.view(shape) for (name, shape), chunk
+                in zip(self.shapes.items(), flat.split(sizes), strict=True)}
+
+
+def zero_shot_head(global_state: State, class_distribution: torch.Tensor | Sequence[float]
+                   ) -> State:
+    """Generate the personalized head phi of a client known only by its class distribution.
+
+    ``class_distribution``: counts or proportions, one entry per class. With a hypernetwork
+    in ``global_state`` (``fedrod_hyper``): H(a; nu-bar). Without (``fedrod_linear``): a zero
+    head, i.e. the personalized model equals the generic one. Keys are the head's parameter
+    names (``weight``, ``bias``, ...).
+    """
+    head = strip_prefix(global_state, "head.")
+    if not head:
+        raise ValueError("not a FedRoD global state: no 'head.*' tensors")
+    hyper = strip_prefix(global_state, HYPER)
+    num_classes = hyper["fc1.weight"].shape[1] if hyper else _num_classes(head)
+    a = class_proportions(class_distribution, num_classes)
+    if not hyper:
+        return {k: torch.zeros_like(v) for k, v in head.items()}
+    net = HyperNetwork(num_classes, hyper["fc1.weight"].shape[0],
+                       {k: v.shape for k, v in head.items()})
+    net.load_state_dict(hyper)
+    with torch.no_grad():
+        return {k: v.clone() for k, v in net(a).items()}
+
+
+def head_query(global_state: State, body: Any) -> State:
+    """The server's ``head`` query: ``{"class_distribution": [...]}`` -> :func:`zero_shot_head`."""
+    if not isinstance(body, dict) or set(body) != {"class_distribution"}:
+        raise ValueError('the body must be {"class_distribution": [counts or proportions]}')
+    return zero_shot_head(global_state, body["class_distribution"])
+
+
+def _num_classes(head: State) -> int:
+    last = [k for k in _canonical_order(list(head)) if k.endswith("weight")][-1]
+    return int(head[last].shape[0])
