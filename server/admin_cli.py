@@ -1,0 +1,296 @@
+"""``pfl-admin``: enrollment tokens, clients and runs of a pfl-server, without curl.
+
+    pfl-admin tokens create --count 3 > tokens.txt     # one token per line (or --json)
+    pfl-admin clients list
+    pfl-admin clients revoke 4
+    pfl-admin runs create run.toml --set rounds=5
+    pfl-admin runs pause | resume | stop [RUN_ID]
+    pfl-admin status                                  # live view until the run ends (Ctrl-C)
+
+The server URL and the admin token come from flags, the environment or a config file (see
+``admin_settings.py`` and docs/admin.md). Runs with the base install: httpx, rich, typer and
+pydantic only. Every failure is one line on stderr: exit status 1 when the server refused or
+did not answer, 2 for a usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from pflkit.sdk.config_toml import apply_overrides, dump_toml, parse_toml
+from pflkit.sdk.config_types import ConfigError
+from pflkit.server.admin_client import AdminClient, AdminError
+from pflkit.server.admin_settings import SettingsError, resolve
+from pflkit.server.api.schemas import RunPublic
+
+app = typer.Typer(add_completion=False, no_args_is_help=True)
+tokens_app = typer.Typer(no_args_is_help=True, help="One-time enrollment tokens for devices.")
+clients_app = typer.Typer(no_args_is_help=True, help="Enrolled clients.")
+runs_app = typer.Typer(no_args_is_help=True, help="Create, pause, resume and stop runs.")
+app.add_typer(tokens_app, name="tokens")
+app.add_typer(clients_app, name="clients")
+app.add_typer(runs_app, name="runs")
+
+ENDED = ("stopped", "finished")  # run statuses after which nothing changes
+HISTORY_ROWS = 10  # closed rounds shown by `status`
+RunArg = Annotated[int | None, typer.Argument(help="run id (default: the newest run)",
+                                              min=0, show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of text")]
+
+
+class _Failed(Exception):
+    """A one-line failure of pfl-admin with its exit status."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    raise _Failed(message, code)
+
+
+@app.callback()
+def _connection(
+    ctx: typer.Context,
+    url: Annotated[str | None, typer.Option(help="server URL (env PFLKIT_URL; default "
+                                            "http://127.0.0.1:8000)", show_default=False)
+                   ] = None,
+    token: Annotated[str | None, typer.Option(help="admin token (env PFLKIT_ADMIN_TOKEN)",
+                                              show_default=False)] = None,
+    token_file: Annotated[Path | None, typer.Option(help="file holding the admin token",
+                                                    show_default=False)] = None,
+    config: Annotated[Path | None, typer.Option(
+        help="TOML with url, token or token_file (env PFLKIT_ADMIN_CONFIG; default "
+             "~/.config/pflkit/admin.toml)", show_default=False)] = None,
+) -> None:
+    """Administer a pfl-server: enrollment tokens, clients, runs, live status.
+
+    Flags beat the environment, which beats the config file (docs/admin.md).
+    """
+    ctx.obj = {"url": url, "token": token, "token_file": token_file, "config": config}
+
+
+def _client(ctx: typer.Context) -> AdminClient:
+    root = ctx.find_root()
+    try:
+        connection = resolve(**root.obj)
+    except SettingsError as err:
+        _fail(str(err))
+    return AdminClient(connection.url, connection.token)
+
+
+def _print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2))
+
+
+def _when(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+# -- tokens and clients --------------------------------------------------------------------
+
+@tokens_app.command("create")
+def create_tokens(
+    ctx: typer.Context,
+    count: Annotated[int, typer.Option(min=1, max=10_000, help="how many tokens")] = 1,
+    client_id: Annotated[int | None, typer.Option(
+        min=0, help="reserve client ids: the tokens enroll as CLIENT_ID, CLIENT_ID+1, ...",
+        show_default=False)] = None,
+    ttl: Annotated[float | None, typer.Option(help="seconds until the tokens expire "
+                                              "(default: never)", show_default=False)] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create one-time enrollment tokens: one per line, or a JSON list with their ids.
+
+    Each token is shown once. If the server refuses one midway, the tokens already created
+    are still printed before the error.
+    """
+    created: list[dict[str, Any]] = []
+    try:
+        with _client(ctx) as admin:
+            for i in range(count):
+                token = admin.create_token(None if client_id is None else client_id + i, ttl)
+                created.append(token.model_dump())
+                if not as_json:
+                    typer.echo(token.token)
+    finally:
+        if as_json and created:
+            _print_json(created)
+
+
+@tokens_app.command("revoke")
+def revoke_token(ctx: typer.Context,
+                 token_id: Annotated[int, typer.Argument(min=0, help="the token's id")]) -> None:
+    """Revoke an unused enrollment token (its id is in `tokens create --json`)."""
+    with _client(ctx) as admin:
+        admin.revoke_token(token_id)
+    typer.echo(f"enrollment token {token_id} revoked")
+
+
+@clients_app.command("list")
+def list_clients(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Every enrolled client: id, enrollment time, revoked, last upload (UTC)."""
+    with _client(ctx) as admin:
+        clients = admin.clients()
+    if as_json:
+        _print_json([c.model_dump() for c in clients])
+        return
+    table = Table("client", "enrolled (UTC)", "revoked", "last upload (UTC)")
+    for c in clients:
+        table.add_row(str(c.id), _when(c.enrolled_at), "yes" if c.revoked else "no",
+                      _when(c.last_seen))
+    Console().print(table if clients else "no clients enrolled")
+
+
+@clients_app.command("revoke")
+def revoke_client(ctx: typer.Context,
+                  client_id: Annotated[int, typer.Argument(min=0, help="the client's id")]
+                  ) -> None:
+    """Revoke a client: its secret stops working and it is no longer sampled."""
+    with _client(ctx) as admin:
+        admin.revoke_client(client_id)
+    typer.echo(f"client {client_id} revoked")
+
+
+# -- runs ----------------------------------------------------------------------------------
+
+@runs_app.command("create")
+def create_run(
+    ctx: typer.Context,
+    config: Annotated[Path, typer.Argument(help="the run's TOML (the config pfl-server and "
+                                           "pfl-sim take)", show_default=False)],
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="override a key: KEY=VALUE, VALUE parsed as TOML")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a run; the server validates the config (a bad one is refused with its reason)."""
+    try:
+        text = config.read_text()
+        if set_:
+            text = dump_toml(apply_overrides(parse_toml(text, str(config)), set_))
+    except (OSError, UnicodeDecodeError) as err:
+        _fail(f"cannot read {config}: {getattr(err, 'strerror', None) or err}")
+    except ConfigError as err:
+        _fail(str(err))
+    with _client(ctx) as admin:
+        run = admin.create_run(text)
+    if as_json:
+        _print_json(run.model_dump())
+    else:
+        typer.echo(f"run {run.id} created: {run.algorithm} / {run.model}, "
+                   f"{run.rounds_total} rounds, {run.enrolled_clients} clients enrolled")
+
+
+def _transition(ctx: typer.Context, action: str, run_id: int | None, done: str) -> None:
+    with _client(ctx) as admin:
+        run = admin.transition(action, run_id)
+    typer.echo(f"run {run.id} {done} ({run.rounds_done} of {run.rounds_total} rounds done)")
+
+
+@runs_app.command("pause")
+def pause_run(ctx: typer.Context, run_id: RunArg = None) -> None:
+    """Pause: no tasks handed out, uploads refused until resumed."""
+    _transition(ctx, "pause", run_id, "paused")
+
+
+@runs_app.command("resume")
+def resume_run(ctx: typer.Context, run_id: RunArg = None) -> None:
+    """Resume a paused run; the open round gets a fresh deadline."""
+    _transition(ctx, "resume", run_id, "resumed")
+
+
+@runs_app.command("stop")
+def stop_run(ctx: typer.Context, run_id: RunArg = None) -> None:
+    """Stop a run for good; its open round is abandoned."""
+    _transition(ctx, "stop", run_id, "stopped")
+
+
+# -- status --------------------------------------------------------------------------------
+
+def _number(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def render_status(run: RunPublic, now: float | None = None) -> Group:
+    """One snapshot of a run: headline, the open round's participants, recent rounds' metrics."""
+    now = time.time() if now is None else now
+    head = Text.assemble(
+        (f"run {run.id}", "bold"), f"  {run.status}  {run.algorithm} / {run.model}  ",
+        (f"rounds {run.rounds_done}/{run.rounds_total} done", "bold"),
+        f"  {run.enrolled_clients} clients enrolled")
+    parts: list[Any] = [head]
+    current = run.current_round
+    if current is not None:
+        waiting = sorted(set(current.sampled) - set(current.received))
+        left = max(0.0, current.deadline - now)
+        parts.append(Text(
+            f"round {current.index} {current.status}: received {len(current.received)} of "
+            f"{len(current.sampled)} sampled (sampled {_ids(current.sampled)}; "
+            f"waiting for {_ids(waiting)}); deadline in {left:.0f} s"))
+    elif run.status == "active":
+        parts.append(Text("no round open (waiting for enough enrolled clients)"))
+    if run.history:
+        names = sorted({name for r in run.history for name in r.metrics})
+        table = Table("round", "closed (UTC)", *names, title="closed rounds", title_justify="left")
+        for r in run.history[-HISTORY_ROWS:]:
+            table.add_row(str(r.index), _when(r.closed_at),
+                          *(_number(r.metrics.get(name, "-")) for name in names))
+        parts.append(table)
+    return Group(*parts)
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(map(str, ids)) if ids else "none"
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    run_id: RunArg = None,
+    once: Annotated[bool, typer.Option("--once", help="print one snapshot and exit")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one snapshot as JSON")] = False,
+    interval: Annotated[float, typer.Option(min=0.1, help="seconds between refreshes")] = 2.0,
+) -> None:
+    """Live view of a run (round, participants sampled/received, metrics) until it ends."""
+    console = Console()
+    with _client(ctx) as admin:
+        run = admin.run(run_id)
+        if as_json:
+            _print_json(run.model_dump())
+            return
+        if once or run.status in ENDED:
+            console.print(render_status(run))
+            return
+        try:
+            with Live(render_status(run), console=console, auto_refresh=False) as live:
+                while run.status not in ENDED:
+                    time.sleep(interval)
+                    run = admin.run(run.id)  # the run shown first, even if a newer one starts
+                    live.update(render_status(run), refresh=True)
+        except KeyboardInterrupt:
+            return
+
+
+def main() -> None:
+    """Entry point of the ``pfl-admin`` console script: failures are one line, no traceback."""
+    try:
+        app(standalone_mode=True)
+    except AdminError as err:
+        typer.echo(f"pfl-admin: {err}", err=True)
+        raise SystemExit(1) from None
+    except _Failed as err:
+        typer.echo(f"pfl-admin: {err}", err=True)
+        raise SystemExit(err.code) from None
