@@ -11,8 +11,9 @@ takes minutes, so the environment is built from what this machine has, honestly 
    copies). fastapi, sqlalchemy, matplotlib, scikit-learn, uvicorn are not in it, so they
    cannot be imported there at all; ``pip check`` then verifies the wheel's requirements and
    every chained distribution's are satisfied.
-3. In that venv a process imports FederatedClient, enrolls against a real pfl-server (run
-   from the test environment) and trains and uploads a round; it reports which modules it
+3. In that venv ``pfl-admin`` (the operator's tool) creates an enrollment token, and a
+   process imports FederatedClient, enrolls against a real pfl-server (run from the test
+   environment) and trains and uploads a round; it reports which modules it
    loaded. It does not prove that pip would pick these versions from an index (it resolves
    nothing): the resolver's part is the metadata check of step 1.
 """
@@ -29,14 +30,14 @@ from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
-from server_harness import run_toml
+from server_harness import ADMIN, run_toml
 
 from pflkit.sdk.builder import build_run
 from pflkit.sdk.client import save_client_data
 from pflkit.sdk.run_config import SimConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = {"torch", "torchvision", "numpy", "safetensors", "pydantic", "httpx", "typer"}
+BASE = {"torch", "torchvision", "numpy", "safetensors", "pydantic", "httpx", "typer", "rich"}
 SERVER_STACK = ("fastapi", "starlette", "sqlalchemy", "uvicorn", "pydantic_settings",
                 "matplotlib", "sklearn")
 
@@ -136,7 +137,11 @@ def test_the_base_install_trains_a_round_without_the_server_stack(make_server, t
     server = make_server(config, "--min-enrolled", "1")
     data = tmp_path / "data"
     _write_client_data(config, data)
-    run = subprocess.run([python, "-c", DEVICE, server.url, server.token(), str(data),
+    # the operator's pfl-admin works from the same base install (no server stack there)
+    admin = subprocess.run([venv / "bin" / "pfl-admin", "--url", server.url, "--token", ADMIN,
+                            "tokens", "create"], capture_output=True, text=True, timeout=120)
+    assert admin.returncode == 0, admin.stderr
+    run = subprocess.run([python, "-c", DEVICE, server.url, admin.stdout.strip(), str(data),
                           ",".join(SERVER_STACK)], capture_output=True, text=True, timeout=600,
                          cwd=tmp_path)
     assert run.returncode == 0, run.stderr
