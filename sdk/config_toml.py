@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from pflkit.sdk.config_types import ConfigError
@@ -19,6 +20,19 @@ def parse_toml(text: str, source: str = "config") -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{source}: not valid TOML ({err})") from None
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file's contents; unreadable, not UTF-8 or not TOML: a one-line ConfigError."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    return parse_toml(text, str(path))
 
 
 def parse_value(text: str) -> Any:

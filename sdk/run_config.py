@@ -36,7 +36,7 @@ import pydantic
 from pydantic import AfterValidator, Strict, TypeAdapter, ValidationError
 
 from pflkit.sdk.algorithms.base import LocalTraining, algorithm_class, check_algorithm
-from pflkit.sdk.config_toml import apply_overrides, dump_toml, parse_toml
+from pflkit.sdk.config_toml import apply_overrides, dump_toml, parse_toml, read_toml
 from pflkit.sdk.config_types import (
     STRICT_CONFIG,
     Fraction,
@@ -213,12 +213,7 @@ class SimConfig:
     @classmethod
     def load(cls, path: Path, overrides: Sequence[str] = ()) -> SimConfig:
         """Read a TOML file, apply ``KEY=VALUE`` overrides, validate the result."""
-        path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as err:
-            raise ConfigError(f"{path}: cannot read ({err.strerror})") from err
-        return cls.from_mapping(apply_overrides(parse_toml(text, str(path)), overrides))
+        return cls.from_mapping(apply_overrides(read_toml(Path(path)), overrides))
 
     def replace(self, **changes: Any) -> SimConfig:
         """A validated copy with some top-level fields changed."""

@@ -19,6 +19,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from pflkit.sdk.config_toml import read_toml
 from pflkit.sdk.config_types import describe
 
 ENV_PREFIX = "PFL_SERVER_"
@@ -75,8 +76,8 @@ class ServerSettings(BaseSettings):
     def load(cls, config_file: Path | None = None, **flags: object) -> ServerSettings:
         """Read settings; ``config_file`` (or ``$PFL_SERVER_CONFIG_FILE``) is a TOML file."""
         path = config_file or os.environ.get(f"{ENV_PREFIX}CONFIG_FILE")
-        if path is not None and not Path(path).is_file():
-            raise FileNotFoundError(f"server config file {path} does not exist")
+        if path is not None:
+            check_toml_file(Path(path))
 
         class _WithFile(cls):  # type: ignore[valid-type,misc]
             model_config = SettingsConfigDict(**{**cls.model_config, "toml_file": path})
@@ -92,6 +93,16 @@ class ServerSettings(BaseSettings):
     def blobs(self) -> Path:
         """Folder of the content-addressed blob store."""
         return self.blob_dir or self.data_dir / "blobs"
+
+
+def check_toml_file(path: Path) -> None:
+    """Refuse a missing or broken config file in one line that names it once.
+
+    pydantic-settings would raise the parser's own error (a traceback, without the file name).
+    """
+    if not path.exists():
+        raise FileNotFoundError(f"server config file {path} does not exist")
+    read_toml(path)
 
 
 def explain(err: ValidationError) -> str:

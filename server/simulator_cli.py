@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pflkit.sdk.config_toml import apply_overrides, parse_toml, parse_value, set_key
+from pflkit.sdk.config_toml import apply_overrides, parse_value, read_toml, set_key
 from pflkit.sdk.registry import ExtensionError, add_project_path
 from pflkit.sdk.run_config import ConfigError, ExecutionConfig, SimConfig
 from pflkit.sdk.rundir import RunDir
@@ -33,7 +33,7 @@ def _fail(err: Exception) -> typer.Exit:
 def build_config(path: Path | None, flags: dict[str, Any], params: list[str],
                  overrides: list[str]) -> SimConfig:
     """File, then the named flags, then ``--param`` and ``--set`` (later wins); validated once."""
-    raw = parse_toml(path.read_text(), str(path)) if path else {}
+    raw = read_toml(path) if path else {}
     for dotted, value in flags.items():
         if value is not None:
             set_key(raw, dotted, value)

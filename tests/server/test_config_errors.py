@@ -90,3 +90,28 @@ def test_pfl_server_names_the_flag_or_variable_and_the_run_config_key(tmp_path):
     assert fixed.returncode == 2
     assert fixed.stderr.strip().startswith("pfl-server: --round-deadline (or "
                                            "PFL_SERVER_ROUND_DEADLINE): input should be greater")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("port = [unclosed\n", "not valid TOML (Invalid value (at line 1, column 9))"),
+    (b"port = '\xff'\n", "not UTF-8 text"),
+])
+def test_pfl_server_refuses_a_broken_config_file_in_one_line_naming_it_once(tmp_path, text,
+                                                                            message):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PFL_SERVER_")}
+    config = tmp_path / "server.toml"
+    config.write_bytes(text if isinstance(text, bytes) else text.encode())
+    done = subprocess.run([str(BIN / "pfl-server"), "serve", "--config", str(config),
+                           "--data-dir", str(tmp_path / "data")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"pfl-server: {config}: {message}"
+    assert not (tmp_path / "data").exists()
+
+
+def test_pfl_sim_names_a_config_file_that_is_not_utf8_text(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_bytes(b"rounds = '\xff'\n")
+    result = CliRunner().invoke(app, ["--config", str(config), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: {config}: not UTF-8 text"
