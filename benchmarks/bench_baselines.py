@@ -107,7 +107,16 @@ def fedavg_row(run_dir: Path, rounds: int) -> dict[str, Any]:
     return row_from_summary(summarize(reports), rounds, 0.0)
 
 
-def curve(rows: dict[str, Any], runs: dict[str, str], path: Path, title: str) -> None:
+def curve_points(run_dir: str) -> list[list[float]] | None:
+    """(round, personalized top-1) of every evaluated round of a run; None if it is gone."""
+    metrics = RunDir(run_dir).metrics
+    if not metrics.is_file():
+        return None
+    points = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    return [[p["round"] + 1, p["personal_top1"]] for p in points if "personal_top1" in p]
+
+
+def curve(curves: dict[str, list[list[float]]], path: Path, title: str) -> None:
     """Personalized accuracy (own test, mean over clients) per evaluated round, every method."""
     import matplotlib
 
@@ -115,12 +124,7 @@ def curve(rows: dict[str, Any], runs: dict[str, str], path: Path, title: str) ->
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for method, run_dir in runs.items():
-        metrics = RunDir(run_dir).metrics
-        if not metrics.is_file():
-            continue
-        points = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-        pts = [(p["round"] + 1, p["personal_top1"]) for p in points if "personal_top1" in p]
+    for method, pts in curves.items():
         if pts:
             xs, ys = zip(*pts, strict=True)
             label = "FedAvg (global model)" if method == "fedavg_ft" else LABELS[method]
@@ -227,14 +231,29 @@ def main() -> None:
         rows = {m: rows[m] for m in order if m in rows} | {m: r for m, r in rows.items()
                                                             if m not in order}
         text = table(rows) + "".join(f"\n{LABELS[m]}: {why}\n" for m, why in failed.items())
-        curve(rows, runs, RESULTS / f"{name}_curve.png", setting_title(setting, rounds))
+        # per-round points are kept in the results: run directories under /tmp do not last
+        curves = dict(stored.get("curves", {}))
+        if why is None:
+            curves[method] = curve_points(result["run_dir"])
+        for m, run_dir in runs.items():
+            curves[m] = curves.get(m) or curve_points(run_dir)
+        gone = [LABELS[m] for m in runs if not curves[m]]
+        if gone:  # redrawing would drop them: keep the plot as it is
+            print(f"{name}_curve.png kept: no per-round points of {', '.join(gone)}", flush=True)
+        else:
+            curve(curves, RESULTS / f"{name}_curve.png", setting_title(setting, rounds))
         command = ("cd benchmarks && " + ("" if setting == DEFAULT_SETTING else
                                           f"SETTING={setting} ")
                    + "../.venv/bin/python bench_baselines.py  (make bench-baselines)")
+        reruns = dict(stored.get("reruns", {}))
+        if why is None and os.environ.get("METHODS"):
+            reruns[method] = command.replace("&& ", f"&& METHODS={method} ", 1).split("  (")[0]
+        elif why is None:
+            reruns.pop(method, None)
         save(name, {"rounds": rounds, "threads": threads, "command": command,
                     "setting": config("fedavg", rounds, setting).to_toml(), "rows": rows,
-                    "runs": runs, "failed": failed, "paper_nine": list(PAPER_NINE),
-                    "table": text})
+                    "runs": runs, "curves": curves, "failed": failed, "reruns": reruns,
+                    "paper_nine": list(PAPER_NINE), "table": text})
         (RESULTS / f"{name}.md").write_text(
             "# Baselines: FMNIST pathological non-IID (2 shards/client), "
             f"{setting_title(setting, rounds)}\n\n"
@@ -248,6 +267,8 @@ def main() -> None:
             "epochs) took 2.8 s on an idle core; the other methods cost about (FedAvg = 1): "
             + ", ".join(f"{LABELS[m]} {c}" for m, c in COST.items()) + ".\n\n" + text
             + reduced_note(rows, rounds, name)
+            + "".join(f"\n{LABELS[m]}: its row alone, later (`{c}`).\n"
+                      for m, c in reruns.items())
         )
         print(text, flush=True)
 
