@@ -11,6 +11,9 @@ and w_l the gradient lambda dCE/dW (eq. 5-6). Model mixing (``superfed_mm``) dra
 ~ U(0, 1) per batch; layer mixing (``superfed_lm``, section 3.7) one per layer (a layer = a
 module owning parameters: each linear, conv and norm layer) per batch. After federation every
 lambda in [0, 1] is a usable model; each client picks its own on held-out training rows.
+The loss is in :mod:`~pflkit.sdk.algorithms.superfed_objective`; the personalized model W(lambda)
+(lambda resolved once, baked in or a runtime input, the card's mixture) in
+:mod:`~pflkit.sdk.algorithms.superfed_inference`.
 
 Choices where the papers (000 KDD'22, 001 arXiv) and the public code leave room:
 
@@ -39,15 +42,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call
 
 from pflkit.sdk.algorithms.base import (
-    Algorithm,
     Choice,
     ClientState,
     FitJob,
@@ -59,8 +59,7 @@ from pflkit.sdk.algorithms.base import (
     shared_lr,
 )
 from pflkit.sdk.algorithms.fedavg import train_proximal, train_proximal_batch
-from pflkit.sdk.algorithms.inference import InferenceModel, Mixture, RuntimeInput
-from pflkit.sdk.algorithms.mixing import RuntimeMixture, float_buffers, mix, mix_states
+from pflkit.sdk.algorithms.mixing import float_buffers
 from pflkit.sdk.algorithms.personal import (  # noqa: F401 (LAMBDA_GRID, choose_lambda: API)
     LAMBDA_GRID,
     TRAIN_ROWS,
@@ -75,21 +74,21 @@ from pflkit.sdk.algorithms.personal import (  # noqa: F401 (LAMBDA_GRID, choose_
     choose_lambda_from,
     personalize_with,
 )
-from pflkit.sdk.algorithms.state_layout import strip_prefix
+from pflkit.sdk.algorithms.superfed_inference import LOCAL, SuPerFedInference
+from pflkit.sdk.algorithms.superfed_inference import lambda_sweep as lambda_sweep
 from pflkit.sdk.algorithms.superfed_objective import (
     FlatLayout,
+    LocalMixtureProgram,
     cosine,
     lambda_sampler,
     superfed_loss,
 )
 from pflkit.sdk.batched_training import BatchPlan, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.metrics import Scores, predict, scores_from_logits
+from pflkit.sdk.metrics import predict
 from pflkit.sdk.models import float_state
 from pflkit.sdk.seeding import derive_seed, torch_generator
 from pflkit.sdk.training import Batch, run_epochs, sgd
-
-LOCAL = "local."  # client-state key prefix of w_l and the client's own running statistics
 
 
 @dataclass(frozen=True)
@@ -120,11 +119,10 @@ class SuPerFedParams:
             raise HyperparameterError("superfed: 'holdout_fraction' = 1 leaves nothing to train")
 
 
-class SuPerFed(Algorithm):
+class SuPerFed(SuPerFedInference):
     """The shared trainer; ``mixing`` selects model mixing or layer mixing."""
 
     name = "superfed"
-    mixing: ClassVar[str] = "model"
     Params = SuPerFedParams
     params: SuPerFedParams
 
@@ -314,116 +312,6 @@ class SuPerFed(Algorithm):
         """Score the chosen lambda first (the headline), then every lambda of the grid."""
         grid = LAMBDA_GRID if self.params.sweep else ()
         return {"best": Choice(lam="best")} | {f"{lam:.1f}": Choice(lam=lam) for lam in grid}
-
-    def default_lambda(self, client_state: ClientState) -> float:
-        """The client's chosen lambda, else 0.5 once it has mixed, else 0 (w_f alone)."""
-        meta = client_state.meta
-        return float(meta.get("lambda", 0.5 if meta.get("mixed_rounds", 0) else 0.0))
-
-    def resolve_lambda(self, client_state: ClientState, lam: float | str | None
-                       ) -> float | str:
-        """The one place a lambda choice is checked: a number in [0, 1] or "runtime".
-
-        None is :meth:`default_lambda`; "best" the chosen lambda (an error before one is).
-        """
-        if lam is None:
-            return self.default_lambda(client_state)
-        if lam == "best":
-            if "lambda" not in client_state.meta:
-                raise ValueError(f"{self.name}: no lambda chosen yet for this client (run "
-                                 f"personalize first, or give a lambda)")
-            return float(client_state.meta["lambda"])
-        if lam == "runtime":
-            return lam
-        if isinstance(lam, bool) or not isinstance(lam, int | float) or \
-                not 0.0 <= lam <= 1.0:
-            raise ValueError(f"{self.name}: lambda must be in [0, 1], 'best' or 'runtime', "
-                             f"got {lam!r}")
-        return float(lam)
-
-    def personalized_model(self, global_state: State, client_state: ClientState,
-                           choice: Choice | None = None) -> nn.Module:
-        """W(lambda) as a plain module (a float or "best"), or ``forward(x, lam)`` ("runtime").
-
-        No lambda: :meth:`default_lambda`. The runtime module clamps lam into [0, 1] and reads
-        NaN as :meth:`default_lambda`.
-        """
-        return self.inference_model(global_state, client_state, choice).module
-
-    def inference_model(self, global_state: State, client_state: ClientState,
-                        choice: Choice | None = None) -> InferenceModel:
-        """W(lambda) with lambda baked in, or as the runtime input ``lam``; the card's mixture."""
-        choice = choice or Choice()
-        if choice.head == "generic":
-            return super().inference_model(global_state, client_state, choice)
-        if choice.class_distribution is not None:
-            raise ValueError(f"{self.name}: takes no class distribution")
-        lam = self.resolve_lambda(client_state, choice.lam)
-        federated, local, names = self._endpoints(global_state, client_state)
-        chosen = client_state.meta.get("lambda")
-        details = {"mode": "mm" if self.mixing == "model" else "lm", "chosen_lambda": chosen}
-        formula = "W(lambda) = (1 - lambda) w_f + lambda w_l"
-        if lam == "runtime":
-            default = self.default_lambda(client_state)
-            module = RuntimeMixture(federated, local, names, default)
-            return InferenceModel(
-                module, runtime_input=RuntimeInput("lam", 0.0, 1.0, default, default),
-                quantizable=module.two_endpoint, mixture=Mixture(
-                    "superfed", f"{formula}, lambda an input in [0, 1] (default {default:g})",
-                    {"lambda": "runtime"}, details))
-        lam_t = torch.tensor([float(lam)], dtype=torch.float32, device=self.device)
-        with torch.no_grad():
-            federated.load_state_dict(mix_states(federated, local, names, lam_t), strict=False)
-        origin = "the client's choice" if lam == chosen and choice.lam in (None, "best") else \
-            "given" if choice.lam is not None else "default: no lambda chosen yet"
-        return InferenceModel(federated, mixture=Mixture(
-            "superfed", f"{formula} at lambda = {lam:g} ({origin})", {"lambda": lam}, details))
-
-    def _endpoints(self, global_state: State, client_state: ClientState
-                   ) -> tuple[nn.Module, nn.Module, list[str]]:
-        """(w_f module, w_l module, names of the tensors that mix: parameters, float buffers)."""
-        wl = strip_prefix(client_state.tensors, LOCAL)
-        differ = sorted(set(wl) ^ {k for k, v in global_state.items() if v.is_floating_point()})
-        if differ:
-            raise ValueError(f"{self.name}: client state does not match the model "
-                             f"(differs in {', '.join(differ[:5])})")
-        local = self.global_model(global_state)
-        local.load_state_dict(wl, strict=False)
-        return self.global_model(global_state), local, list(wl)
-
-
-def lambda_sweep(algorithm: SuPerFed, global_state: State, client_state: ClientState,
-                 data: LabeledTensors) -> dict[float, Scores]:
-    """Scores of W(lambda) on ``data`` for every lambda of the grid (choice, oracle, plots)."""
-    return {lam: scores_from_logits(predict(algorithm.personalized_model(
-        global_state, client_state, Choice(lam=lam)), data), data.y) for lam in LAMBDA_GRID}
-
-
-class LocalMixtureProgram(nn.Module):
-    """The local model ``local.*`` trained inside W(lam) against the frozen ``federated`` model.
-
-    ``forward(image, label, lam) -> (loss, logits)``; ``lam`` holds one value per local tensor.
-    """
-
-    def __init__(self, federated: nn.Module, local: nn.Module, nu: float) -> None:
-        super().__init__()
-        self.federated = federated.requires_grad_(False)
-        self.local = local.train()
-        self.names = [n for n, _ in local.named_parameters()]
-        self.nu = nu
-
-    def forward(self, image: torch.Tensor, label: torch.Tensor, lam: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """CE of W(lam) plus nu cos^2(w_f, w_l) (one cosine over all tensors)."""
-        wf, wl = dict(self.federated.named_parameters()), dict(self.local.named_parameters())
-        mixed = {n: mix(wf[n], wl[n], lam[i]) for i, n in enumerate(self.names)}
-        logits = functional_call(self.federated, mixed, (image,))  # (B, C)
-        loss = F.cross_entropy(logits, label)
-        if self.nu:
-            flat_f = torch.cat([wf[n].reshape(-1) for n in self.names])
-            flat_l = torch.cat([wl[n].reshape(-1) for n in self.names])
-            loss = loss + self.nu * cosine(flat_f, flat_l) ** 2
-        return loss, logits.detach()
 
 
 @register

@@ -3,16 +3,20 @@
 The per-client loss of one mini-batch on flat weight vectors: W(lambda) mixing, cross-entropy,
 the proximal and cosine regularizers with a closed-form backward, and the per-batch lambda
 draws. :mod:`pflkit.sdk.algorithms.superfed` trains with it one client at a time or many
-clients batched (the regularizer is vmappable), so both run the same maths.
+clients batched (the regularizer is vmappable), so both run the same maths. The
+post-federation objective (w_l alone against a frozen w_f), which a device runs as an
+ExecuTorch training program, is :class:`LocalMixtureProgram`: the same mixing and terms on
+named parameters (w_l are the program's own, the ones a device updates), with plain autograd.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
@@ -65,6 +69,12 @@ def lambda_sampler(mixing: str, layout: FlatLayout, gen: torch.Generator
     return lambda: torch.rand(count, generator=gen)[layer]
 
 
+def mixed_weights(wf: Mapping[str, torch.Tensor], wl: Mapping[str, torch.Tensor],
+                  names: Sequence[str], lam: torch.Tensor) -> dict[str, torch.Tensor]:
+    """W(lambda) tensor by tensor: (1 - lam[i]) w_f + lam[i] w_l for the i-th of ``names``."""
+    return {n: mix(wf[n], wl[n], lam[i]) for i, n in enumerate(names)}
+
+
 def superfed_loss(model: nn.Module, layout: FlatLayout, wf: torch.Tensor, wl: torch.Tensor,
                   wg: torch.Tensor, lam: torch.Tensor, batch: Batch, mu: float, nu: float
                   ) -> torch.Tensor:
@@ -72,8 +82,7 @@ def superfed_loss(model: nn.Module, layout: FlatLayout, wf: torch.Tensor, wl: to
 
     ``wf``, ``wl``, ``wg`` are flat (``layout``); ``lam`` holds one lambda per tensor.
     """
-    f_parts, l_parts = layout.unflatten(wf), layout.unflatten(wl)
-    mixed = {n: mix(f_parts[n], l_parts[n], lam[i]) for i, n in enumerate(layout.names)}
+    mixed = mixed_weights(layout.unflatten(wf), layout.unflatten(wl), layout.names, lam)
     loss = batch.cross_entropy(functional_call(model, mixed, (batch.x,)))  # logits (B, C)
     if mu or nu:
         loss = loss + regularizer(wf, wl, wg, mu, nu)
@@ -143,3 +152,30 @@ class Regularizer(torch.autograd.Function):
                                     rows(wg, in_dims[2]) if in_dims[2] is not None else wg,
                                     mu, nu)
         return stacked, 0
+
+
+class LocalMixtureProgram(nn.Module):
+    """The local model ``local.*`` trained inside W(lam) against the frozen ``federated`` model.
+
+    ``forward(image, label, lam) -> (loss, logits)``; ``lam`` holds one value per local tensor.
+    """
+
+    def __init__(self, federated: nn.Module, local: nn.Module, nu: float) -> None:
+        super().__init__()
+        self.federated = federated.requires_grad_(False)
+        self.local = local.train()
+        self.names = [n for n, _ in local.named_parameters()]
+        self.nu = nu
+
+    def forward(self, image: torch.Tensor, label: torch.Tensor, lam: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """CE of W(lam) plus nu cos^2(w_f, w_l) (one cosine over all tensors)."""
+        wf, wl = dict(self.federated.named_parameters()), dict(self.local.named_parameters())
+        mixed = mixed_weights(wf, wl, self.names, lam)
+        logits = functional_call(self.federated, mixed, (image,))  # (B, C)
+        loss = F.cross_entropy(logits, label)
+        if self.nu:
+            flat_f = torch.cat([wf[n].reshape(-1) for n in self.names])
+            flat_l = torch.cat([wl[n].reshape(-1) for n in self.names])
+            loss = loss + self.nu * cosine(flat_f, flat_l) ** 2
+        return loss, logits.detach()

@@ -1,0 +1,113 @@
+"""SuPerFed's personalized models: W(lambda) from a client's w_l and the global w_f.
+
+:class:`SuPerFedInference` answers the inference-side hooks of the algorithm contract: the one
+place a lambda choice is resolved and range-checked, the personalized model with lambda baked
+in or as a runtime input, and export's description of the mixture for the model card.
+:class:`~pflkit.sdk.algorithms.superfed.SuPerFed` adds training on top.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from pflkit.sdk.algorithms.base import Algorithm, ClientState, State
+from pflkit.sdk.algorithms.inference import Choice, InferenceModel, Mixture, RuntimeInput
+from pflkit.sdk.algorithms.mixing import RuntimeMixture, mix_states
+from pflkit.sdk.algorithms.personal import LAMBDA_GRID
+from pflkit.sdk.algorithms.state_layout import strip_prefix
+from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.metrics import Scores, predict, scores_from_logits
+
+LOCAL = "local."  # client-state key prefix of w_l and the client's own running statistics
+
+
+class SuPerFedInference(Algorithm):
+    """W(lambda) for a client; ``mixing`` (model or layer) only names the variant on the card."""
+
+    mixing: ClassVar[str] = "model"
+
+    def default_lambda(self, client_state: ClientState) -> float:
+        """The client's chosen lambda, else 0.5 once it has mixed, else 0 (w_f alone)."""
+        meta = client_state.meta
+        return float(meta.get("lambda", 0.5 if meta.get("mixed_rounds", 0) else 0.0))
+
+    def resolve_lambda(self, client_state: ClientState, lam: float | str | None
+                       ) -> float | str:
+        """The one place a lambda choice is checked: a number in [0, 1] or "runtime".
+
+        None is :meth:`default_lambda`; "best" the chosen lambda (an error before one is).
+        """
+        if lam is None:
+            return self.default_lambda(client_state)
+        if lam == "best":
+            if "lambda" not in client_state.meta:
+                raise ValueError(f"{self.name}: no lambda chosen yet for this client (run "
+                                 f"personalize first, or give a lambda)")
+            return float(client_state.meta["lambda"])
+        if lam == "runtime":
+            return lam
+        if isinstance(lam, bool) or not isinstance(lam, int | float) or \
+                not 0.0 <= lam <= 1.0:
+            raise ValueError(f"{self.name}: lambda must be in [0, 1], 'best' or 'runtime', "
+                             f"got {lam!r}")
+        return float(lam)
+
+    def personalized_model(self, global_state: State, client_state: ClientState,
+                           choice: Choice | None = None) -> nn.Module:
+        """W(lambda) as a plain module (a float or "best"), or ``forward(x, lam)`` ("runtime").
+
+        No lambda: :meth:`default_lambda`. The runtime module clamps lam into [0, 1] and reads
+        NaN as :meth:`default_lambda`.
+        """
+        return self.inference_model(global_state, client_state, choice).module
+
+    def inference_model(self, global_state: State, client_state: ClientState,
+                        choice: Choice | None = None) -> InferenceModel:
+        """W(lambda) with lambda baked in, or as the runtime input ``lam``; the card's mixture."""
+        choice = choice or Choice()
+        if choice.head == "generic":
+            return super().inference_model(global_state, client_state, choice)
+        if choice.class_distribution is not None:
+            raise ValueError(f"{self.name}: takes no class distribution")
+        lam = self.resolve_lambda(client_state, choice.lam)
+        federated, local, names = self._endpoints(global_state, client_state)
+        chosen = client_state.meta.get("lambda")
+        details = {"mode": "mm" if self.mixing == "model" else "lm", "chosen_lambda": chosen}
+        formula = "W(lambda) = (1 - lambda) w_f + lambda w_l"
+        if lam == "runtime":
+            default = self.default_lambda(client_state)
+            module = RuntimeMixture(federated, local, names, default)
+            return InferenceModel(
+                module, runtime_input=RuntimeInput("lam", 0.0, 1.0, default, default),
+                quantizable=module.two_endpoint, mixture=Mixture(
+                    "superfed", f"{formula}, lambda an input in [0, 1] (default {default:g})",
+                    {"lambda": "runtime"}, details))
+        lam_t = torch.tensor([float(lam)], dtype=torch.float32, device=self.device)
+        with torch.no_grad():
+            federated.load_state_dict(mix_states(federated, local, names, lam_t), strict=False)
+        origin = "the client's choice" if lam == chosen and choice.lam in (None, "best") else \
+            "given" if choice.lam is not None else "default: no lambda chosen yet"
+        return InferenceModel(federated, mixture=Mixture(
+            "superfed", f"{formula} at lambda = {lam:g} ({origin})", {"lambda": lam}, details))
+
+    def _endpoints(self, global_state: State, client_state: ClientState
+                   ) -> tuple[nn.Module, nn.Module, list[str]]:
+        """(w_f module, w_l module, names of the tensors that mix: parameters, float buffers)."""
+        wl = strip_prefix(client_state.tensors, LOCAL)
+        differ = sorted(set(wl) ^ {k for k, v in global_state.items() if v.is_floating_point()})
+        if differ:
+            raise ValueError(f"{self.name}: client state does not match the model "
+                             f"(differs in {', '.join(differ[:5])})")
+        local = self.global_model(global_state)
+        local.load_state_dict(wl, strict=False)
+        return self.global_model(global_state), local, list(wl)
+
+
+def lambda_sweep(algorithm: SuPerFedInference, global_state: State, client_state: ClientState,
+                 data: LabeledTensors) -> dict[float, Scores]:
+    """Scores of W(lambda) on ``data`` for every lambda of the grid (choice, oracle, plots)."""
+    return {lam: scores_from_logits(predict(algorithm.personalized_model(
+        global_state, client_state, Choice(lam=lam)), data), data.y) for lam in LAMBDA_GRID}
