@@ -17,6 +17,7 @@ The simulator writes it; ``pfl-export``, the report and the benchmarks read it t
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pflkit.sdk.data.federation import Partition
@@ -37,6 +38,18 @@ def checkpoint_round(path: Path) -> int | None:
         raise CorruptStateError(f"{path}: its 'rounds_done' metadata is not a round count: "
                                 f"{text!r}")
     return int(text)
+
+
+def check_creatable(path: Path) -> None:
+    """Refuse, before any work, a new run directory that a file or permissions block."""
+    existing = path.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(f"cannot create the run directory {path}: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot create the run directory {path}: {existing} is not "
+                              f"writable")
 
 
 class RunDir:

@@ -34,7 +34,7 @@ from pflkit.sdk.device import federation_to, resolve_device
 from pflkit.sdk.evaluation import ClientReport, evaluate_client, summarize
 from pflkit.sdk.metrics import scores_from_logits
 from pflkit.sdk.run_config import ExecutionConfig, SimConfig
-from pflkit.sdk.rundir import RunDir
+from pflkit.sdk.rundir import RunDir, check_creatable
 from pflkit.sdk.scoring import ScoringCache
 from pflkit.sdk.state_store import client_state_to_bytes
 from pflkit.sdk.tensorio import atomic_write_bytes, load_state, save_json, save_state
@@ -60,6 +60,8 @@ class Simulation:
                  progress: bool = True) -> None:
         self.config = config
         self.run_dir = Path(run_dir)
+        if not resume:
+            check_creatable(self.run_dir)
         self.files = RunDir(self.run_dir)
         self.progress = progress
         if not resume and self.files.latest.exists():

@@ -26,6 +26,8 @@ app = typer.Typer(add_completion=False, help=__doc__, invoke_without_command=Tru
 
 
 def _fail(err: Exception) -> typer.Exit:
+    if isinstance(err, OSError) and err.filename and err.strerror:  # not "[Errno 2] ..."
+        err = OSError(f"{err.filename}: {err.strerror}")
     typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
     return typer.Exit(2)
 

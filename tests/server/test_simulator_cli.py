@@ -27,3 +27,14 @@ def test_pfl_sim_reports_bad_input_clearly(tmp_path):
     bad = runner.invoke(app, ["--out", str(tmp_path / "r2"), "--dataset", "digits",
                               "--algorithm", "fedprox", "--param", "mu=abc", "--quiet"])
     assert bad.exit_code == 2 and "fedprox: hyperparameter 'mu'" in bad.output
+
+
+def test_pfl_sim_refuses_an_out_it_cannot_create_before_any_work(tmp_path):
+    (tmp_path / "file.txt").write_text("keep")
+    out = tmp_path / "file.txt" / "run"
+    result = runner.invoke(app, ["--out", str(out), "--dataset", "digits", "--model", "twonn",
+                                 "--clients", "3", "--rounds", "1", "--quiet"])
+    assert result.exit_code == 2
+    assert result.output.strip() == (f"error: cannot create the run directory {out}: "
+                                      f"{tmp_path / 'file.txt'} is a file")
+    assert (tmp_path / "file.txt").read_text() == "keep"
