@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -117,8 +121,11 @@ def test_failures_are_one_line_and_change_nothing(make_server, tmp_path):
     assert "404: no client 42" in one_line_error(admin(tmp_path, *conn, "clients", "revoke",
                                                        "42"))
     assert "404" in one_line_error(admin(tmp_path, *conn, "runs", "pause", "9"))
+    assert "404" in one_line_error(admin(tmp_path, *conn, "status", "9", "--once"))
     assert "409: cannot resume run 1: it is active" in one_line_error(
         admin(tmp_path, *conn, "runs", "resume"))
+    line = one_line_error(admin(tmp_path, *conn, "tokens", "create", "--ttl", "-1"))
+    assert line.endswith("422: ttl_seconds: Input should be greater than 0")
 
     # a bad run config: the server's 422 reason on one line, no run created; a good one while
     # run 1 is active: 409
@@ -145,6 +152,25 @@ def test_failures_are_one_line_and_change_nothing(make_server, tmp_path):
     with server.admin() as http:
         runs = http.get("/v1/runs/current").json()
     assert (runs["id"], runs["status"]) == (1, "active")
+
+
+def test_the_live_view_draws_in_a_terminal_until_ctrl_c(make_server, tmp_path):
+    server = make_server(run_toml("fedavg", rounds=2))
+    primary, secondary = pty.openpty()
+    live = subprocess.Popen([PFL_ADMIN, "--url", server.url, "--token", ADMIN, "status",
+                             "--interval", "0.2"], stdout=secondary, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True)
+    os.close(secondary)
+    screen, deadline = b"", time.monotonic() + 60
+    while b"waiting for enough enrolled clients" not in screen:  # drawn, so the loop runs
+        assert time.monotonic() < deadline and live.poll() is None, screen
+        if select.select([primary], [], [], 1)[0]:
+            screen += os.read(primary, 65536)
+    live.send_signal(signal.SIGINT)
+    _, err = live.communicate(timeout=30)
+    os.close(primary)
+    assert live.returncode == 0 and err == ""
+    assert b"run 1" in screen and b"rounds 0/2 done" in screen
 
 
 def test_url_and_token_come_from_flags_then_environment_then_config_file(make_server,
