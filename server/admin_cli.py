@@ -27,7 +27,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from pflkit.sdk.config_toml import apply_overrides, dump_toml, parse_toml
+from pflkit.sdk.config_toml import apply_overrides, dump_toml, read_toml
 from pflkit.sdk.config_types import ConfigError
 from pflkit.server.admin_client import AdminClient, AdminError
 from pflkit.server.admin_settings import SettingsError, resolve
@@ -177,12 +177,8 @@ def create_run(
     as_json: JsonOpt = False,
 ) -> None:
     """Create a run; the server validates the config (a bad one is refused with its reason)."""
-    try:
-        text = config.read_text()
-        if set_:
-            text = dump_toml(apply_overrides(parse_toml(text, str(config)), set_))
-    except (OSError, UnicodeDecodeError) as err:
-        _fail(f"cannot read {config}: {getattr(err, 'strerror', None) or err}")
+    try:  # a file that is not TOML is refused here, the schema is checked by the server
+        text = dump_toml(apply_overrides(read_toml(config), set_ or []))
     except ConfigError as err:
         _fail(str(err))
     with _client(ctx) as admin:

@@ -14,10 +14,12 @@ Each value comes from the first place that has it:
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pflkit.sdk.config_toml import read_toml
+from pflkit.sdk.config_types import ConfigError
 
 URL_ENV = "PFLKIT_URL"
 TOKEN_ENV = "PFLKIT_ADMIN_TOKEN"
@@ -65,9 +67,9 @@ def _config_file(path: Path | None) -> tuple[dict[str, Any], Path | None]:
             raise SettingsError(f"config file {path} does not exist")
         return {}, None
     try:
-        values = tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise SettingsError(f"config file {path}: {err}") from None
+        values = read_toml(path)
+    except ConfigError as err:
+        raise SettingsError(f"config file {err}") from None
     unknown = sorted(set(values) - set(FILE_KEYS))
     if unknown:
         raise SettingsError(f"config file {path}: unknown key {unknown[0]!r} "
