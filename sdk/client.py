@@ -53,7 +53,7 @@ from pflkit.sdk.algorithms.base import (
 from pflkit.sdk.algorithms.state_layout import add_prefix, strip_prefix
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import check_precision, data_to, resolve_device, state_to
-from pflkit.sdk.protocol import METRICS_KEY, RETRY_AFTER
+from pflkit.sdk.protocol import MAX_ID, METRICS_KEY, RETRY_AFTER
 from pflkit.sdk.seeding import numpy_rng
 from pflkit.sdk.state_store import DeviceStateStore
 from pflkit.sdk.task_config import TaskConfig
@@ -145,7 +145,7 @@ class FederatedClient:
         self._http = httpx.Client(base_url=self.server, timeout=timeout)
         self._jitter = numpy_rng(0, "retry-jitter", str(self.state_dir.resolve()))
         self._algorithms: dict[str, Algorithm] = {}
-        self._credentials = self._read_json("credentials.json")
+        self._credentials = self._read_credentials()
         if self._credentials.get("server") not in (None, self.server):
             raise ValueError(f"{self.state_dir} is enrolled with {self._credentials['server']}, "
                              f"not {self.server}")
@@ -154,8 +154,30 @@ class FederatedClient:
 
     # -- small files ------------------------------------------------------------------------------
     def _read_json(self, name: str) -> dict[str, Any]:
+        """One of the device's JSON files ({} if absent); damaged: a ValueError naming it."""
         path = self.state_dir / name
-        return json.loads(path.read_text()) if path.is_file() else {}
+        if not path.is_file():
+            return {}
+        try:
+            obj = json.loads(path.read_bytes())
+        except (ValueError, RecursionError) as err:
+            raise ValueError(f"{path}: not valid JSON ({type(err).__name__}: "
+                             f"{str(err)[:80]})") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"{path}: a JSON object was expected, found {type(obj).__name__}")
+        return obj
+
+    def _read_credentials(self) -> dict[str, Any]:
+        """credentials.json as :meth:`enroll` wrote it ({} if not enrolled yet)."""
+        creds = self._read_json("credentials.json")
+        client_id = creds.get("client_id")
+        if creds and not (isinstance(creds.get("server"), str)
+                          and type(client_id) is int and 0 <= client_id <= MAX_ID
+                          and isinstance(creds.get("secret"), str) and creds["secret"]):
+            raise ValueError(f"{self.state_dir / 'credentials.json'}: not the credentials "
+                             f"enrollment writes (server, client_id in 0..{MAX_ID}, secret); "
+                             f"move it away and enroll with a new token")
+        return creds
 
     def _write_json(self, name: str, obj: dict[str, Any], private: bool = False) -> None:
         path = self.state_dir / name

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -105,3 +108,37 @@ def test_a_409_without_retry_after_is_a_refusal(tmp_path):
         assert len(server.seen) == 1
     finally:
         server.stop()
+
+
+DAMAGED_CREDENTIALS = {
+    "not JSON": ('{"server": "http://127.0.0.1:9", "client_id": ', "not valid JSON"),
+    "a list": ("[1, 2]", "a JSON object was expected, found list"),
+    "1e400 and NaN": ('{"server": "http://127.0.0.1:9", "client_id": 1e400, "secret": NaN}',
+                      "not the credentials enrollment writes"),
+    "id out of range": ('{"server": "http://127.0.0.1:9", "client_id": 2147483648, '
+                        '"secret": "pfc_x"}', "not the credentials enrollment writes"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGED_CREDENTIALS))
+def test_damaged_credentials_are_named_in_one_line(tmp_path, case):
+    text, message = DAMAGED_CREDENTIALS[case]
+    (tmp_path / "credentials.json").write_text(text)
+    with pytest.raises(ValueError, match=f"^{tmp_path / 'credentials.json'}: ") as caught:
+        FederatedClient("http://127.0.0.1:9", tmp_path,
+                        LabeledTensors(torch.rand(2, 1, 8, 8), torch.tensor([0, 1])))
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_pfl_client_with_damaged_credentials_prints_one_line(tmp_path):
+    """The real command (it printed an AttributeError traceback for a JSON list)."""
+    save_client_data(tmp_path / "data.safetensors",
+                     LabeledTensors(torch.rand(4, 1, 8, 8), torch.tensor([0, 1, 2, 3])))
+    (tmp_path / ".pflkit").mkdir()
+    (tmp_path / ".pflkit" / "credentials.json").write_text("[1, 2]")
+    exe = Path(sys.executable).parent / "pfl-client"
+    done = subprocess.run([str(exe), "--server", "http://127.0.0.1:9", "--data", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode != 0
+    assert done.stderr.strip() == (f"pfl-client: {tmp_path / '.pflkit' / 'credentials.json'}: "
+                                   f"a JSON object was expected, found list"), done.stderr[-2000:]
