@@ -126,7 +126,3 @@ def save_json(path: Path, obj: Any) -> None:
     """Atomically write JSON (sorted keys, indented) next to tensors."""
     atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
-
-def clone_state(state: State) -> State:
-    """Detached copies, so later in-place training cannot alias a stored state."""
-    return {k: v.detach().clone() for k, v in state.items()}

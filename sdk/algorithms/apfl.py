@@ -39,8 +39,8 @@ from pflkit.sdk.models import float_state
 from pflkit.sdk.training import sgd
 
 
-def mix(local: State, global_: State, alpha: torch.Tensor | float) -> State:
-    """Mix two states: alpha * local + (1 - alpha) * global for floats, the rest from global."""
+def alpha_mixture(local: State, global_: State, alpha: torch.Tensor | float) -> State:
+    """Alpha * local + (1 - alpha) * global for float tensors; the rest from global."""
     return {k: alpha * local[k] + (1 - alpha) * g if g.is_floating_point() and k in local else g
             for k, g in global_.items()}
 
@@ -127,4 +127,4 @@ class APFL(Algorithm):
             alpha = float(choice.lam)
         elif choice is not None and choice.lam is not None:
             raise ValueError(f"apfl: lam must be a number in [0, 1], got {choice.lam!r}")
-        return self.global_model(mix(local, global_state, alpha))
+        return self.global_model(alpha_mixture(local, global_state, alpha))

@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
@@ -33,7 +32,7 @@ from pflkit.sdk.algorithms.state_layout import PERSONAL, add_prefix, personal_of
 from pflkit.sdk.batched_training import BatchPlan, Stacked, repeat, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
-from pflkit.sdk.training import Batch, run_epochs, sgd
+from pflkit.sdk.training import Batch, cross_entropy_of, run_epochs, sgd
 
 
 def squared_distance(params: Mapping[str, torch.Tensor], reference: Mapping[str, torch.Tensor]
@@ -165,8 +164,8 @@ class FedAvgFineTune(FedAvg):
         model = self.template(global_state)
         lr = ctx.lr if self.params.ft_lr is None else self.params.ft_lr
         optimizer = sgd(model.parameters(), lr, self.local.momentum, self.local.weight_decay)
-        run_epochs(optimizer, lambda x, y: F.cross_entropy(model(x), y), data,
-                   self.params.ft_epochs, self.local.batch_size, ctx.generator("fine-tune"))
+        run_epochs(optimizer, cross_entropy_of(model), data, self.params.ft_epochs,
+                   self.local.batch_size, ctx.generator("fine-tune"))
         return ClientState(add_prefix(float_state(model), PERSONAL),
                            {**client_state.meta, "fine_tuned_round": ctx.round})
 

@@ -8,7 +8,6 @@ never changes.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from pflkit.sdk.algorithms.base import (
@@ -23,7 +22,7 @@ from pflkit.sdk.algorithms.base import (
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.seeding import derive_seed
-from pflkit.sdk.training import run_epochs, sgd
+from pflkit.sdk.training import cross_entropy_of, run_epochs, sgd
 
 
 @register
@@ -42,8 +41,8 @@ class LocalOnly(Algorithm):
         """Train the private model; send nothing."""
         model = self.template(client_state.tensors)
         optimizer = sgd(model.parameters(), ctx.lr, self.local.momentum, self.local.weight_decay)
-        loss = run_epochs(optimizer, lambda x, y: F.cross_entropy(model(x), y), data,
-                          self.local.epochs, self.local.batch_size, ctx.generator("batches"))
+        loss = run_epochs(optimizer, cross_entropy_of(model), data, self.local.epochs,
+                          self.local.batch_size, ctx.generator("batches"))
         return FitResult({}, ClientState(float_state(model), client_state.meta), len(data),
                          {"train_loss": loss})
 

@@ -1,7 +1,8 @@
 """W(lambda) = (1 - lambda) w_f + lambda w_l: blend two endpoints; serve lambda at run time.
 
 SuPerFed's personalized model is a point on the line between the federated model w_f and the
-local model w_l. A fixed lambda is baked into one set of weights (:func:`mix_states`). For
+local model w_l. A fixed lambda is baked into one set of weights (:func:`mix_states`); training
+mixes named tensors with one lambda each (:func:`mixed_weights`, layer mixing). For
 lambda as a model INPUT (:class:`RuntimeMixture`), computing W(lambda) inside the graph makes
 every weight a runtime value, and mobile backends (XNNPACK) only accelerate layers whose
 weights are constants. Layers that are linear in their parameters (fully connected,
@@ -21,6 +22,7 @@ value gives one of the models of the subspace, in every runtime.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -35,6 +37,12 @@ LINEAR_IN_PARAMETERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 def mix(wf: torch.Tensor, wl: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
     """W(lambda) = (1 - lambda) w_f + lambda w_l, one fused kernel (exact at lambda = 0 and 1)."""
     return torch.lerp(wf, wl, lam)
+
+
+def mixed_weights(wf: Mapping[str, torch.Tensor], wl: Mapping[str, torch.Tensor],
+                  names: Sequence[str], lam: torch.Tensor) -> dict[str, torch.Tensor]:
+    """W(lambda) tensor by tensor: (1 - lam[i]) w_f + lam[i] w_l for the i-th of ``names``."""
+    return {n: mix(wf[n], wl[n], lam[i]) for i, n in enumerate(names)}
 
 
 def sanitize_lambda(lam: torch.Tensor, nan_lambda: float) -> torch.Tensor:

@@ -11,7 +11,7 @@ named parameters (w_l are the program's own, the ones a device updates), with pl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from pflkit.sdk.algorithms.mixing import mix
+from pflkit.sdk.algorithms.mixing import mixed_weights
 from pflkit.sdk.training import Batch
 
 
@@ -67,12 +67,6 @@ def lambda_sampler(mixing: str, layout: FlatLayout, gen: torch.Generator
         return lambda: torch.rand((), generator=gen).expand(len(layout.names))
     layer, count = layout.layers()
     return lambda: torch.rand(count, generator=gen)[layer]
-
-
-def mixed_weights(wf: Mapping[str, torch.Tensor], wl: Mapping[str, torch.Tensor],
-                  names: Sequence[str], lam: torch.Tensor) -> dict[str, torch.Tensor]:
-    """W(lambda) tensor by tensor: (1 - lam[i]) w_f + lam[i] w_l for the i-th of ``names``."""
-    return {n: mix(wf[n], wl[n], lam[i]) for i, n in enumerate(names)}
 
 
 def superfed_loss(model: nn.Module, layout: FlatLayout, wf: torch.Tensor, wl: torch.Tensor,
