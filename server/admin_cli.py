@@ -274,8 +274,17 @@ def status(
             with Live(render_status(run), console=console, auto_refresh=False) as live:
                 while run.status not in ENDED:
                     time.sleep(interval)
-                    run = admin.run(run.id)  # the run shown first, even if a newer one starts
-                    live.update(render_status(run), refresh=True)
+                    view = render_status(run)
+                    try:  # the run shown first, even if a newer one starts
+                        run = admin.run(run.id)
+                        view = render_status(run)
+                    except AdminError as err:
+                        if err.status is not None:  # refused (token changed, run gone): end
+                            raise
+                        # no answer: a restarting server continues the run; keep asking
+                        view.renderables.append(Text(f"{_when(time.time())} {err}; retrying",
+                                                     style="red"))
+                    live.update(view, refresh=True)
         except KeyboardInterrupt:
             return
 
