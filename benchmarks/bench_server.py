@@ -55,6 +55,7 @@ GENERATORS = int(os.environ.get("GENERATORS", "4"))
 # a second 50-update round last: retention shows as a 50-update peak as high as the 200 one
 MEMORY_SIZES = tuple(int(v) for v in os.environ.get("MEMORY_SIZES", "50,100,200,50").split(","))
 MEMORY_IN_FLIGHT = 50
+PARTS = ("admit", "body", "accept")  # an upload's Server-Timing parts inside the app
 
 
 def config(per_round: int, rounds: int) -> str:
@@ -120,7 +121,7 @@ class Bench:
             [str(Path(sys.executable).parent / "pfl-server"), "serve", "--data-dir",
              str(ROOT / "data"), "--run-config", str(ROOT / "run.toml"), "--admin-token-file",
              str(ROOT / "admin"), "--port", str(self.port), "--min-enrolled", str(CLIENTS),
-             "--log-level", "warning", "--workers", str(WORKERS)],
+             "--log-level", os.environ.get("LOG_LEVEL", "warning"), "--workers", str(WORKERS)],
             stdout=(ROOT / "server.log").open("w"), stderr=subprocess.STDOUT, env=env)
         for _ in range(600):
             try:
@@ -166,13 +167,19 @@ class Bench:
     async def client_round(self, http: httpx.AsyncClient, cid: int, secret: str, round_index: int,
                            gate: asyncio.Semaphore, out: dict, training_seconds: float) -> None:
         headers = {"Authorization": f"Bearer {secret}"}
-        while True:
-            task = (await http.get("/v1/task", headers=headers)).json()
-            if task["status"] == "train" and task["round"] == round_index:
-                break
-            await asyncio.sleep(task["retry_after"])
-        blob = (await http.get(f"/v1/globals/{task['global_hash']}", headers=headers)).content
-        assert len(blob) > 0
+        while True:  # a device's poll and download: a failure counts, then it tries again
+            try:
+                task = (await http.get("/v1/task", headers=headers)).raise_for_status().json()
+                if task["status"] == "train" and task["round"] == round_index:
+                    reply = await http.get(f"/v1/globals/{task['global_hash']}",
+                                           headers=headers)
+                    if len(reply.raise_for_status().content) > 0:
+                        break
+                await asyncio.sleep(task["retry_after"])
+            except httpx.HTTPError as err:
+                out["errors"] += 1
+                out["error_messages"].append(f"poll/download: {err!r}")
+                await asyncio.sleep(0.5)
         body = self.bodies[cid]
         await asyncio.sleep(training_seconds)
         async with gate:
@@ -186,8 +193,8 @@ class Bench:
                 timing = dict(part.strip().split(";dur=") for part in
                               reply.headers.get("server-timing", "").split(",") if "dur=" in part)
                 out["server_ms"].append(float(timing.get("app", "nan")))
-                out["handler_ms"].append(float(timing.get("body", 0)) +
-                                         float(timing.get("accept", 0)))
+                for part in PARTS:
+                    out[f"{part}_ms"].append(float(timing.get(part, "nan")))
                 if not ok:
                     out["error_messages"].append(f"{reply.status_code} {reply.text[:120]}")
             except httpx.HTTPError as err:
@@ -203,8 +210,8 @@ class Bench:
                     seed: int) -> dict:
         """One load generator's share of a round: its clients as tasks on one asyncio loop."""
         rng = np.random.default_rng(seed)
-        out: dict = {"latencies": [], "server_ms": [], "handler_ms": [], "errors": 0,
-                     "error_messages": []}
+        out: dict = {"latencies": [], "server_ms": [], "errors": 0, "error_messages": [],
+                     **{f"{part}_ms": [] for part in PARTS}}
         limits = httpx.Limits(max_connections=len(secrets), max_keepalive_connections=len(secrets))
         async with httpx.AsyncClient(base_url=self.url, timeout=120, limits=limits) as http:
             gate = asyncio.Semaphore(in_flight)
@@ -221,7 +228,7 @@ class Bench:
             (round_index, max(1, in_flight // len(shares)), {c: secrets[c] for c in share},
              round_index * GENERATORS + i) for i, share in enumerate(shares)])
         out: dict = {key: [v for part in parts for v in part[key]] for key in
-                     ("latencies", "server_ms", "handler_ms", "error_messages")}
+                     ("latencies", "server_ms", "error_messages", *(f"{p}_ms" for p in PARTS))}
         out["errors"] = sum(part["errors"] for part in parts)
         out["first_upload"] = min(part["first_upload"] for part in parts)
         out["last_ack"] = max(part["last_ack"] for part in parts)
@@ -254,7 +261,23 @@ def distinct_update(global_blob: bytes, cid: int) -> bytes:
 
 
 def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(np.array(values), q))
+    """Percentile of the values that exist (a failed upload has no Server-Timing: NaN)."""
+    return float(np.nanpercentile(np.array(values), q))
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of the server's processes by role (see process_rss)."""
+    out = {"supervisor": cpu_seconds(pid)}
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        if "multiprocessing.spawn" in Path(f"/proc/{child}/cmdline").read_text():
+            out[f"worker {len(out)}"] = cpu_seconds(int(child))
+    return out
 
 
 def load_rounds(bench: Bench, pool: Pool, secrets: list[str], rounds: int) -> list[dict]:
@@ -270,9 +293,10 @@ def load_rounds(bench: Bench, pool: Pool, secrets: list[str], rounds: int) -> li
               f"p99 {percentile(result['latencies'], 99):.3f}s, "
               f"> 1 s: {sum(t > 1 for t in result['latencies'])}, "
               f"in the app p50 {percentile(result['server_ms'], 50):.0f} ms "
-              f"p99 {percentile(result['server_ms'], 99):.0f} ms, in the handler p99 "
-              f"{percentile(result['handler_ms'], 99):.0f} ms, "
-              f"max {max(result['latencies']):.3f}s, "
+              f"p99 {percentile(result['server_ms'], 99):.0f} ms, "
+              + ", ".join(f"{part} p50/p99 {percentile(result[f'{part}_ms'], 50):.0f}/"
+                          f"{percentile(result[f'{part}_ms'], 99):.0f} ms" for part in PARTS)
+              + f", max {max(result['latencies']):.3f}s, "
               f"close {result['close_seconds']:.3f}s", flush=True)
     return load
 
@@ -327,7 +351,11 @@ class Profile:
     def __init__(self, pid: int, mode: str) -> None:
         self.raw = ROOT.parent / "server_profile.txt"
         self.mode = mode
-        command = [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
+        local = Path(sys.executable).parent / "py-spy"
+        spy = str(local) if local.is_file() else shutil.which("py-spy")
+        if spy is None:
+            raise SystemExit("PROFILE needs py-spy (pip install py-spy; in pflkit's dev extra)")
+        command = [spy, "record", "--pid", str(pid),
                    "--subprocesses", "--format", "raw", "--rate", "100", "--nonblocking",
                    "-o", str(self.raw)] + (["--idle"] if mode == "idle" else [])
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL,
@@ -340,15 +368,20 @@ class Profile:
         for line in self.raw.read_text().splitlines():
             stack, _, count = line.rpartition(" ")
             frames = stack.split(";")
-            process = frames[0].split(":")[0] if frames[0].startswith("process ") else "?"
-            role = "supervisor" if "pfl-server" in frames[0] else "worker " + process
+            # a worker's stack starts with its supervisor's process frame, then its own
+            deepest = max((i for i, f in enumerate(frames) if f.startswith("process ")),
+                          default=0)
+            process = frames[deepest].split(":")[0]
+            role = "supervisor" if "pfl-server" in frames[deepest] else "worker " + process
+            frames = frames[deepest:]
             tables = by_process.setdefault(role, {"own": {}, "inclusive": {}, "total": {}})
             tables["total"][""] = tables["total"].get("", 0) + int(count)
             own = frames[-1]
             tables["own"][own] = tables["own"].get(own, 0) + int(count)
             for frame in set(frames[1:]):
                 tables["inclusive"][frame] = tables["inclusive"].get(frame, 0) + int(count)
-        lines = [f"# bench-server profile (py-spy, {self.mode}, 100 Hz, the load rounds of "
+        mode = "wall time" if self.mode == "idle" else "on-CPU"
+        lines = [f"# bench-server profile (py-spy, {mode}, 100 Hz, the load rounds of "
                  "the first run)\n"]
         for role, tables in sorted(by_process.items()):
             total = tables["total"][""]
@@ -380,7 +413,17 @@ def one_run(bench: Bench, pools: list[Pool], rounds: int, index: int, last: bool
         profile = Profile(bench.proc.pid, mode) if mode and index == 0 else None  # type: ignore[union-attr]
         print(f"run {index + 1}: idle RSS " + ", ".join(f"{k} {v:.0f} MB"
                                                     for k, v in idle.items()), flush=True)
+        generators = [worker.pid for worker in pools[0]._pool]  # type: ignore[attr-defined]
+        cpu_before = {**server_cpu(bench.proc.pid),  # type: ignore[union-attr]
+                      "load generators": sum(map(cpu_seconds, generators))}
+        wall = time.perf_counter()
         load = load_rounds(bench, pools[0], secrets, rounds)
+        wall = time.perf_counter() - wall
+        cpu = {**server_cpu(bench.proc.pid),  # type: ignore[union-attr]
+               "load generators": sum(map(cpu_seconds, generators))}
+        cpu = {role: cpu[role] - cpu_before[role] for role in cpu}
+        print(f"CPU seconds in the load rounds ({wall:.1f} s wall, 2 cores): "
+              + ", ".join(f"{role} {v:.1f}" for role, v in cpu.items()), flush=True)
         if profile is not None:
             profile.stop()
         memory = memory_rounds(bench, pools[0], secrets, sampler, baseline) if last else []

@@ -60,6 +60,8 @@ def serve(
                                ] = None,
     max_header_bytes: Annotated[int | None, typer.Option(help="longer request heads: 431")
                                 ] = None,
+    keep_alive_timeout: Annotated[float | None, typer.Option(
+        help="seconds an idle connection stays open")] = None,
     auth_failure_limit: Annotated[int | None, typer.Option(
         help="failed authentications per address and window before 429")] = None,
     auth_failure_window: Annotated[float | None, typer.Option(help="seconds")] = None,
@@ -76,7 +78,8 @@ def serve(
              "clients_per_round": clients_per_round, "min_clients": min_clients,
              "min_enrolled": min_enrolled, "round_deadline": round_deadline,
              "max_upload_bytes": max_upload_bytes, "max_num_samples": max_num_samples,
-             "max_header_bytes": max_header_bytes, "auth_failure_limit": auth_failure_limit,
+             "max_header_bytes": max_header_bytes, "keep_alive_timeout": keep_alive_timeout,
+             "auth_failure_limit": auth_failure_limit,
              "auth_failure_window": auth_failure_window, "aggregation": aggregation,
              "clip_norm": clip_norm, "tls_certfile": tls_certfile, "tls_keyfile": tls_keyfile}
     if admin_token_file is not None:
@@ -121,6 +124,7 @@ def serve(
                     http=BoundedHeadProtocol, port=settings.port, workers=settings.workers,
                     log_level=log_level, ssl_certfile=settings.tls_certfile,
                     ssl_keyfile=settings.tls_keyfile, timeout_graceful_shutdown=5,
+                    timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]
                     # a worker importing PyTorch (a run created, an algorithm query) on a busy
                     # machine can miss uvicorn's default 5 s ping and be killed as hung
                     timeout_worker_healthcheck=120)

@@ -84,10 +84,7 @@ class RoundKeeper:
                 return None
             stuck = rnd.status == "closing" and (rnd.claimed_at or 0) < now - CLOSING_LEASE
             if rnd.status == "open":
-                revoked = set(s.scalars(select(Client.id).where(Client.revoked_at.isnot(None))))
-                reachable = len(set(rnd.sampled) - revoked)
-                quorum = min(self.store.settings.min_clients or len(rnd.sampled), reachable)
-                due = rnd.received >= quorum or now >= rnd.deadline_at
+                due = rnd.received >= self.store.quorum(s, rnd) or now >= rnd.deadline_at
             else:
                 due = stuck
             if not due:

@@ -42,13 +42,13 @@ class FederationService:
     enrollment: Enrollment = field(init=False)
     tasks: Tasks = field(init=False)
     uploads: Uploads = field(init=False)
-    on_accept: Callable[[], None] = lambda: None  # after each accepted upload
+    on_quorum: Callable[[], None] = lambda: None  # when accepted uploads may close a round
 
     def __post_init__(self) -> None:
         self.runs = Runs(self.store)
         self.enrollment = Enrollment(self.store)
         self.tasks = Tasks(self.store)
-        self.uploads = Uploads(self.store, self.on_accept)
+        self.uploads = Uploads(self.store, self.on_quorum)
 
     @property
     def settings(self) -> ServerSettings:
@@ -64,8 +64,8 @@ class FederationService:
 
 
 def build_service(settings: ServerSettings,
-                  on_accept: Callable[[], None] = lambda: None) -> FederationService:
+                  on_quorum: Callable[[], None] = lambda: None) -> FederationService:
     """Database, blob store and service for these settings (tables created if missing)."""
     private_dir(settings.data_dir)
     sessions = init_db(make_engine(settings.db_url))
-    return FederationService(Store(settings, sessions, BlobStore(settings.blobs)), on_accept)
+    return FederationService(Store(settings, sessions, BlobStore(settings.blobs)), on_quorum)

@@ -50,6 +50,9 @@ class ServerSettings(BaseSettings):
     auth_failure_limit: int = Field(30, ge=1)
     auth_failure_window: float = Field(60.0, gt=0)  # seconds
     max_header_bytes: int = Field(16 * 1024, ge=1024)  # longer request heads get 431
+    # seconds an idle HTTP connection is kept open: longer than clients' poll interval and
+    # any proxy's idle timeout, so a client rarely reuses one the server is just closing
+    keep_alive_timeout: float = Field(75.0, gt=0)
     # an update's weight in the mean is the sample count its client reports: larger get 422
     max_num_samples: int = Field(100_000, ge=1)
     aggregation: Literal["mean", "median", "trimmed_mean"] = "mean"

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pflkit.server.blobs import BlobStore
 from pflkit.server.errors import NotFound
-from pflkit.server.orm import Round, Run, RunPlan
+from pflkit.server.orm import Client, Round, Run, RunPlan
 from pflkit.server.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -115,6 +115,16 @@ class Store:
     def round_of(s: Session, run: Run, index: int) -> Round | None:
         """A round of a run by index."""
         return s.scalar(select(Round).where(Round.run_id == run.id, Round.index == index))
+
+    def quorum(self, s: Session, rnd: Round) -> int:
+        """How many accepted updates close an open round.
+
+        ``min_clients`` (default: every sampled client), but no more than the sampled clients
+        that are not revoked.
+        """
+        revoked = set(s.scalars(select(Client.id).where(Client.revoked_at.isnot(None))))
+        reachable = len(set(rnd.sampled) - revoked)
+        return min(self.settings.min_clients or len(rnd.sampled), reachable)
 
     def plan(self, s: Session, run: Run) -> Plan:
         """The run's plan (cached; runs created by an older version get theirs computed)."""

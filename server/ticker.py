@@ -3,8 +3,8 @@
 ``pfl-server serve`` runs :class:`Ticker` in a thread of its main process, next to uvicorn's
 worker supervision: HTTP workers then never build models or import PyTorch. The ticker calls
 :meth:`RoundKeeper.tick` every ``tick_seconds`` (deadlines, the first round) and at once when
-a worker signals an accepted upload: a datagram on a unix socket in a private temporary
-folder, whose path the workers find in ``$PFL_SERVER_WAKE_SOCKET``.
+a worker signals that accepted uploads reached a round's quorum: a datagram on a unix socket
+in a private temporary folder, whose path the workers find in ``$PFL_SERVER_WAKE_SOCKET``.
 """
 
 from __future__ import annotations

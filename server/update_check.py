@@ -40,6 +40,8 @@ _NON_FINITE = {"F64": ("<u8", 0x7FF0000000000000), "F32": ("<u4", 0x7F800000),
                "F16": ("<u2", 0x7C00), "BF16": ("<u2", 0x7F80), "F8_E5M2": ("u1", 0x7C),
                "F8_E4M3": ("u1", 0x7F)}
 
+_BLOCK = 8192  # values per non-finite test: temporaries of at most 64 KiB
+
 Schema = Mapping[str, tuple[Sequence[int], str]]
 
 
@@ -139,12 +141,19 @@ def schema_problem(schema: Schema, tensors: Mapping[str, tuple[Sequence[int], st
 
 
 def first_non_finite(data: bytes, layout: SafetensorsLayout) -> str | None:
-    """The name of the first floating-point tensor holding NaN or Inf (None: all finite)."""
+    """The name of the first floating-point tensor holding NaN or Inf (None: all finite).
+
+    Tested in blocks of ``_BLOCK`` values: the temporaries stay small enough for the
+    allocator to reuse them instead of mapping fresh pages for each (see
+    ``app.return_large_buffers_to_the_os``).
+    """
     view = memoryview(data)
     for name, span in layout.tensors.items():
         if span.dtype in _NON_FINITE and span.end > span.start:
             unsigned, mask = _NON_FINITE[span.dtype]
             bits = np.frombuffer(view[span.start:span.end], dtype=unsigned)
-            if bool(((bits & bits.dtype.type(mask)) == mask).any()):
-                return name
+            exponent = bits.dtype.type(mask)
+            for start in range(0, bits.size, _BLOCK):
+                if bool(((bits[start:start + _BLOCK] & exponent) == exponent).any()):
+                    return name
     return None

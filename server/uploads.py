@@ -2,7 +2,8 @@
 
 No PyTorch: the update is checked against the run plan's schema on its raw safetensors bytes
 (``update_check``), written to the blob store (fsync, rename), and only then is its row
-committed, in the same transaction that checks the round is still open. The answer (the
+committed, in the same transaction that checks the round is still open: one transaction for
+all the updates that finished validating meanwhile (``group_commit``). The answer (the
 acknowledgement) comes after that commit, so an acknowledged update is never lost.
 """
 
@@ -16,16 +17,17 @@ from dataclasses import dataclass
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 from pflkit.sdk.protocol import MAX_METRIC_NAME, MAX_METRICS, METRICS_KEY
 from pflkit.server.blobs import sha256
-from pflkit.server.errors import BadRequest, Conflict, Forbidden, Gone, Invalid
+from pflkit.server.errors import BadRequest, Conflict, Forbidden, Gone, Invalid, ServiceError
 from pflkit.server.faults import crash_point
+from pflkit.server.group_commit import GroupCommit
 from pflkit.server.orm import Client, Round, Run, Update
 from pflkit.server.store import Store
 from pflkit.server.update_check import (
     MalformedUpdate,
+    Schema,
     first_non_finite,
     read_layout,
     schema_problem,
@@ -42,100 +44,191 @@ class UploadReceipt:
     duplicate: bool
 
 
+@dataclass(frozen=True)
+class Admission:
+    """An upload that may come (checked before its body is read): what storing it needs."""
+
+    client_id: int
+    run_id: int
+    round_id: int
+    round_index: int
+    num_samples: int
+    schema: Schema  # the round's update schema (names, shapes, dtypes)
+    prior: tuple[str, int] | None  # the hash and count of the client's update already in
+
+
+@dataclass(frozen=True)
+class _Durable:
+    """A valid update whose blob is durable: what its database row needs."""
+
+    admission: Admission
+    digest: str
+    size: int
+    metrics: dict[str, float]
+
+
+Outcome = UploadReceipt | ServiceError  # an update's receipt, or its refusal
+
+
 class Uploads:
     """Update uploads of sampled clients."""
 
-    def __init__(self, store: Store, on_accept: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, store: Store, on_quorum: Callable[[], None] = lambda: None) -> None:
         self.store = store
-        self.on_accept = on_accept  # e.g. wake the round keeper: a quorum may be reached
+        self.on_quorum = on_quorum  # e.g. wake the round keeper: a round may close now
+        self._commits: GroupCommit[_Durable, UploadReceipt] = GroupCommit(self._commit_batch)
 
-    def admit(self, client_id: int, run_id: int, round_index: int, num_samples: int) -> None:
+    def admit(self, client_id: int, run_id: int, round_index: int,
+              num_samples: int) -> Admission:
         """Refuse an upload before its body is read, if its run, round or count already say so.
 
         A refused client then costs the server its headers, not ``max_upload_bytes`` of body.
-        :meth:`accept` repeats these checks in its transaction (they may change).
+        What may change meanwhile (the round closing, the run pausing, the client's own
+        concurrent upload) is checked again in the transaction that records the update.
         """
-        with self.store.transaction() as s:
-            self._admit(s, client_id, run_id, round_index, num_samples)
-
-    def _admit(self, s: Session, client_id: int, run_id: int, round_index: int,
-               num_samples: int) -> tuple[Run, Round, Update | None]:
-        """The run, the round and this client's earlier update of it, if the upload may come."""
         limit = self.store.settings.max_num_samples
         if num_samples > limit:
             raise Invalid(f"num_samples {num_samples} exceeds this server's limit of {limit} "
                           "(setting max_num_samples)")
-        run = self.store.get_run(s, run_id)
-        rnd = self.store.round_of(s, run, round_index)
-        if rnd is None:
-            raise Conflict(f"round {round_index} of run {run_id} has not opened "
-                           f"(the current round is {run.rounds_done})")
-        if client_id not in rnd.sampled:
-            raise Forbidden(f"client {client_id} was not sampled in round {round_index}")
-        prior = s.scalar(select(Update).where(Update.round_id == rnd.id,
-                                              Update.client_id == client_id))
-        if prior is None:  # a replay is answered whatever the round's state now
-            if rnd.status != "open":
-                raise Gone(f"round {round_index} of run {run_id} is {rnd.status}; "
-                           "late uploads are refused")
-            if run.status != "active":
-                raise Conflict(f"run {run_id} is {run.status}; uploads are not accepted")
-        return run, rnd, prior
+        with self.store.transaction() as s:
+            run = self.store.get_run(s, run_id)
+            rnd = self.store.round_of(s, run, round_index)
+            if rnd is None:
+                raise Conflict(f"round {round_index} of run {run_id} has not opened "
+                               f"(the current round is {run.rounds_done})")
+            if client_id not in rnd.sampled:
+                raise Forbidden(f"client {client_id} was not sampled in round {round_index}")
+            prior = s.scalar(select(Update).where(Update.round_id == rnd.id,
+                                                  Update.client_id == client_id))
+            if prior is None:  # a replay is answered whatever the round's state now
+                _still_open(run, rnd)
+            return Admission(client_id, run_id, rnd.id, round_index, num_samples,
+                             self.store.plan(s, run).schema,
+                             None if prior is None else (prior.blob_hash, prior.num_samples))
 
     def accept(self, client_id: int, run_id: int, round_index: int, num_samples: int,
                body: bytes) -> UploadReceipt:
-        """Validate an update, store it durably, then acknowledge (or refuse, changing nothing)."""
+        """Admit, validate and store an update, then acknowledge (or refuse, changing nothing)."""
+        return self.store_update(self.admit(client_id, run_id, round_index, num_samples), body)
+
+    def store_update(self, admission: Admission, body: bytes) -> UploadReceipt:
+        """Validate an admitted update, store it durably, then acknowledge (or refuse)."""
+        a = admission
         digest = sha256(body)
-        with self.store.transaction() as s:
-            run, rnd, prior = self._admit(s, client_id, run_id, round_index, num_samples)
-            if prior is not None:
-                return self._replay(prior, run_id, round_index, digest, num_samples)
-            plan = self.store.plan(s, run)
+        if a.prior is not None:
+            return _replay(a, a.prior, digest)
         try:
             layout = read_layout(body)
             metrics = upload_metrics(layout.metadata)
         except MalformedUpdate as err:
             raise BadRequest(f"upload: {err}") from err
-        problem = schema_problem(plan.schema, {k: (t.shape, t.dtype)
-                                               for k, t in layout.tensors.items()})
+        problem = schema_problem(a.schema, {k: (t.shape, t.dtype)
+                                            for k, t in layout.tensors.items()})
         if problem is None and (bad := first_non_finite(body, layout)) is not None:
             problem = f"tensor '{bad}' has NaN or Inf"
         if problem is not None:
-            raise Invalid(f"client {client_id}: {problem}")
+            raise Invalid(f"client {a.client_id}: {problem}")
         self.store.blobs.put(body, digest)
         crash_point("upload_after_blob")
-        try:
-            with self.store.transaction() as s:
-                # one conditional write: the round is still open (a closer that claimed it
-                # waits for this commit or has already made it fail)
-                still_open = s.execute(update(Round).where(Round.id == rnd.id,
-                                                           Round.status == "open")
-                                       .values(received=Round.received + 1))
-                if not still_open.rowcount:  # type: ignore[attr-defined]
-                    raise Gone(f"round {round_index} closed while the update arrived; "
-                               "late uploads are refused")
-                s.add(Update(round_id=rnd.id, client_id=client_id, blob_hash=digest,
-                             num_samples=num_samples, size=len(body), metrics=metrics))
-                s.execute(update(Client).where(Client.id == client_id)
-                          .values(last_seen=time.time()))
-        except IntegrityError:  # the same client raced itself: answer as for a replay
-            with self.store.transaction() as s:
-                prior = s.scalar(select(Update).where(Update.round_id == rnd.id,
-                                                      Update.client_id == client_id))
-                if prior is None:
-                    raise
-                return self._replay(prior, run_id, round_index, digest, num_samples)
-        crash_point("upload_after_commit")
-        self.on_accept()
-        return UploadReceipt(run_id, round_index, digest, duplicate=False)
+        return self._commits.submit(_Durable(a, digest, len(body), metrics))
 
-    @staticmethod
-    def _replay(prior: Update, run_id: int, round_index: int, digest: str,
-                num_samples: int) -> UploadReceipt:
-        if prior.blob_hash == digest and prior.num_samples == num_samples:
-            return UploadReceipt(run_id, round_index, digest, duplicate=True)
-        raise Conflict(f"client {prior.client_id} already sent a different update for "
-                       f"round {round_index}")
+    def _commit_batch(self, batch: list[_Durable]) -> list[Outcome]:
+        """Record a batch of durable updates in one transaction (see ``group_commit``).
+
+        A refusal (late, paused, a different update already sent) is that update's alone.
+        A client's second upload in the batch, or every update if the commit fails on a
+        unique constraint (a client's concurrent upload through another process), is
+        recorded in a transaction of its own, where it meets its predecessor as a replay.
+        """
+        firsts: dict[tuple[int, int], int] = {}
+        for i, d in enumerate(batch):
+            firsts.setdefault((d.admission.round_id, d.admission.client_id), i)
+        outcomes: dict[int, Outcome] = {}
+        try:
+            outcomes.update(zip(firsts.values(), self._record([batch[i] for i in firsts.values()]),
+                                strict=True))
+        except IntegrityError:
+            pass
+        for i in set(range(len(batch))) - set(outcomes):
+            try:
+                outcomes[i] = self._record([batch[i]])[0]
+            except IntegrityError:  # recorded by another process meanwhile: now a replay
+                outcomes[i] = self._record([batch[i]])[0]
+        crash_point("upload_after_commit")
+        return [outcomes[i] for i in range(len(batch))]
+
+    def _record(self, batch: list[_Durable]) -> list[Outcome]:
+        """Record updates of distinct (round, client) pairs in one transaction.
+
+        One conditional write per round counts them, so a round that a closer claimed
+        meanwhile refuses them all (late); their rows go in together.
+        """
+        round_ids = {d.admission.round_id for d in batch}
+        due = False
+        with self.store.transaction() as s:
+            rounds = {r.id: r for r in s.scalars(select(Round).where(Round.id.in_(round_ids)))}
+            runs = {r.id: r for r in s.scalars(select(Run).where(
+                Run.id.in_({r.run_id for r in rounds.values()})))}
+            priors = {(u.round_id, u.client_id): u for u in s.scalars(select(Update).where(
+                Update.round_id.in_(round_ids),
+                Update.client_id.in_({d.admission.client_id for d in batch})))}
+            outcomes: list[Outcome] = [
+                _outcome(d, rounds[d.admission.round_id], runs, priors) for d in batch]
+            for round_id in round_ids:
+                new = [i for i, d in enumerate(batch) if d.admission.round_id == round_id
+                       and isinstance(outcomes[i], UploadReceipt) and not outcomes[i].duplicate]
+                if not new:
+                    continue
+                counted = s.execute(update(Round).where(Round.id == round_id,
+                                                        Round.status == "open")
+                                    .values(received=Round.received + len(new)))
+                if not counted.rowcount:  # type: ignore[attr-defined]
+                    for i in new:
+                        outcomes[i] = Gone(f"round {batch[i].admission.round_index} closed "
+                                           "while the update arrived; late uploads are refused")
+                    continue
+                s.add_all(Update(round_id=round_id, client_id=batch[i].admission.client_id,
+                                 blob_hash=batch[i].digest, size=batch[i].size,
+                                 num_samples=batch[i].admission.num_samples,
+                                 metrics=batch[i].metrics) for i in new)
+                s.execute(update(Client).where(Client.id.in_(
+                    [batch[i].admission.client_id for i in new])).values(last_seen=time.time()))
+                s.refresh(rounds[round_id], ["received"])
+                due = due or rounds[round_id].received >= self.store.quorum(s, rounds[round_id])
+        if due:
+            self.on_quorum()
+        return outcomes
+
+
+def _still_open(run: Run, rnd: Round) -> None:
+    """Refuse a new update for a round that is no longer open or a run that is not active."""
+    if rnd.status != "open":
+        raise Gone(f"round {rnd.index} of run {run.id} is {rnd.status}; "
+                   "late uploads are refused")
+    if run.status != "active":
+        raise Conflict(f"run {run.id} is {run.status}; uploads are not accepted")
+
+
+def _outcome(d: _Durable, rnd: Round, runs: dict[int, Run],
+             priors: dict[tuple[int, int], Update]) -> Outcome:
+    """What a durable update gets, given the state it is recorded in (no write yet)."""
+    a = d.admission
+    prior = priors.get((a.round_id, a.client_id))
+    try:
+        if prior is not None:  # the same client raced itself
+            return _replay(a, (prior.blob_hash, prior.num_samples), d.digest)
+        _still_open(runs[rnd.run_id], rnd)
+    except ServiceError as err:
+        return err
+    return UploadReceipt(a.run_id, a.round_index, d.digest, duplicate=False)
+
+
+def _replay(a: Admission, prior: tuple[str, int], digest: str) -> UploadReceipt:
+    """The answer to an upload for a round the client already sent an update for."""
+    if prior == (digest, a.num_samples):
+        return UploadReceipt(a.run_id, a.round_index, digest, duplicate=True)
+    raise Conflict(f"client {a.client_id} already sent a different update for "
+                   f"round {a.round_index}")
 
 
 def upload_metrics(metadata: dict[str, str]) -> dict[str, float]:

@@ -45,17 +45,20 @@ async def upload_update(
     different update already sent / run paused, 410 round closed (late), 413 too large,
     422 names/shapes/dtypes differ from the round's schema or values are not finite.
     Sending the same bytes again returns the same receipt with ``duplicate: true``.
-    The ``Server-Timing`` header says how long the server spent receiving (``body``) and
-    validating and storing (``accept``) the update, in milliseconds.
+    The ``Server-Timing`` header says how long the server spent checking the upload may come
+    (``admit``), receiving (``body``) and validating and storing (``accept``) the update, in
+    milliseconds.
     """
     started = time.perf_counter()
-    await run_in_threadpool(service.uploads.admit, client_id, run_id, round_index, num_samples)
+    admission = await run_in_threadpool(service.uploads.admit, client_id, run_id, round_index,
+                                        num_samples)
+    admitted = time.perf_counter()
     body = await read_body(request, service.settings.max_upload_bytes)
     received = time.perf_counter()
-    receipt = await run_in_threadpool(service.uploads.accept, client_id, run_id, round_index,
-                                      num_samples, body)
+    receipt = await run_in_threadpool(service.uploads.store_update, admission, body)
     accepted = time.perf_counter()
-    response.headers["Server-Timing"] = (f"body;dur={1000 * (received - started):.1f}, "
+    response.headers["Server-Timing"] = (f"admit;dur={1000 * (admitted - started):.1f}, "
+                                         f"body;dur={1000 * (received - admitted):.1f}, "
                                          f"accept;dur={1000 * (accepted - received):.1f}")
     return ReceiptPublic(run_id=receipt.run_id, round=receipt.round, sha256=receipt.sha256,
                          duplicate=receipt.duplicate)

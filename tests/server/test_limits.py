@@ -3,6 +3,7 @@ throttled per address (429 + Retry-After, which the SDK waits out). A real serve
 
 from __future__ import annotations
 
+import http.client
 import socket
 import time
 
@@ -46,6 +47,19 @@ def test_an_oversized_request_head_is_refused_with_431(server):
     many = b"GET /v1/health HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: 0123456789\r\n" * 2000 + b"\r\n"
     assert raw_request(server, many).startswith(b"HTTP/1.1 431 ")
     assert httpx.get(f"{server.url}/v1/health").status_code == 200
+
+
+def test_an_idle_connection_stays_open_past_uvicorns_default_keep_alive(server):
+    """uvicorn closes idle connections after 5 s by default: a client reusing one as the
+    server closed it got a dropped connection (httpx.ReadError in bench-server)."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    connection.request("GET", "/v1/health")
+    assert connection.getresponse().read() and connection.sock is not None
+    sock = connection.sock
+    time.sleep(6)
+    connection.request("GET", "/v1/health")  # on the same socket: no reconnection
+    assert connection.getresponse().status == 200 and connection.sock is sock
+    connection.close()
 
 
 def via(address: str) -> httpx.Client:

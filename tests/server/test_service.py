@@ -75,6 +75,20 @@ def test_round_closes_at_the_deadline_with_the_updates_it_has(tmp_path, database
                               shifted(service, status["history"][0]["global_hash"], 2))
 
 
+def test_the_upload_that_completes_the_quorum_wakes_the_round_keeper(tmp_path, database_url):
+    service, _ = service_for(tmp_path, database_url)
+    wakes = []
+    service.uploads.on_quorum = lambda: wakes.append(current(service)[1]["received"])
+    status, rnd = current(service)
+    first, second = rnd["sampled"]
+    body = shifted(service, status["global_hash"], 1)
+    service.uploads.accept(first, status["id"], 0, 10, body)
+    service.uploads.accept(first, status["id"], 0, 10, body)  # a replay adds nothing
+    assert wakes == []
+    service.uploads.accept(second, status["id"], 0, 10, body)
+    assert wakes == [sorted(rnd["sampled"])]  # woken once, after the commit
+
+
 WORKER = """
 import sys, json
 from pflkit.server.service import build_service
