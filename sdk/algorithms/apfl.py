@@ -94,7 +94,7 @@ class APFL(Algorithm):
                 alpha.grad = None
                 mixed_loss.backward()
                 opt_v.step()
-                if self.params.adaptive:
+                if self.params.adaptive and alpha.grad is not None:  # set by the backward
                     with torch.no_grad():
                         alpha.sub_(alpha_lr * alpha.grad).clamp_(0.0, 1.0)
                 opt_w.zero_grad(set_to_none=True)

@@ -31,7 +31,7 @@ from pflkit.sdk.algorithms.base import (
     register,
 )
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.models import float_state
+from pflkit.sdk.models import SplitModel, float_state
 from pflkit.sdk.training import cross_entropy_of, run_epochs, sgd
 
 
@@ -59,7 +59,7 @@ class PartialSharing(Algorithm):
         return FitResult(update, ClientState(personal, client_state.meta), len(data),
                          {"train_loss": loss})
 
-    def train_round(self, model: nn.Module, data: LabeledTensors, ctx: RoundContext) -> float:
+    def train_round(self, model: SplitModel, data: LabeledTensors, ctx: RoundContext) -> float:
         """FedPer and LG-FedAvg: E epochs of SGD on every parameter jointly."""
         return self.train_params(model, model.parameters(), data, self.local.epochs, ctx,
                                  "batches")

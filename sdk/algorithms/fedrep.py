@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from torch import nn
-
 from pflkit.sdk.algorithms.base import (
     LocalTraining,
     ModelFactory,
@@ -26,6 +24,7 @@ from pflkit.sdk.algorithms.fedper import PartialSharing
 from pflkit.sdk.algorithms.gradtools import frozen
 from pflkit.sdk.algorithms.paramcheck import require
 from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.models import SplitModel
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ class FedRep(PartialSharing):
         require("fedrep", "body_epochs", self.params.body_epochs <= local.epochs,
                 f"<= the local epochs E ({local.epochs})", self.params.body_epochs)
 
-    def train_round(self, model: nn.Module, data: LabeledTensors, ctx: RoundContext) -> float:
+    def train_round(self, model: SplitModel, data: LabeledTensors, ctx: RoundContext) -> float:
         """Head with the body frozen, then body with the head frozen."""
         head_epochs = self.local.epochs - self.params.body_epochs
         body = list(model.body.parameters())

@@ -212,8 +212,8 @@ class FedRoD(FedRoDInference):
         starts = [self._start(global_state, j.client_state, j.data) for j in jobs]
         nets = [net for net, _, _ in starts]
         inputs = {"prior": torch.stack([prior for _, prior, _ in starts])}  # (K, C)
-        if self.uses_hypernetwork:
-            inputs["a"] = torch.stack([a for _, _, a in starts])  # (K, C)
+        if self.uses_hypernetwork:  # every client has proportions then
+            inputs["a"] = torch.stack([a for _, _, a in starts if a is not None])  # (K, C)
         plan = BatchPlan.build([j.data for j in jobs], self.local.epochs, self.local.batch_size,
                                [j.ctx.generator("batches") for j in jobs])
         template = nets[0]

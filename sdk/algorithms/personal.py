@@ -286,7 +286,8 @@ def run_plan(plan: Plan, session: Session, data: LabeledTensors, rows: dict[str,
     prepared = session.prepare(data.x)
     gens = {p.purpose: generator(p.purpose) for p in plan.phases}
     lam_gen = generator("lambda")
-    steps, losses = 0, {}
+    steps = 0
+    losses: dict[str, float] = {}  # mean loss of each optimizer's last phase
     for _ in range(plan.epochs):
         for phase in plan.phases:
             total, count = 0.0, 0
