@@ -53,7 +53,7 @@ from pflkit.sdk.algorithms.base import (
 from pflkit.sdk.algorithms.state_layout import add_prefix, strip_prefix
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import check_precision, data_to, resolve_device, state_to
-from pflkit.sdk.protocol import MAX_ID, METRICS_KEY, RETRY_AFTER
+from pflkit.sdk.protocol import MAX_ID, METRICS_KEY, RETRY_AFTER, one_line_detail
 from pflkit.sdk.seeding import numpy_rng
 from pflkit.sdk.state_store import DeviceStateStore
 from pflkit.sdk.task_config import TaskConfig
@@ -395,6 +395,6 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 def _detail(response: httpx.Response) -> str:
     try:
-        return str(response.json().get("detail", response.text))
-    except (ValueError, AttributeError):
-        return response.text
+        return one_line_detail(response.json())
+    except ValueError:
+        return " ".join(response.text.split())

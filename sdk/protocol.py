@@ -5,6 +5,8 @@ Dependencies point server -> sdk, so it lives here; the SDK never imports ``pflk
 
 from __future__ import annotations
 
+from typing import Any
+
 MAX_ID = 2**31 - 1  # client, run, token ids and round numbers fit a 32-bit signed column
 
 # A refusal the client may simply repeat carries this header (seconds to wait), whatever its
@@ -20,3 +22,16 @@ MAX_METRICS = 64
 MAX_METRIC_NAME = 64
 
 MAX_QUERY_BYTES = 2**20  # JSON body of an algorithm query (POST /v1/runs/{id}/queries/{name})
+
+
+def one_line_detail(body: Any) -> str:
+    """An error answer's ``detail`` on one line, as an operator reads it.
+
+    FastAPI's 422 lists are joined as ``key: msg``; the SDK client and pfl-admin both use it.
+    """
+    detail = body.get("detail", body) if isinstance(body, dict) else body
+    if isinstance(detail, list):  # request validation: [{"loc": [...], "msg": "..."}, ...]
+        detail = "; ".join(
+            f"{'.'.join(str(p) for p in item.get('loc', [])[1:])}: {item.get('msg', item)}"
+            if isinstance(item, dict) else str(item) for item in detail)
+    return " ".join(str(detail).split())

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from pflkit.sdk.protocol import one_line_detail
 from pflkit.server.api.schemas import ClientPublic, RunPublic, TokenPublic
 
 API = "/v1"
@@ -26,16 +27,6 @@ class AdminError(RuntimeError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-
-
-def one_line_detail(body: Any) -> str:
-    """The ``detail`` of an error answer on one line (FastAPI's 422 lists are joined)."""
-    detail = body.get("detail", body) if isinstance(body, dict) else body
-    if isinstance(detail, list):  # request validation: [{"loc": [...], "msg": "..."}, ...]
-        detail = "; ".join(
-            f"{'.'.join(str(p) for p in item.get('loc', [])[1:])}: {item.get('msg', item)}"
-            if isinstance(item, dict) else str(item) for item in detail)
-    return " ".join(str(detail).split())
 
 
 class AdminClient:
