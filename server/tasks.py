@@ -21,6 +21,9 @@ class Tasks:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        # global states known to be named by a run or round and stored: nothing deletes
+        # those, so each is looked up in the database once per process, not per download
+        self._known_globals: set[str] = set()
 
     def task(self, client_id: int) -> dict[str, Any]:
         """Tell a client what to do now: train (with everything it needs), wait, or stop.
@@ -54,11 +57,14 @@ class Tasks:
 
     def check_global(self, digest: str) -> None:
         """Raise NotFound unless some run or round names this global state and it is stored."""
+        if digest in self._known_globals:
+            return
         with self.store.transaction() as s:
             known = s.scalar(select(Run.id).where(Run.global_hash == digest).limit(1)) or \
                 s.scalar(select(Round.id).where(Round.global_hash == digest).limit(1))
         if known is None or not self.store.blobs.exists(digest):
             raise NotFound(f"no global state {digest}")
+        self._known_globals.add(digest)
 
     def global_blob(self, digest: str) -> bytes:
         """Return a global state's bytes (never another client's update: see check_global).
