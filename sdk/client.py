@@ -51,9 +51,10 @@ from pflkit.sdk.algorithms.base import (
     State,
 )
 from pflkit.sdk.algorithms.state_layout import add_prefix, strip_prefix
+from pflkit.sdk.client_data import DATA_FILE, load_client_data, save_client_data
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import check_precision, data_to, resolve_device, state_to
-from pflkit.sdk.protocol import MAX_ID, METRICS_KEY, RETRY_AFTER, one_line_detail
+from pflkit.sdk.protocol import MAX_ID, METRICS_KEY
 from pflkit.sdk.seeding import numpy_rng
 from pflkit.sdk.state_store import DeviceStateStore
 from pflkit.sdk.task_config import TaskConfig
@@ -65,36 +66,21 @@ from pflkit.sdk.tensorio import (
     state_to_bytes,
 )
 from pflkit.sdk.training import autocast_training
+from pflkit.sdk.transport import (
+    RetryPolicy,
+    ServerConnection,
+    ServerRefused,
+    ServerUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
-DATA_FILE = "data.safetensors"  # pfl-client --data DIR reads DIR/data.safetensors (x, y)
+__all__ = ["DATA_FILE", "FederatedClient", "RetryPolicy", "ServerRefused", "ServerUnavailable",
+           "StepResult", "load_client_data", "save_client_data"]
+
 _PENDING_META = "pflkit.pending"
 _UPLOAD = "upload"
 _STATE_PREFIX = "state/"
-_RETRYABLE = {429, 500, 502, 503, 504}
-
-
-class ServerRefused(RuntimeError):
-    """The server answered with a 4xx status; ``detail`` is its message."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"server refused ({status}): {detail}")
-        self.status = status
-        self.detail = detail
-
-
-class ServerUnavailable(RuntimeError):
-    """The server did not answer usefully within the retry budget."""
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Capped exponential backoff with jitter: delay_k = min(cap, base 2^k) * U(0.5, 1.5)."""
-
-    base: float = 0.2  # seconds before the first retry
-    cap: float = 10.0  # longest single wait
-    max_elapsed: float = 600.0  # give up (ServerUnavailable) after this many seconds
 
 
 @dataclass
@@ -105,27 +91,6 @@ class StepResult:
     retry_after: float  # seconds until polling again is useful
     round: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
-
-
-def save_client_data(path: Path, data: LabeledTensors) -> None:
-    """Write a device's training data in the ``pfl-client --data`` format (x float32, y int64)."""
-    save = {"x": data.x.to(torch.float32), "y": data.y.to(torch.int64)}
-    atomic_write_bytes(Path(path), state_to_bytes(save))
-
-
-def load_client_data(folder: Path) -> LabeledTensors:
-    """Read ``folder/data.safetensors``: x (N, ...) preprocessed float32, y (N,) int64."""
-    path = Path(folder) / DATA_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"no {DATA_FILE} in {folder} (see docs/server.md)")
-    tensors = state_from_bytes(path.read_bytes(), str(path))
-    if set(tensors) != {"x", "y"}:
-        raise CorruptStateError(f"{path}: expected tensors 'x' and 'y', got {sorted(tensors)}")
-    x, y = tensors["x"], tensors["y"]
-    if x.dtype != torch.float32 or x.dim() < 2 or y.dtype != torch.int64 or y.dim() != 1:
-        raise CorruptStateError(f"{path}: need x float32 (N, *input_shape) and y int64 (N,), got "
-                                f"x {x.dtype} {tuple(x.shape)}, y {y.dtype} {tuple(y.shape)}")
-    return LabeledTensors(x, y)
 
 
 class FederatedClient:
@@ -140,10 +105,10 @@ class FederatedClient:
         self.device = resolve_device(device)
         self.autocast = check_precision(precision)
         self.data = data_to(data, self.device)
-        self.retry = retry or RetryPolicy()
         self.store = DeviceStateStore(self.state_dir)
-        self._http = httpx.Client(base_url=self.server, timeout=timeout)
-        self._jitter = numpy_rng(0, "retry-jitter", str(self.state_dir.resolve()))
+        self.connection = ServerConnection(
+            self.server, retry or RetryPolicy(), timeout,
+            numpy_rng(0, "retry-jitter", str(self.state_dir.resolve())))
         self._algorithms: dict[str, Algorithm] = {}
         self._credentials = self._read_credentials()
         if self._credentials.get("server") not in (None, self.server):
@@ -192,34 +157,10 @@ class FederatedClient:
             raise RuntimeError("not enrolled: pass an enrollment token")
         return int(self._credentials["client_id"])
 
-    # -- HTTP with retries ------------------------------------------------------------------------
     def _request(self, method: str, path: str, *, auth: bool = True,
                  **kwargs: Any) -> httpx.Response:
-        headers = dict(kwargs.pop("headers", {}))
-        if auth:
-            headers["Authorization"] = f"Bearer {self._credentials['secret']}"
-        started, attempt = time.monotonic(), 0
-        while True:
-            wait = None
-            try:
-                response = self._http.request(method, path, headers=headers, **kwargs)
-                problem = f"HTTP {response.status_code}"
-                if response.status_code < 400:
-                    return response
-                wait = _retry_after(response)
-                if response.status_code not in _RETRYABLE and wait is None:
-                    raise ServerRefused(response.status_code, _detail(response))
-            except httpx.TransportError as err:
-                problem = f"{type(err).__name__}: {err}"
-            backoff = min(self.retry.cap, self.retry.base * 2**attempt) * \
-                (0.5 + float(self._jitter.random()))
-            delay = backoff if wait is None else wait  # the server knows when to come back
-            if time.monotonic() - started + delay > self.retry.max_elapsed:
-                raise ServerUnavailable(f"{method} {path}: gave up after {attempt + 1} "
-                                        f"attempts ({problem})")
-            log.info("%s %s failed (%s); retrying in %.2fs", method, path, problem, delay)
-            time.sleep(delay)
-            attempt += 1
+        secret = self._credentials["secret"] if auth else None
+        return self.connection.request(method, path, secret=secret, **kwargs)
 
     def enroll(self, token: str) -> int:
         """Trade an enrollment token for credentials (stored with mode 0600); returns the id."""
@@ -366,7 +307,7 @@ class FederatedClient:
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
-        self._http.close()
+        self.connection.close()
 
 
 def _round_is_over(pending: dict[str, Any], task: dict[str, Any]) -> bool:
@@ -381,20 +322,3 @@ def _round_is_over(pending: dict[str, Any], task: dict[str, Any]) -> bool:
     current = task.get("round")
     return current is not None and (current > pending["round"] or (
         current == pending["round"] and task["status"] == "uploaded"))
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    """The server's ``Retry-After`` in seconds (None: absent or an HTTP date, not honoured)."""
-    value = response.headers.get(RETRY_AFTER, "")
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
-
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        return one_line_detail(response.json())
-    except ValueError:
-        return " ".join(response.text.split())

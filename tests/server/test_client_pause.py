@@ -31,9 +31,9 @@ def test_a_pause_before_the_upload_keeps_the_trained_round_for_after_the_resume(
         if request.method == "PUT":
             admin.post(f"/v1/runs/{run_id}/pause").raise_for_status()
 
-    device._http.event_hooks["request"].append(pause_before_the_upload)
+    device.connection.http.event_hooks["request"].append(pause_before_the_upload)
     first = device.step()  # trains round 0; the upload meets the pause (409)
-    device._http.event_hooks["request"].clear()
+    device.connection.http.event_hooks["request"].clear()
     assert (first.status, first.round) == ("wait", 0)
     pending_file = device.state_dir / "pending.safetensors"
     pending = state_from_bytes(pending_file.read_bytes())

@@ -1,0 +1,41 @@
+"""A device's training data on disk: the ``pfl-client --data DIR`` format.
+
+One safetensors file, so an app writes it from any language and nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.tensorio import (
+    CorruptStateError,
+    atomic_write_bytes,
+    state_from_bytes,
+    state_to_bytes,
+)
+
+DATA_FILE = "data.safetensors"  # pfl-client --data DIR reads DIR/data.safetensors (x, y)
+
+
+def save_client_data(path: Path, data: LabeledTensors) -> None:
+    """Write a device's training data in the ``pfl-client --data`` format (x float32, y int64)."""
+    save = {"x": data.x.to(torch.float32), "y": data.y.to(torch.int64)}
+    atomic_write_bytes(Path(path), state_to_bytes(save))
+
+
+def load_client_data(folder: Path) -> LabeledTensors:
+    """Read ``folder/data.safetensors``: x (N, ...) preprocessed float32, y (N,) int64."""
+    path = Path(folder) / DATA_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {DATA_FILE} in {folder} (see docs/server.md)")
+    tensors = state_from_bytes(path.read_bytes(), str(path))
+    if set(tensors) != {"x", "y"}:
+        raise CorruptStateError(f"{path}: expected tensors 'x' and 'y', got {sorted(tensors)}")
+    x, y = tensors["x"], tensors["y"]
+    if x.dtype != torch.float32 or x.dim() < 2 or y.dtype != torch.int64 or y.dim() != 1:
+        raise CorruptStateError(f"{path}: need x float32 (N, *input_shape) and y int64 (N,), got "
+                                f"x {x.dtype} {tuple(x.shape)}, y {y.dtype} {tuple(y.shape)}")
+    return LabeledTensors(x, y)
