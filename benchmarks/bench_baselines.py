@@ -238,9 +238,10 @@ def main() -> None:
         for m, run_dir in runs.items():
             curves[m] = curves.get(m) or curve_points(run_dir)
         gone = [LABELS[m] for m in runs if not curves[m]]
-        if gone:  # redrawing would drop them: keep the plot as it is
-            print(f"{name}_curve.png kept: no per-round points of {', '.join(gone)}", flush=True)
-        else:
+        kept_plot = (f"\n{name}_curve.png does not show {LABELS[method]}: it was not redrawn, "
+                     f"since the per-round points of {', '.join(gone)} were not kept.\n"
+                     if gone else "")  # redrawing would drop them: keep the plot as it is
+        if not gone:
             curve(curves, RESULTS / f"{name}_curve.png", setting_title(setting, rounds))
         command = ("cd benchmarks && " + ("" if setting == DEFAULT_SETTING else
                                           f"SETTING={setting} ")
@@ -267,8 +268,8 @@ def main() -> None:
             "epochs) took 2.8 s on an idle core; the other methods cost about (FedAvg = 1): "
             + ", ".join(f"{LABELS[m]} {c}" for m, c in COST.items()) + ".\n\n" + text
             + reduced_note(rows, rounds, name)
-            + "".join(f"\n{LABELS[m]}: its row alone, later (`{c}`).\n"
-                      for m, c in reruns.items())
+            + "".join(f"\n{LABELS[m]}: run on its own after the other rows (`{c}`).\n"
+                      for m, c in reruns.items()) + kept_plot
         )
         print(text, flush=True)
 
