@@ -271,6 +271,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_seconds() -> float:
+    """CPU time all cores have spent busy since boot (/proc/stat: all but idle and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def server_cpu(pid: int) -> dict[str, float]:
     """CPU seconds of the server's processes by role (see process_rss)."""
     out = {"supervisor": cpu_seconds(pid)}
@@ -414,15 +420,20 @@ def one_run(bench: Bench, pools: list[Pool], rounds: int, index: int, last: bool
         print(f"run {index + 1}: idle RSS " + ", ".join(f"{k} {v:.0f} MB"
                                                     for k, v in idle.items()), flush=True)
         generators = [worker.pid for worker in pools[0]._pool]  # type: ignore[attr-defined]
-        cpu_before = {**server_cpu(bench.proc.pid),  # type: ignore[union-attr]
-                      "load generators": sum(map(cpu_seconds, generators))}
+        def cpu_now() -> dict[str, float]:
+            return {**server_cpu(bench.proc.pid),  # type: ignore[union-attr]
+                    "load generators": sum(map(cpu_seconds, generators)),
+                    "bench": cpu_seconds(os.getpid()), "machine": machine_busy_seconds()}
+
+        cpu_before = cpu_now()
         wall = time.perf_counter()
         load = load_rounds(bench, pools[0], secrets, rounds)
         wall = time.perf_counter() - wall
-        cpu = {**server_cpu(bench.proc.pid),  # type: ignore[union-attr]
-               "load generators": sum(map(cpu_seconds, generators))}
+        cpu = cpu_now()
         cpu = {role: cpu[role] - cpu_before[role] for role in cpu}
-        print(f"CPU seconds in the load rounds ({wall:.1f} s wall, 2 cores): "
+        # the machine's busy time that is neither the server's nor the benchmark's own
+        cpu["other processes"] = cpu.pop("machine") - sum(cpu.values())
+        print(f"CPU seconds in the load rounds ({wall:.1f} s wall, {os.cpu_count()} cores): "
               + ", ".join(f"{role} {v:.1f}" for role, v in cpu.items()), flush=True)
         if profile is not None:
             profile.stop()
@@ -437,6 +448,7 @@ def one_run(bench: Bench, pools: list[Pool], rounds: int, index: int, last: bool
             "upload_p50_s": statistics.median(latencies), "upload_p99_s": percentile(latencies, 99),
             "app_p50_ms": percentile(server_ms, 50), "app_p99_ms": percentile(server_ms, 99),
             "round_close_s": closes, "idle_rss_mb": idle, "memory": memory,
+            "load_cpu_seconds": cpu, "load_wall_seconds": wall,
             "error_messages": [m for r in load for m in r["error_messages"]][:20]
             + [m for r in memory for m in r["error_messages"]][:20]}
 
@@ -470,6 +482,13 @@ def main() -> None:
                   f"{r['app_p50_ms']:.0f} ms / {r['app_p99_ms']:.0f} ms | "
                   f"{statistics.mean(r['round_close_s']):.2f} s / "
                   f"{max(r['round_close_s']):.2f} s |\n" for k, r in enumerate(results))
+        + "\nCPU seconds used during each run's load rounds, by process (the machine is "
+        f"shared: {os.cpu_count()} cores; 'other processes' is everything else it ran):\n\n"
+        "| run | wall | " + " | ".join(results[0]["load_cpu_seconds"]) + " |\n|---|---|"
+        + "---|" * len(results[0]["load_cpu_seconds"]) + "\n"
+        + "".join(f"| {k + 1} | {r['load_wall_seconds']:.1f} s | "
+                  + " | ".join(f"{v:.1f}" for v in r["load_cpu_seconds"].values()) + " |\n"
+                  for k, r in enumerate(results))
         + "\nIdle resident memory after enrollment, per process:\n\n"
         "| run | " + " | ".join(results[0]["idle_rss_mb"]) + " | total |\n|---|"
         + "---|" * (len(results[0]["idle_rss_mb"]) + 1) + "\n"
