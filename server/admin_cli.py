@@ -16,6 +16,7 @@ did not answer, 2 for a usage or configuration error.
 from __future__ import annotations
 
 import json
+import math
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +33,11 @@ from pflkit.sdk.config_types import ConfigError
 from pflkit.server.admin_client import AdminClient, AdminError
 from pflkit.server.admin_settings import SettingsError, resolve
 from pflkit.server.api.schemas import RunPublic
+
+try:  # the click that parses the command line: typer's own copy since typer 0.2x
+    from typer._click import exceptions as click_errors
+except ImportError:
+    from click import exceptions as click_errors  # type: ignore[no-redef]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 tokens_app = typer.Typer(no_args_is_help=True, help="One-time enrollment tokens for devices.")
@@ -87,7 +93,20 @@ def _client(ctx: typer.Context) -> AdminClient:
         connection = resolve(**root.obj)
     except SettingsError as err:
         _fail(str(err))
+    for warning in connection.warnings:
+        typer.echo(f"pfl-admin: {warning}", err=True)
     return AdminClient(connection.url, connection.token)
+
+
+def _finite(value: float | None) -> float | None:
+    """Refuse inf and nan (JSON cannot carry them, sleep cannot wait them)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number of seconds")
+    return value
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _print_json(data: Any) -> None:
@@ -110,7 +129,8 @@ def create_tokens(
         min=0, help="reserve client ids: the tokens enroll as CLIENT_ID, CLIENT_ID+1, ...",
         show_default=False)] = None,
     ttl: Annotated[float | None, typer.Option(help="seconds until the tokens expire "
-                                              "(default: never)", show_default=False)] = None,
+                                              "(default: never)", show_default=False,
+                                              callback=_finite)] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create one-time enrollment tokens: one per line, or a JSON list with their ids.
@@ -187,7 +207,8 @@ def create_run(
         _print_json(run.model_dump())
     else:
         typer.echo(f"run {run.id} created: {run.algorithm} / {run.model}, "
-                   f"{run.rounds_total} rounds, {run.enrolled_clients} clients enrolled")
+                   f"{_plural(run.rounds_total, 'round')}, "
+                   f"{_plural(run.enrolled_clients, 'client')} enrolled")
 
 
 def _transition(ctx: typer.Context, action: str, run_id: int | None, done: str) -> None:
@@ -226,7 +247,7 @@ def render_status(run: RunPublic, now: float | None = None) -> Group:
     head = Text.assemble(
         (f"run {run.id}", "bold"), f"  {run.status}  {run.algorithm} / {run.model}  ",
         (f"rounds {run.rounds_done}/{run.rounds_total} done", "bold"),
-        f"  {run.enrolled_clients} clients enrolled")
+        f"  {_plural(run.enrolled_clients, 'client')} enrolled")
     parts: list[Any] = [head]
     current = run.current_round
     if current is not None:
@@ -258,7 +279,8 @@ def status(
     run_id: RunArg = None,
     once: Annotated[bool, typer.Option("--once", help="print one snapshot and exit")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one snapshot as JSON")] = False,
-    interval: Annotated[float, typer.Option(min=0.1, help="seconds between refreshes")] = 2.0,
+    interval: Annotated[float, typer.Option(min=0.1, max=3600, callback=_finite,
+                                            help="seconds between refreshes")] = 2.0,
 ) -> None:
     """Live view of a run (round, participants sampled/received, metrics) until it ends."""
     console = Console()
@@ -290,12 +312,25 @@ def status(
 
 
 def main() -> None:
-    """Entry point of the ``pfl-admin`` console script: failures are one line, no traceback."""
+    """Entry point of the ``pfl-admin`` console script: failures are one line, no traceback.
+
+    Usage errors too (click's are a framed panel): ``pfl-admin: <reason> (see '<command>
+    --help')``, exit 2. Without a command the help is shown, as click does.
+    """
     try:
-        app(standalone_mode=True)
+        code = app(standalone_mode=False)
+    except click_errors.ClickException as err:
+        if isinstance(err, getattr(click_errors, "NoArgsIsHelpError", ())):
+            err.show()  # a group without its command: the help, as click shows it
+        else:
+            where = f" (see '{err.ctx.command_path} --help')" if getattr(err, "ctx", None) else ""
+            reason = " ".join(err.format_message().split()).rstrip(".")
+            typer.echo(f"pfl-admin: {reason}{where}", err=True)
+        raise SystemExit(err.exit_code) from None
     except AdminError as err:
         typer.echo(f"pfl-admin: {err}", err=True)
         raise SystemExit(1) from None
     except _Failed as err:
         typer.echo(f"pfl-admin: {err}", err=True)
         raise SystemExit(err.code) from None
+    raise SystemExit(code if isinstance(code, int) else 0)

@@ -89,6 +89,9 @@ class AdminClient:
     def _call(self, method: str, path: str, json: Any = None) -> Any:
         try:
             reply = self._http.request(method, path, json=json)
+        except httpx.LocalProtocolError as err:  # its message may quote the token's header
+            raise AdminError(f"cannot send the request to {self.url} "
+                             f"({type(err).__name__})") from None
         except httpx.TransportError as err:
             reason = str(err) or type(err).__name__
             raise AdminError(f"cannot reach the server at {self.url}: {reason}") from None

@@ -9,14 +9,21 @@ Each value comes from the first place that has it:
    ``url`` and ``token`` or ``token_file`` (relative to the file's folder);
 4. the URL defaults to pfl-server's own default address, ``http://127.0.0.1:8000``; the token
    has no default.
+
+A token is printable ASCII without spaces (it travels in an HTTP header); one that is not is
+refused without being shown. A file holding the token that other users may read is used, with
+a warning (``chmod 600``).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from pflkit.sdk.config_toml import read_toml
 from pflkit.sdk.config_types import ConfigError
@@ -38,6 +45,7 @@ class Connection:
 
     url: str
     token: str
+    warnings: tuple[str, ...] = ()  # one line each, for stderr (e.g. a token file others read)
 
 
 def default_config_path() -> Path:
@@ -56,6 +64,37 @@ def read_token_file(path: Path) -> str:
     if not token:
         raise SettingsError(f"the admin token file {path} is empty")
     return token
+
+
+def exposed_warning(path: Path) -> str | None:
+    """A warning if other users may read or write ``path``, a file holding the admin token."""
+    mode = stat.S_IMODE(Path(path).stat().st_mode)
+    if not mode & 0o077:
+        return None
+    return (f"warning: {path} holds the admin token and other users may read it "
+            f"(mode {mode:04o}): chmod 600 {path}")
+
+
+def check_token(token: str, source: str) -> str:
+    """The token without surrounding whitespace; refused (never shown) unless it can be sent."""
+    token = token.strip()
+    if not (token.isascii() and token.isprintable() and len(token.split()) == 1):
+        raise SettingsError(f"the admin token from {source} must be printable ASCII without "
+                            "spaces or line breaks (it is not shown here)")
+    return token
+
+
+def check_url(url: str) -> str:
+    """A server URL httpx can send to: http(s), a host, a valid port."""
+    if not url.startswith(("http://", "https://")):
+        raise SettingsError(f"server URL {url!r} must start with http:// or https://")
+    try:
+        host = httpx.URL(url).host
+    except httpx.InvalidURL as err:
+        raise SettingsError(f"server URL {url!r} is not valid: {err}") from None
+    if not host:
+        raise SettingsError(f"server URL {url!r} has no host")
+    return url
 
 
 def _config_file(path: Path | None) -> tuple[dict[str, Any], Path | None]:
@@ -88,17 +127,23 @@ def resolve(url: str | None = None, token: str | None = None, token_file: Path |
     if token is not None and token_file is not None:
         raise SettingsError("give --token or --token-file, not both")
     values, path = _config_file(config)
+    source, holder = "--token", None  # where the token came from; the file holding it
     if token_file is not None:
-        token = read_token_file(token_file)
-    elif token is None:
-        token = os.environ.get(TOKEN_ENV) or values.get("token")
-        if token is None and "token_file" in values:
-            assert path is not None
-            token = read_token_file(path.parent / Path(values["token_file"]).expanduser())
+        source, holder = f"--token-file {token_file}", token_file
+    elif token is None and os.environ.get(TOKEN_ENV):
+        token, source = os.environ[TOKEN_ENV], TOKEN_ENV
+    elif token is None and "token" in values:
+        token, source, holder = values["token"], f"config file {path}", path
+    elif token is None and "token_file" in values:
+        assert path is not None
+        holder = path.parent / Path(values["token_file"]).expanduser()
+        source = f"token_file {holder}"
+    if holder is not None and token is None:
+        token = read_token_file(holder)
     if not token or not token.strip():
         raise SettingsError(f"no admin token: give --token-file FILE (or --token), set "
                             f"{TOKEN_ENV}, or put token_file in {path or default_config_path()}")
-    url = url or os.environ.get(URL_ENV) or values.get("url") or DEFAULT_URL
-    if not url.startswith(("http://", "https://")):
-        raise SettingsError(f"server URL {url!r} must start with http:// or https://")
-    return Connection(url=url, token=token.strip())
+    token = check_token(token, source)
+    url = check_url(url or os.environ.get(URL_ENV) or values.get("url") or DEFAULT_URL)
+    warning = None if holder is None else exposed_warning(holder)
+    return Connection(url=url, token=token, warnings=(warning,) if warning else ())

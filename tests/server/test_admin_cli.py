@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from server_harness import ADMIN, BIN, client_data_dirs, free_port, run_toml, spawn_client
 
 PFL_ADMIN = str(BIN / "pfl-admin")
@@ -178,7 +179,7 @@ def test_the_live_view_draws_in_a_terminal_through_a_restart_until_ctrl_c(make_s
     screen_shows(b"cannot reach the server")
     server.start()
     server.enroll()
-    screen_shows(b"1 clients enrolled")
+    screen_shows(b"1 client enrolled")
     live.send_signal(signal.SIGINT)
     _, err = live.communicate(timeout=30)
     os.close(primary)
@@ -201,7 +202,15 @@ def test_url_and_token_come_from_flags_then_environment_then_config_file(make_se
     assert "401" in one_line_error(admin(tmp_path, "clients", "list", env=wrong_token))
     ok(admin(tmp_path, "--token", ADMIN, "clients", "list", env=wrong_token))
     (tmp_path / "token.txt").write_text(ADMIN)
-    ok(admin(tmp_path, "--token-file", "token.txt", "clients", "list", env=wrong_token))
+    (tmp_path / "token.txt").chmod(0o644)  # as `openssl rand -hex 32 > admin.token` leaves it
+    done = admin(tmp_path, "--token-file", "token.txt", "clients", "list", env=wrong_token)
+    ok(done)  # used, with a one-line warning
+    assert done.stderr.splitlines() == ["pfl-admin: warning: token.txt holds the admin token "
+                                        "and other users may read it (mode 0644): chmod 600 "
+                                        "token.txt"]
+    (tmp_path / "token.txt").chmod(0o600)
+    done = admin(tmp_path, "--token-file", "token.txt", "clients", "list", env=wrong_token)
+    assert ok(done) and done.stderr == ""
     dead_url = {"PFLKIT_URL": dead}
     assert "cannot reach" in one_line_error(admin(tmp_path, "clients", "list", env=dead_url))
     ok(admin(tmp_path, "--url", server.url, "clients", "list", env=dead_url))
@@ -215,6 +224,54 @@ def test_url_and_token_come_from_flags_then_environment_then_config_file(make_se
     assert "unknown key 'server'" in line
     assert "does not exist" in one_line_error(
         admin(tmp_path, "--config", "nowhere.toml", "clients", "list"), code=2)
+
+
+SECRET = "s3cr3t-admin-token"
+BAD_INPUTS = {  # each refused before any request, in one line, exit 2, the token never shown
+    "URL with a bad port": (["--url", "http://[::1", "--token", SECRET, "status", "--once"],
+                            "server URL 'http://[::1' is not valid"),
+    "URL without a host": (["--url", "http://", "--token", SECRET, "clients", "list"],
+                           "has no host"),
+    "non-ASCII token": (["--token", SECRET + "é", "clients", "list"], "printable ASCII"),
+    "token with a newline": (["--token", SECRET + "\nx", "clients", "list"], "printable ASCII"),
+    "token file with a newline": (["--token-file", "newline.token", "clients", "list"],
+                                  "token from --token-file newline.token must be printable"),
+    "ttl nan": (["--token", SECRET, "tokens", "create", "--ttl", "nan"],
+                "Invalid value for '--ttl': nan is not a finite number of seconds"),
+    "ttl inf": (["--token", SECRET, "tokens", "create", "--ttl", "inf"], "'--ttl': inf is not"),
+    "interval inf": (["--token", SECRET, "status", "--interval", "inf"], "'--interval'"),
+    "interval nan": (["--token", SECRET, "status", "--interval", "nan"], "'--interval'"),
+    "count 0": (["--token", SECRET, "tokens", "create", "--count", "0"],
+                "'--count': Input should be greater than or equal to 1 (see 'pfl-admin tokens "
+                "create --help')"),
+    "unknown command": (["--token", SECRET, "nosuch"], "No such command 'nosuch'"),
+    "missing argument": (["--token", SECRET, "runs", "create"], "Missing argument 'config'"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_line_exit_2_never_a_traceback_nor_the_token(tmp_path, case):
+    args, reason = BAD_INPUTS[case]
+    (tmp_path / "newline.token").write_text(SECRET + "\nmore\n")
+    (tmp_path / "newline.token").chmod(0o600)
+    done = admin(tmp_path, *args)
+    assert reason in one_line_error(done, code=2)
+    assert SECRET not in done.stderr + done.stdout
+
+
+def test_counts_read_in_the_singular_and_the_plural():
+    from pflkit.server.admin_cli import render_status
+    from pflkit.server.api.schemas import RunPublic
+
+    def headline(enrolled: int) -> str:
+        run = RunPublic(id=1, status="active", algorithm="fedavg", model="twonn",
+                        rounds_total=2, rounds_done=0, global_hash="0" * 64,
+                        enrolled_clients=enrolled, current_round=None, history=[])
+        return render_status(run).renderables[0].plain
+
+    assert headline(1).endswith("  1 client enrolled")
+    assert headline(2).endswith("  2 clients enrolled")
+    assert headline(0).endswith("  0 clients enrolled")
 
 
 def test_pfl_admin_imports_neither_the_server_stack_nor_pytorch():
