@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import torch
 import torchvision
 from torch import nn
+from torch.func import functional_call
 
-from pflkit.sdk.registry import ExtensionError, known_names, resolve_as
+from pflkit.sdk.registry import ExtensionError, check_call, known_names, resolve_as
 from pflkit.sdk.seeding import seeded_torch
 
 Shape = tuple[int, ...]  # one input without the batch dimension
@@ -125,9 +126,15 @@ MODELS: dict[str, ModelInfo] = {
 
 
 def model_builder(ref: str) -> ModelInfo:
-    """The builder a model name, import path or entry point resolves to."""
-    return resolve_as("model", ref, MODELS, ModelInfo, lambda build: ModelInfo(build, ref),
-                      "a callable (input_shape, num_classes) -> SplitModel")
+    """The builder a model name, import path or entry point resolves to (checked, not called)."""
+    expected = "a callable (input_shape, num_classes) -> SplitModel"
+    info = resolve_as("model", ref, MODELS, ModelInfo, lambda build: ModelInfo(build, ref),
+                      expected)
+    if isinstance(info.build, type) and not issubclass(info.build, SplitModel):
+        raise ExtensionError(f"model '{ref}' is the class {info.build.__name__}, not a "
+                             "SplitModel subclass")
+    check_call("model", ref, info.build, expected, (1,), 1)
+    return info
 
 
 def check_input_shape(ref: str, info: ModelInfo, input_shape: Shape) -> None:
@@ -150,7 +157,40 @@ def build_model(ref: str, input_shape: Shape, num_classes: int, seed: int = 0) -
     if not isinstance(model, SplitModel):
         raise ExtensionError(f"model '{ref}' built a {type(model).__name__}, not a SplitModel "
                              "(body + head, see docs/extending.md)")
+    check_feature_width(ref, model, input_shape)
     return model
+
+
+def check_feature_width(ref: str, model: SplitModel, input_shape: Shape) -> None:
+    """Refuse a body whose output is not ``(feature_dim,)`` per input, before any training.
+
+    Heads, gates and feature-based methods are sized by ``feature_dim``: a wrong one would
+    fail only after training (PFL-MFE's gate). One forward of two zero inputs on the meta
+    device computes shapes only; a body the meta device cannot run gets a CPU forward on
+    copies of its tensors, so the model's weights, buffers and RNG are left as they were.
+    """
+    tensors = dict([*model.body.named_parameters(), *model.body.named_buffers()])
+    try:
+        meta = {k: torch.empty_like(t, device="meta") for k, t in tensors.items()}
+        features = functional_call(model.body, meta,
+                                   (torch.zeros(2, *input_shape, device="meta"),))
+    except (NotImplementedError, RuntimeError):
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                copies = {k: t.detach().clone() for k, t in tensors.items()}
+                features = functional_call(model.body, copies, (torch.zeros(2, *input_shape),))
+        except Exception as err:  # a user's body: whatever it raises, one line naming it
+            raise ExtensionError(f"model '{ref}': its body fails on a zero input of shape "
+                                 f"{tuple(input_shape)} ({type(err).__name__}: "
+                                 f"{' '.join(str(err).split())})") from err
+    if tuple(features.shape[1:]) != (model.feature_dim,):
+        raise ExtensionError(f"model '{ref}': its body gives {_width(features)} per input but "
+                             f"it declares feature_dim = {model.feature_dim}")
+
+
+def _width(features: torch.Tensor) -> str:
+    shape = tuple(features.shape[1:])
+    return f"{shape[0]} features" if len(shape) == 1 else f"features of shape {shape}"
 
 
 def model_names() -> list[str]:

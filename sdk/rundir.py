@@ -18,6 +18,7 @@ The simulator writes it; ``pfl-export``, the report and the benchmarks read it t
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from pflkit.sdk.data.federation import Partition
@@ -40,8 +41,11 @@ def checkpoint_round(path: Path) -> int | None:
     return int(text)
 
 
-def check_creatable(path: Path) -> None:
-    """Refuse, before any work, a new run directory that a file or permissions block."""
+def check_creatable(path: Path) -> Path:
+    """Refuse, before any work, a new run directory that a file or permissions block.
+
+    Returns the nearest folder that exists already (``path`` itself, or an ancestor).
+    """
     existing = path.absolute()
     while not existing.exists():
         existing = existing.parent
@@ -50,6 +54,7 @@ def check_creatable(path: Path) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise PermissionError(f"cannot create the run directory {path}: {existing} is not "
                               f"writable")
+    return existing
 
 
 class RunDir:
@@ -79,6 +84,24 @@ class RunDir:
         """Rounds with a stored global checkpoint, ascending."""
         folder = self.path / "global"
         return sorted(int(p.stem.removeprefix("round_")) for p in folder.glob("round_*"))
+
+    def discard(self, existing: Path) -> None:
+        """Remove what a run wrote here, then the folders it created below ``existing``.
+
+        A fresh run that fails calls this, so that the same ``--out`` works again; anything
+        else in the folder (``exports/``, the user's files) stays.
+        """
+        for file in (self.config_file, self.partition_file, self.partition_table, self.metrics,
+                     self.final, self.report):
+            file.unlink(missing_ok=True)
+        for folder in (self.plots, self.path / "global", self.clients.root,
+                       self.path / "personalized"):
+            shutil.rmtree(folder, ignore_errors=True)
+        folder = self.path.absolute()
+        while folder != existing and not (folder.is_dir() and any(folder.iterdir())):
+            if folder.is_dir():
+                folder.rmdir()
+            folder = folder.parent
 
     def personalized(self, client_id: int) -> Path:
         """A client's state after the post-federation stage."""

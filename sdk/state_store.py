@@ -71,8 +71,7 @@ class RunClientStore:
     """
 
     def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = Path(root)  # created by the first save: reading a run writes nothing
 
     def _versions(self, client_id: int) -> list[int]:
         return sorted(int(m[2]) for p in self.root.glob(f"{client_id}.r*.safetensors")

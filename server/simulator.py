@@ -60,8 +60,8 @@ class Simulation:
                  progress: bool = True) -> None:
         self.config = config
         self.run_dir = Path(run_dir)
-        if not resume:
-            check_creatable(self.run_dir)
+        # a fresh run that fails removes what it wrote, down to the folder that existed before
+        self._existing = None if resume else check_creatable(self.run_dir)
         self.files = RunDir(self.run_dir)
         self.progress = progress
         if not resume and self.files.latest.exists():
@@ -248,13 +248,22 @@ class Simulation:
                         status += f"  global acc {row['global_top1']:.3f}"
                     bar.update(task, advance=1, status=status)
             final = self.final_evaluation()
+            save_json(self.files.final, final)
+            from pflkit.server.report import write_report
+
+            write_report(self.run_dir)
+        except Exception:  # Ctrl-C is not one: a stopped run keeps its rounds for --resume
+            self._discard()
+            raise
         finally:
             self.close()
-        save_json(self.files.final, final)
-        from pflkit.server.report import write_report
-
-        write_report(self.run_dir)
         return RunResult(self.run_dir, coord.global_state, final)
+
+    def _discard(self) -> None:
+        """A fresh run that failed leaves no folder that ``--out`` would refuse."""
+        if self._existing is not None:
+            self.files.discard(self._existing)
+            log.warning("the run failed: removed what it wrote to %s", self.run_dir)
 
     def final_evaluation(self) -> dict[str, Any]:
         """Personalize (if the method has a stage) and score every client, old and new.

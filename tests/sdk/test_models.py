@@ -1,7 +1,9 @@
+import math
+
 import pytest
 import torch
 
-from pflkit.sdk.models import MODELS, build_model
+from pflkit.sdk.models import MODELS, ModelInfo, SplitModel, build_model
 from pflkit.sdk.registry import ExtensionError
 
 SHAPES = {"lenet5": (1, 32, 32), "mobilenet": (3, 32, 32)}
@@ -50,3 +52,58 @@ def test_twonn_takes_any_input_shape():
     for shape in [(12,), (5, 7), (1, 8, 8)]:
         model = build_model("twonn", shape, 3)
         assert model(torch.randn(2, *shape)).shape == (2, 3)
+
+
+def _wide(shape, num_classes):
+    """A body of 16 features that declares 8 (PFL-MFE's gate would fail after training)."""
+    body = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(math.prod(shape), 16))
+    return SplitModel(body, torch.nn.Linear(16, num_classes), 8)
+
+
+def _unflattened(shape, num_classes):
+    return SplitModel(torch.nn.Conv2d(shape[0], 4, 3), torch.nn.Linear(4, num_classes), 4)
+
+
+def _data_dependent(shape, num_classes):
+    """A body the meta device cannot run (``.item()``): checked by a CPU forward instead."""
+
+    class Body(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(math.prod(shape), 16)
+
+        def forward(self, x):
+            return self.fc(x.flatten(1)) * (1.0 + x.abs().max().item())
+
+    return SplitModel(Body(), torch.nn.Linear(16, num_classes), 12)
+
+
+def _broken(shape, num_classes):
+    body = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(5, 16))
+    return SplitModel(body, torch.nn.Linear(16, num_classes), 16)
+
+
+@pytest.mark.parametrize(("builder", "message"), [
+    (_wide, "its body gives 16 features per input but it declares feature_dim = 8"),
+    (_unflattened, r"its body gives features of shape \(4, 6, 6\) per input but it declares "
+                   "feature_dim = 4"),
+    (_data_dependent, "its body gives 16 features per input but it declares feature_dim = 12"),
+    (_broken, r"its body fails on a zero input of shape \(1, 8, 8\) \(RuntimeError: mat1 and "
+              r"mat2 shapes cannot be multiplied \(2x64 and 5x16\)\)"),
+])
+def test_a_body_whose_width_is_not_feature_dim_is_refused_when_built(monkeypatch, builder,
+                                                                      message):
+    monkeypatch.setitem(MODELS, "custom", ModelInfo(builder, "test"))
+    with pytest.raises(ExtensionError, match=f"^model 'custom': {message}$"):
+        build_model("custom", (1, 8, 8), 3)
+
+
+def test_the_width_check_leaves_weights_buffers_and_rng_unchanged():
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    model = build_model("mobilenet", (3, 32, 32), 10, seed=0)
+    again = torch.nn.Module.state_dict(build_model("mobilenet", (3, 32, 32), 10, seed=0))
+    assert torch.equal(torch.get_rng_state(), before)
+    state = model.state_dict()
+    assert all(torch.equal(state[k], again[k]) for k in state)
+    assert all(int(v) == 0 for k, v in state.items() if k.endswith("num_batches_tracked"))

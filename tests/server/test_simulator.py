@@ -48,6 +48,7 @@ def test_resume_equals_uninterrupted(tmp_path, algorithm):
     stopped.run_round()
     stopped.run_round()
     # A crash mid-round 3 leaves a client version for an uncommitted round behind.
+    (tmp_path / "resumed" / "clients").mkdir(exist_ok=True)  # fedavg's clients save nothing
     (tmp_path / "resumed" / "clients" / "0.r2.safetensors").write_bytes(b"torn write")
     del stopped
     resumed = Simulation.resume(tmp_path / "resumed", progress=False).run()

@@ -1,5 +1,10 @@
+import math
+
+from torch import nn
 from typer.testing import CliRunner
 
+from pflkit.sdk.models import MODELS, ModelInfo, SplitModel
+from pflkit.server.simulator import Simulation
 from pflkit.server.simulator_cli import app
 
 runner = CliRunner()
@@ -38,3 +43,57 @@ def test_pfl_sim_refuses_an_out_it_cannot_create_before_any_work(tmp_path):
     assert result.output.strip() == (f"error: cannot create the run directory {out}: "
                                       f"{tmp_path / 'file.txt'} is a file")
     assert (tmp_path / "file.txt").read_text() == "keep"
+
+
+SMALL_RUN = ["--dataset", "digits", "--clients", "3", "--model", "twonn", "--rounds", "1",
+             "--epochs", "1", "--quiet"]
+
+
+def test_a_run_that_fails_after_training_leaves_an_out_the_next_run_accepts(tmp_path,
+                                                                             monkeypatch):
+    def crash(self):
+        raise RuntimeError("evaluation crashed")
+
+    kept = tmp_path / "kept"  # an --out that exists: the user's files in it stay
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    new = tmp_path / "new" / "run"  # an --out whose parent is created too
+    with monkeypatch.context() as patch:
+        patch.setattr(Simulation, "final_evaluation", crash)
+        for out in (kept, new):
+            failed = runner.invoke(app, ["--out", str(out), *SMALL_RUN])
+            assert isinstance(failed.exception, RuntimeError)
+    assert [p.name for p in kept.iterdir()] == ["notes.txt"]
+    assert not (tmp_path / "new").exists()
+    for out in (kept, new):
+        again = runner.invoke(app, ["--out", str(out), *SMALL_RUN])
+        assert again.exit_code == 0, again.output
+        assert (out / "report.md").is_file()
+    assert (kept / "notes.txt").read_text() == "mine"
+
+
+def test_a_stopped_run_keeps_its_rounds_for_resume(tmp_path, monkeypatch):
+    def interrupt(self):
+        raise KeyboardInterrupt
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(Simulation, "final_evaluation", interrupt)
+    stopped = runner.invoke(app, ["--out", str(out), *SMALL_RUN])
+    assert stopped.exit_code != 0
+    assert (out / "global" / "latest.safetensors").is_file()
+
+
+def test_a_model_whose_body_is_wider_than_feature_dim_is_one_line_before_any_write(
+        tmp_path, monkeypatch):
+    def wide(shape, num_classes):
+        body = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), 16), nn.ReLU())
+        return SplitModel(body, nn.Linear(16, num_classes), 8)
+
+    monkeypatch.setitem(MODELS, "wide", ModelInfo(wide, "16 features, declares 8"))
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["--out", str(out), *SMALL_RUN, "--model", "wide",
+                                 "--algorithm", "pflmoe", "--param", "variant=mfe"])
+    assert result.exit_code == 2
+    assert result.output.strip() == ("error: model 'wide': its body gives 16 features per "
+                                     "input but it declares feature_dim = 8")
+    assert not out.exists()

@@ -1,5 +1,0 @@
-package org.pytorch.executorch;
-public class EValue {
-  public static EValue from(Tensor tensor) { return null; }
-  public Tensor toTensor() { return null; }
-}
