@@ -3,9 +3,11 @@
 # Kotlin compiler from PyPI's kotlin-jupyter-kernel (a dev dependency) compiles the app's
 # sources against the real core, an R class generated from res/ (make_r.py), and signature
 # stubs of the Android, AndroidX, ExecuTorch and ONNX Runtime APIs the app calls (stubs/,
-# kotlin-stubs/: signatures written from their public APIs, no code). It checks names, types,
-# overloads and resource ids; it does not check Android's nullability annotations, resource
-# values, the manifest or anything at run time (docs/android.md).
+# kotlin-stubs/: signatures written from their public APIs, no code). The ExecuTorch stubs
+# must declare nothing that executorch-api.txt (ExecuTorch's own signatures, kotlin_api.py)
+# lacks. It checks names, types, overloads and resource ids; it does not check Android's
+# nullability annotations, resource values, the manifest or anything at run time
+# (docs/android.md).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 demo=$(cd "$here/../.." && pwd)
@@ -15,6 +17,8 @@ jars=$("$venv/bin/python" -c 'import pathlib, run_kotlin_kernel as k; print(path
   echo "no Kotlin compiler: pip install kotlin-jupyter-kernel (part of pflkit[dev])" >&2; exit 2; }
 compiler=$(ls "$jars"/kotlin-jupyter-kernel-*-all.jar)
 stdlib=$(ls "$jars"/kotlin-stdlib-*.jar)
+"$venv/bin/python" "$here/kotlin_api.py" check "$here/executorch-api.txt" \
+  "$here"/kotlin-stubs/executorch*.kt
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$venv/bin/python" "$here/make_r.py" "$demo/app/src/main/res" "$out/gen/R.java"

@@ -52,7 +52,7 @@ class ExecuTorchBackend(file: File, private val card: ModelCard) : Backend {
         }
     }
 
-    override fun close() = module.destroy()
+    override fun close() = module.close()
 }
 
 /** ONNX Runtime: inputs and outputs are addressed by the names the card gives. */

@@ -17,15 +17,17 @@ import org.pytorch.executorch.training.TrainingModule
  * The core's [TrainingSession] on ExecuTorch's training runtime: the card's `train` method
  * through [TrainingModule] (forward + backward in one call), one [SGD] per optimizer of the
  * plan, `prepare` (frozen, inference) through a [Module] on the same file. Everything else
- * (schedule, splits, lambda, accuracy) is the host-tested core's [PlanRunner].
+ * (schedule, splits, lambda, accuracy) is the host-tested core's [PlanRunner]. [open] closes
+ * what it loaded when a later step fails; [close] closes both modules (an [SGD] has no close
+ * in ExecuTorch 1.5: its native optimizer is freed when it is garbage-collected with this
+ * session).
  */
-class ExecuTorchTrainingSession(
-    program: File,
+class ExecuTorchTrainingSession private constructor(
+    private val module: TrainingModule,
+    private val prepareModule: Module?,
     private val plan: TrainingSection,
     private val imageShape: LongArray,
 ) : TrainingSession, Closeable {
-    private val module = TrainingModule.load(program.absolutePath)
-    private val prepareModule: Module? = plan.prepareMethod?.let { Module.load(program.absolutePath) }
     private val parameters: Map<String, Tensor>
     private val optimizers: Map<String, SGD>
     private val writer: SGD
@@ -47,6 +49,36 @@ class ExecuTorchTrainingSession(
                 o.lr, o.momentum, o.dampening, o.weightDecay, o.nesterov)
         }
         writer = SGD.create(parameters, 1.0)  // ParameterWriter's lr-1 steps
+    }
+
+    companion object {
+        /** Load [program] for [plan]; whatever was loaded is closed again if a step fails. */
+        fun open(program: File, plan: TrainingSection, imageShape: LongArray):
+            ExecuTorchTrainingSession {
+            val module = TrainingModule.load(program.absolutePath)
+            var prepareModule: Module? = null
+            try {
+                prepareModule = plan.prepareMethod?.let { Module.load(program.absolutePath) }
+                return ExecuTorchTrainingSession(module, prepareModule, plan, imageShape)
+            } catch (e: Throwable) {
+                runCatching { closeAll(prepareModule, module) }.exceptionOrNull()
+                    ?.let(e::addSuppressed)
+                throw e
+            }
+        }
+
+        /** Close each of [resources]; the first failure is thrown, the others suppressed. */
+        private fun closeAll(vararg resources: Closeable?) {
+            var failure: Throwable? = null
+            for (resource in resources) {
+                try {
+                    resource?.close()
+                } catch (e: Throwable) {
+                    failure?.addSuppressed(e) ?: run { failure = e }
+                }
+            }
+            failure?.let { throw it }
+        }
     }
 
     override fun prepare(images: FloatArray, rows: Int): List<FloatArray> {
@@ -82,10 +114,7 @@ class ExecuTorchTrainingSession(
         }, weights)
     }
 
-    override fun close() {
-        module.destroy()
-        prepareModule?.destroy()
-    }
+    override fun close() = closeAll(prepareModule, module)
 
     private fun evalues(inputs: List<ProgramInput>): List<EValue> = inputs.map { input ->
         val floats = input.floats

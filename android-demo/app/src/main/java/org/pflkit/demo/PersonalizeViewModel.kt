@@ -78,7 +78,7 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
         // the same fallback rule as the classify screen: a native library that cannot load
         // is an Error, reported instead of killing this thread
         val loaded = ModelLoader.openFirst(listOf(program)) {
-            ExecuTorchTrainingSession(files.verified(it), plan, shape)
+            ExecuTorchTrainingSession.open(files.verified(it), plan, shape)
         }
         session = loaded.backend ?: return _status.postValue(
             text(R.string.load_failed, loaded.failures.joinToString("\n")))
