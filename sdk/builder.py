@@ -9,6 +9,7 @@ here, so a user's model, dataset or algorithm resolves the same way in each of t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pflkit.sdk.algorithms.base import Algorithm, LocalTraining, ModelFactory, make_algorithm
@@ -30,9 +31,13 @@ def load_data(config: SimConfig) -> Dataset:
                         seed=config.seed)
 
 
-def data_spec(config: SimConfig) -> DatasetSpec:
-    """The dataset's spec without its data when the dataset can tell (the server's case)."""
-    return dataset_spec(config.data.dataset, image_size(config), config.data.root)
+def data_spec(config: SimConfig, root: Path | None = None) -> DatasetSpec:
+    """The dataset's spec without its data when the dataset can tell (the server's case).
+
+    A dataset that cannot reads its files in ``root``: the server's confined folder, else
+    the config's ``[data] root``.
+    """
+    return dataset_spec(config.data.dataset, image_size(config), root or config.data.root)
 
 
 def algorithm_for(algorithm: str, params: Mapping[str, Any], model: str,

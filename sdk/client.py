@@ -23,6 +23,9 @@ backoff and jitter, waiting what the server's ``Retry-After`` says when it sends
 marks a retryable 409 that way); other 4xx answers raise :class:`ServerRefused` with the
 server's message.
 The client imports nothing from ``pflkit.server``: the task payload carries the algorithm config.
+A task's ``package.module:attr`` names are imported only if ``allow_imports`` allows them
+(built-in names and installed entry points always resolve): the server chooses the names, the
+device's owner chooses what code runs (sdk/registry.py).
 ``device`` ("cpu", "cuda", "auto") is where training and the post-federation stage run; the
 local data moves there once, downloaded states once per round, uploads leave as safetensors.
 """
@@ -35,6 +38,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +59,7 @@ from pflkit.sdk.client_data import DATA_FILE, load_client_data, save_client_data
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import check_precision, data_to, resolve_device, state_to
 from pflkit.sdk.protocol import MAX_ID, METRICS_KEY
+from pflkit.sdk.registry import ImportPolicy
 from pflkit.sdk.seeding import numpy_rng
 from pflkit.sdk.state_store import DeviceStateStore
 from pflkit.sdk.task_config import TaskConfig
@@ -79,6 +84,8 @@ __all__ = ["DATA_FILE", "FederatedClient", "RetryPolicy", "ServerRefused", "Serv
            "StepResult", "load_client_data", "save_client_data"]
 
 _PENDING_META = "pflkit.pending"
+ALLOW_IMPORTS = ("the device's allow_imports (FederatedClient(allow_imports=...), "
+                 "pfl-client --allow-imports)")
 _UPLOAD = "upload"
 _STATE_PREFIX = "state/"
 
@@ -98,8 +105,10 @@ class FederatedClient:
 
     def __init__(self, server: str, state_dir: Path, data: LabeledTensors, *,
                  token: str | None = None, retry: RetryPolicy | None = None,
-                 timeout: float = 120.0, device: str = "cpu", precision: str = "fp32") -> None:
+                 timeout: float = 120.0, device: str = "cpu", precision: str = "fp32",
+                 allow_imports: Sequence[str] = ()) -> None:
         self.server = server.rstrip("/")
+        self.imports = ImportPolicy.allowing(allow_imports, ALLOW_IMPORTS)
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.device = resolve_device(device)
@@ -203,7 +212,7 @@ class FederatedClient:
 
     def _train(self, task: dict[str, Any]) -> bytes:
         """Fit one round and persist the result as the pending file; return it."""
-        cfg = TaskConfig.from_wire(task["config"])
+        cfg = TaskConfig.from_wire(task["config"], self.imports)
         algorithm = self._algorithm(task["run_id"], cfg)
         ctx = RoundContext(task["round"], cfg.total_rounds, cfg.lr, cfg.seed, self.client_id)
         with autocast_training(self.autocast):
@@ -269,7 +278,7 @@ class FederatedClient:
         cache = self._read_json("cache.json")
         if cache.get("finished_run") == task["run_id"]:
             return
-        cfg = TaskConfig.from_wire(task["config"])
+        cfg = TaskConfig.from_wire(task["config"], self.imports)
         algorithm = self._algorithm(task["run_id"], cfg)
         global_state = state_to(self.global_state(task["global_hash"]), self.device)
         if algorithm.has_personalization_stage:
@@ -287,7 +296,8 @@ class FederatedClient:
         cache = self._read_json("cache.json")
         if "finished_run" not in cache:
             raise RuntimeError("no finished run yet: keep calling step()")
-        algorithm = self._algorithm(cache["finished_run"], TaskConfig.from_wire(cache["config"]))
+        config = TaskConfig.from_wire(cache["config"], self.imports)
+        algorithm = self._algorithm(cache["finished_run"], config)
         state = self.store.load() or ClientState()
         return algorithm.personalized_model(self.global_state(cache["global_hash"]), state,
                                             choice)

@@ -5,7 +5,9 @@
 DIR holds ``data.safetensors`` with ``x`` (N, *input_shape) float32, already preprocessed like the
 run's dataset, and ``y`` (N,) int64 labels (write it with
 ``pflkit.sdk.client.save_client_data``). Credentials and the on-device state live in
-``--state`` (default DIR/.pflkit); the token is needed only the first time.
+``--state`` (default DIR/.pflkit); the token is needed only the first time. A run naming
+``package.module:attr`` is refused (exit 2, before importing it) unless ``--allow-imports``
+allows that package: built-in names and installed entry points need nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pflkit.sdk.client import (
     ServerUnavailable,
     load_client_data,
 )
-from pflkit.sdk.registry import add_project_path
+from pflkit.sdk.registry import ImportRefused, add_project_path
 
 app = typer.Typer(add_completion=False, help=__doc__)
 
@@ -43,6 +45,9 @@ def main(
     precision: Annotated[str, typer.Option(help="fp32 | bf16 (training autocast)")] = "fp32",
     give_up_after: Annotated[float, typer.Option(help="seconds of failed retries")] = 600.0,
     max_backoff: Annotated[float, typer.Option(help="longest wait between retries")] = 10.0,
+    allow_imports: Annotated[list[str] | None, typer.Option(
+        help="a package (or package.module:attr) whose import paths a run may name; "
+             "repeat it or separate with commas")] = None,
     log_level: Annotated[str, typer.Option()] = "info",
 ) -> None:
     """Enroll if needed, then train every round this device is sampled for until the run ends."""
@@ -55,10 +60,14 @@ def main(
         client = FederatedClient(server, state or data / ".pflkit", load_client_data(data),
                                  token=token, retry=RetryPolicy(cap=max_backoff,
                                                          max_elapsed=give_up_after),
-                                 device=device, precision=precision)
+                                 device=device, precision=precision,
+                                 allow_imports=allow_imports or ())
         if not (client.state_dir / "credentials.json").is_file():
             raise typer.BadParameter("not enrolled yet: pass --token", param_hint="--token")
         trained = client.run(rounds)
+    except ImportRefused as err:  # the run names code this device's owner did not allow
+        typer.echo(f"pfl-client: {err}", err=True)
+        raise typer.Exit(2) from err
     except (ServerRefused, ServerUnavailable, FileNotFoundError, ValueError) as err:
         typer.echo(f"pfl-client: {err}", err=True)
         raise typer.Exit(1) from err

@@ -11,13 +11,21 @@ Every process resolves the same string the same way (pfl-sim, each uvicorn worke
 pfl-server, pfl-client, FederatedClient, pfl-export): nothing depends on a wrapper script
 having filled a registry first. A failure is one :class:`ExtensionError` line naming the string
 and the reason. Built-in names win over entry points of the same name.
+
+An import path is code to run, chosen by whoever wrote the config: where the config comes from
+someone else (a run config posted to pfl-server, the task a server sends a device), its import
+paths are checked against the process owner's :class:`ImportPolicy` before anything is
+imported. The resolved object is checked to be a model, dataset or algorithm before it is
+called (:func:`check_call`).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TypeVar
@@ -32,6 +40,66 @@ class ExtensionError(ValueError):
     """A model, dataset or algorithm name that resolves to nothing usable (one line)."""
 
 
+class ImportRefused(ExtensionError):
+    """An import path the process's owner did not allow (refused before importing anything)."""
+
+
+def _is_module(name: str) -> bool:
+    return all(part.isidentifier() for part in name.split("."))
+
+
+def _is_import_path(ref: str) -> bool:
+    module, _, attr = ref.partition(":")
+    return _is_module(module) and _is_module(attr)
+
+
+@dataclass(frozen=True)
+class ImportPolicy:
+    """Which import paths a process imports: the owner's choice, never the config's.
+
+    Built-in names and installed entry points always resolve (installing a package is the
+    owner's choice), and so does an import path an installed entry point of the same kind
+    names. Any other ``package.module:attr`` must be allowed: ``allowed`` holds packages
+    (``myapp`` allows ``myapp.nets:Net``, not ``myapp_x``) or exact import paths. Only names
+    are compared: nothing is imported to decide.
+    """
+
+    allowed: frozenset[str] = frozenset()
+    anything: bool = False  # the user's own config on their own machine (pfl-sim, pfl-export)
+    setting: str = "allow_imports"  # where the owner allows more: named in every refusal
+
+    def __post_init__(self) -> None:
+        for name in self.allowed:
+            if not (_is_module(name) or _is_import_path(name)):
+                raise ValueError(f"{self.setting}: {name!r} is not a package name or an "
+                                 "import path 'package.module:attr'")
+
+    @classmethod
+    def allowing(cls, names: Iterable[str], setting: str) -> ImportPolicy:
+        """A policy allowing ``names`` (packages or import paths; commas separate too)."""
+        split = (part.strip() for name in names for part in name.split(","))
+        return cls(frozenset(part for part in split if part), setting=setting)
+
+    def permits(self, kind: str, ref: str) -> bool:
+        """Whether the import path ``ref`` of a ``kind`` may be imported here."""
+        module = ref.partition(":")[0]
+        if self.anything or ref in self.allowed or any(
+                module == name or module.startswith(f"{name}.") for name in self.allowed):
+            return True
+        return ref in {ep.value for ep in _entry_points(kind).values()}
+
+    def check(self, kind: str, ref: str) -> None:
+        """Refuse an import path this process may not import, before importing anything."""
+        if ":" not in ref or self.permits(kind, ref):
+            return
+        package = ref.partition(":")[0].split(".")[0]
+        raise ImportRefused(f"{kind} '{ref}': not imported: package '{package}' is not in "
+                            f"{self.setting}")
+
+
+OWN_CONFIG = ImportPolicy(anything=True)  # pfl-sim, pfl-export: the user runs their own config
+
+
 def _one_line(err: BaseException) -> str:
     text = " ".join(str(err).split()) or "no message"
     return f"{type(err).__name__}: {text}"
@@ -44,7 +112,7 @@ def _entry_points(kind: str) -> dict[str, EntryPoint]:
 def import_path(kind: str, ref: str) -> object:
     """The object ``package.module:attr`` names (``attr`` may be dotted: ``Outer.inner``)."""
     module_name, _, attr = ref.partition(":")
-    if not module_name or not attr:
+    if not _is_import_path(ref):
         raise ExtensionError(f"{kind} '{ref}': an import path looks like 'package.module:attr'")
     try:
         obj: object = importlib.import_module(module_name)
@@ -87,6 +155,18 @@ def resolve_as(kind: str, ref: str, builtins: Mapping[str, T], entry: type[T],
     if not callable(found):
         raise ExtensionError(f"{kind} '{ref}' is a {type(found).__name__}, not {expected}")
     return wrap(found)
+
+
+def check_call(kind: str, ref: str, fn: object, expected: str, *args: object,
+               **kwargs: object) -> None:
+    """Refuse ``fn`` unless it can be called with these arguments (without calling it)."""
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)  # type: ignore[arg-type]
+    except TypeError as err:
+        raise ExtensionError(f"{kind} '{ref}' is not {expected} ({_one_line(err)})") from None
+    except ValueError:  # a callable whose parameters cannot be read (a C builtin)
+        raise ExtensionError(f"{kind} '{ref}' is not {expected} (its parameters cannot be "
+                             "read)") from None
 
 
 def known_names(kind: str, builtins: Mapping[str, object]) -> list[str]:

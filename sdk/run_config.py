@@ -53,7 +53,7 @@ from pflkit.sdk.data.datasets import dataset_source
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.device import check_device, check_precision
 from pflkit.sdk.models import model_builder
-from pflkit.sdk.registry import ExtensionError
+from pflkit.sdk.registry import OWN_CONFIG, ExtensionError, ImportPolicy
 
 
 @dataclass(frozen=True)
@@ -198,22 +198,32 @@ class SimConfig:
         return dump_toml(self.to_mapping())
 
     @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any]) -> SimConfig:
-        """Validate parsed TOML; every error is a :class:`ConfigError` naming the key."""
+    def from_mapping(cls, raw: Mapping[str, Any], imports: ImportPolicy = OWN_CONFIG
+                     ) -> SimConfig:
+        """Validate parsed TOML; every error is a :class:`ConfigError` naming the key.
+
+        ``imports``: the import paths this process may import for the config's names, checked
+        before anything is imported (pfl-server passes its operator's; the default trusts
+        the config, as pfl-sim and pfl-export do with their user's own).
+        """
+        layout = _python_layout(raw)
+        _check_imports(layout, imports)
         try:
-            return _ADAPTER.validate_python(_python_layout(raw))
+            return _ADAPTER.validate_python(layout)
         except ValidationError as err:
             raise ConfigError(describe(err, _toml_key)) from None
 
     @classmethod
-    def from_toml(cls, text: str, source: str = "config") -> SimConfig:
+    def from_toml(cls, text: str, source: str = "config", imports: ImportPolicy = OWN_CONFIG
+                  ) -> SimConfig:
         """Parse and validate TOML text (``source`` names it in a syntax error)."""
-        return cls.from_mapping(parse_toml(text, source))
+        return cls.from_mapping(parse_toml(text, source), imports)
 
     @classmethod
-    def load(cls, path: Path, overrides: Sequence[str] = ()) -> SimConfig:
+    def load(cls, path: Path, overrides: Sequence[str] = (),
+             imports: ImportPolicy = OWN_CONFIG) -> SimConfig:
         """Read a TOML file, apply ``KEY=VALUE`` overrides, validate the result."""
-        return cls.from_mapping(apply_overrides(read_toml(Path(path)), overrides))
+        return cls.from_mapping(apply_overrides(read_toml(Path(path)), overrides), imports)
 
     def replace(self, **changes: Any) -> SimConfig:
         """A validated copy with some top-level fields changed."""
@@ -259,6 +269,20 @@ def _python_layout(raw: Mapping[str, Any]) -> dict[str, Any]:
         if section in raw:
             out[section] = raw[section]
     return out
+
+
+def _check_imports(layout: Mapping[str, Any], imports: ImportPolicy) -> None:
+    """Refuse an import path ``imports`` does not allow, before validation imports it."""
+    data = layout.get("data")
+    for key, kind, ref in (("model.name", "model", layout.get("model")),
+                           ("data.dataset", "dataset",
+                            data.get("dataset") if isinstance(data, dict) else None),
+                           ("algorithm.name", "algorithm", layout.get("algorithm"))):
+        if isinstance(ref, str):
+            try:
+                imports.check(kind, ref)
+            except ExtensionError as err:
+                raise ConfigError(f"{key}: {err}") from None
 
 
 def _toml_key(loc: Sequence[str]) -> str:

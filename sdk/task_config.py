@@ -3,8 +3,9 @@
 The server derives it from the run's :class:`~pflkit.sdk.run_config.SimConfig` and the dataset
 spec (:meth:`TaskConfig.of`) and sends it with every task as JSON; ``FederatedClient``
 validates what arrives with the same strict types (:meth:`TaskConfig.from_wire`: a malformed
-task is one :class:`~pflkit.sdk.run_config.ConfigError` line naming the key) and builds the
-algorithm from it exactly as the simulator does (:meth:`TaskConfig.build`).
+task is one :class:`~pflkit.sdk.run_config.ConfigError` line naming the key, and an import path
+the device was not allowed to import is refused before any import) and builds the algorithm
+from it exactly as the simulator does (:meth:`TaskConfig.build`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pflkit.sdk.config_types import (
     describe,
 )
 from pflkit.sdk.data.spec import DatasetSpec
+from pflkit.sdk.registry import ImportPolicy, ImportRefused
 from pflkit.sdk.run_config import ConfigError, SimConfig
 
 
@@ -51,12 +53,22 @@ class TaskConfig:
                    spec.num_classes, config.seed, config.rounds, lr, config.training.local())
 
     @classmethod
-    def from_wire(cls, raw: Mapping[str, Any]) -> TaskConfig:
-        """Validate a task's JSON ``config`` (ConfigError naming the key)."""
+    def from_wire(cls, raw: Mapping[str, Any], imports: ImportPolicy) -> TaskConfig:
+        """Validate a task's JSON ``config`` (ConfigError naming the key).
+
+        The server chose its names: an import path the device's owner did not allow in
+        ``imports`` is refused here, before anything is imported (:class:`ImportRefused`).
+        """
         try:
-            return _ADAPTER.validate_python(dict(raw))
+            task = _ADAPTER.validate_python(dict(raw))
         except ValidationError as err:
             raise ConfigError(f"task config: {describe(err)}") from None
+        for kind, ref in (("algorithm", task.algorithm), ("model", task.model)):
+            try:
+                imports.check(kind, ref)
+            except ImportRefused as err:
+                raise ImportRefused(f"task config: {err}") from None
+        return task
 
     def to_wire(self) -> dict[str, Any]:
         """JSON-ready form (the ``config`` of a task)."""

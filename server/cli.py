@@ -46,6 +46,11 @@ def serve(
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="override a key of the run config: KEY=VALUE, VALUE parsed as TOML")
                     ] = None,
+    allow_imports: Annotated[list[str] | None, typer.Option(
+        help="a package (or package.module:attr) whose import paths run configs may name; "
+             "repeat it or separate with commas")] = None,
+    dataset_dir: Annotated[Path | None, typer.Option(
+        help="folder that a run config's data.root must lie in")] = None,
     host: Annotated[str | None, typer.Option()] = None,
     port: Annotated[int | None, typer.Option(help="0: pick a free port")] = None,
     workers: Annotated[int | None, typer.Option()] = None,
@@ -74,6 +79,8 @@ def serve(
 ) -> None:
     """Prepare the database, then serve the API until interrupted."""
     flags = {"data_dir": data_dir, "database_url": database_url, "run_config": run_config,
+             "allow_imports": ",".join(allow_imports) if allow_imports else None,
+             "dataset_dir": dataset_dir,
              "host": host, "port": port, "workers": workers,
              "clients_per_round": clients_per_round, "min_clients": min_clients,
              "min_enrolled": min_enrolled, "round_deadline": round_deadline,
@@ -102,7 +109,8 @@ def serve(
         run_toml = None
         if settings.run_config is not None:  # validated whole before anything is created
             add_project_path(settings.run_config.parent)
-            run_toml = SimConfig.load(settings.run_config, set_ or []).to_toml()
+            run_toml = SimConfig.load(settings.run_config, set_ or [],
+                                      settings.imports).to_toml()
         elif set_:
             raise ConfigError("--set changes the run config: give --run-config too")
         service = build_service(settings)

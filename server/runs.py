@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
+from pflkit.sdk.registry import ImportPolicy
 from pflkit.server.blobs import BlobStore
 from pflkit.server.errors import Conflict, Invalid
 from pflkit.server.orm import Client, Round, Run, RunPlan, Update
+from pflkit.server.settings import ServerSettings
 from pflkit.server.store import Plan, Store
 from pflkit.server.update_check import SAFETENSORS_DTYPES
 
@@ -47,24 +49,59 @@ class RunSetup:
     spec: DatasetSpec  # the dataset's shapes and classes (its data is never read)
 
 
-def build_setup(config_toml: str, clients_per_round: int | None = None) -> RunSetup:
+@dataclass(frozen=True)
+class RunRules:
+    """What the operator's settings make of a run config (picklable: it goes to a child)."""
+
+    clients_per_round: int | None = None  # the server's override of the config's sample size
+    imports: ImportPolicy = ImportPolicy()  # the import paths a config may name
+    dataset_dir: Path | None = None  # [data] root must lie in it (None: no root allowed)
+
+    @classmethod
+    def of(cls, settings: ServerSettings) -> RunRules:
+        """The rules of this server."""
+        return cls(settings.clients_per_round, settings.imports, settings.dataset_dir)
+
+    def data_root(self, root: str | None) -> Path | None:
+        """``[data] root`` as a folder inside ``dataset_dir`` (relative roots start there).
+
+        The refusal says nothing about the server's files: whether the path exists is not
+        told to the admin who wrote it.
+        """
+        if root is None:
+            return None
+        where = "the server's dataset_dir (--dataset-dir, PFL_SERVER_DATASET_DIR)"
+        if self.dataset_dir is None:
+            raise Invalid(f"run config: data.root: this server reads no dataset files: set {where}")
+        base = self.dataset_dir.resolve()
+        try:
+            path = (base / root).resolve()
+        except (OSError, RuntimeError):  # a symbolic link loop
+            path = None
+        if path is None or not path.is_relative_to(base):
+            raise Invalid(f"run config: data.root: {root!r} is not inside {where}")
+        return path
+
+
+def build_setup(config_toml: str, rules: RunRules) -> RunSetup:
     """Resolve a pfl-sim TOML into algorithm and schedule (the dataset's files are not read).
 
-    ``clients_per_round``: the server's override of the config's sample size.
+    The config's import paths are checked against ``rules.imports`` before any is imported;
+    a dataset that needs its files to tell its spec reads them only inside ``dataset_dir``.
     """
     from pflkit.sdk.builder import build_algorithm, data_spec
     from pflkit.sdk.registry import ExtensionError
     from pflkit.sdk.run_config import ConfigError, SimConfig
 
     try:
-        config = SimConfig.from_toml(config_toml, "config_toml")
-        spec = data_spec(config)
+        config = SimConfig.from_toml(config_toml, "config_toml", rules.imports)
+        spec = data_spec(config, rules.data_root(config.data.root))
         algorithm = build_algorithm(config, spec)
     except (ConfigError, ExtensionError, KeyError, ValueError, OSError) as err:
         raise Invalid(f"run config: {err}") from err
     schedule = config.schedule()
-    if clients_per_round is not None:
-        schedule = replace(schedule, clients_per_round=clients_per_round)
+    if rules.clients_per_round is not None:
+        schedule = replace(schedule, clients_per_round=rules.clients_per_round)
     return RunSetup(config, algorithm, schedule, spec)
 
 
@@ -81,12 +118,11 @@ def plan_of(setup: RunSetup, global_state: State) -> Plan:
     return Plan(cfg.algorithm, cfg.model, task, lrs, schema)
 
 
-def prepare_run(config_toml: str, blob_dir: Path, clients_per_round: int | None
-                ) -> tuple[str, int, Plan]:
+def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules) -> tuple[str, int, Plan]:
     """Build a run's initial global state into the blob store; its hash, rounds and plan."""
     from pflkit.sdk.tensorio import state_to_bytes
 
-    setup = build_setup(config_toml, clients_per_round)
+    setup = build_setup(config_toml, rules)
     state = setup.algorithm.init_global(setup.config.seed)
     digest = BlobStore(blob_dir).put(state_to_bytes(state, {"rounds_done": "0"}))
     return digest, setup.config.rounds, plan_of(setup, state)
@@ -104,7 +140,7 @@ class Runs:
         Building the initial global state needs PyTorch: a process without it (an HTTP
         worker) does that in a short-lived child process instead of importing it for good.
         """
-        args = (config_toml, self.store.settings.blobs, self.store.settings.clients_per_round)
+        args = (config_toml, self.store.settings.blobs, RunRules.of(self.store.settings))
         if "torch" in sys.modules:
             digest, rounds, plan = prepare_run(*args)
         else:

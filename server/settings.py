@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -21,9 +22,11 @@ from pydantic_settings import (
 
 from pflkit.sdk.config_toml import read_toml
 from pflkit.sdk.config_types import describe
+from pflkit.sdk.registry import ImportPolicy
 
 ENV_PREFIX = "PFL_SERVER_"
 FLAGS = {"admin_token": "--admin-token-file"}  # settings whose pfl-server flag is not --<name>
+ALLOW_IMPORTS = f"the server's allow_imports (--allow-imports, {ENV_PREFIX}ALLOW_IMPORTS)"
 
 
 class ServerSettings(BaseSettings):
@@ -41,6 +44,11 @@ class ServerSettings(BaseSettings):
     tls_keyfile: Path | None = None
     admin_token: SecretStr = Field(min_length=16)  # required: Bearer token of the admin API
     run_config: Path | None = None  # pfl-sim TOML; started as the first run if none exists
+    # packages (or exact package.module:attr) whose import paths run configs may name: code
+    # the server imports and calls. Built-in names and installed entry points need nothing.
+    # A flag or environment variable takes them comma-separated
+    allow_imports: Annotated[tuple[str, ...], NoDecode] = ()
+    dataset_dir: Path | None = None  # a run config's [data] root lies in it (None: no root)
     clients_per_round: int | None = Field(None, ge=1)  # overrides the TOML's training section
     min_clients: int | None = Field(None, ge=1)  # uploads that close a round early (None: all)
     min_enrolled: int | None = Field(None, ge=1)  # enrolled clients before round 0 opens
@@ -59,6 +67,25 @@ class ServerSettings(BaseSettings):
     trim_fraction: float = Field(0.1, ge=0, lt=0.5)  # share cut at each end for trimmed_mean
     clip_norm: float | None = Field(None, gt=0)  # L2 bound on each update's change to the global
     tick_seconds: float = Field(0.5, gt=0)  # how often deadlines and round opening are checked
+
+    @field_validator("allow_imports", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        return tuple(value.split(",")) if isinstance(value, str) else value
+
+    @field_validator("allow_imports")
+    @classmethod
+    def _package_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted(cls._policy(value).allowed))
+
+    @staticmethod
+    def _policy(names: tuple[str, ...]) -> ImportPolicy:
+        return ImportPolicy.allowing(names, ALLOW_IMPORTS)
+
+    @property
+    def imports(self) -> ImportPolicy:
+        """The import paths run configs may name on this server."""
+        return self._policy(self.allow_imports)
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerSettings:

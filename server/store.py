@@ -148,9 +148,9 @@ class Store:
         with self._lock:
             if run.id in self._setups:
                 return self._setups[run.id]
-        from pflkit.server.runs import build_setup
+        from pflkit.server.runs import RunRules, build_setup
 
-        setup = build_setup(run.config_toml, self.settings.clients_per_round)
+        setup = build_setup(run.config_toml, RunRules.of(self.settings))
         with self._lock:
             self._setups[run.id] = setup
         return setup

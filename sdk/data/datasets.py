@@ -30,7 +30,7 @@ from pflkit.sdk.data.spec import (
     Preprocessing,
 )
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.registry import known_names, resolve_as
+from pflkit.sdk.registry import ExtensionError, check_call, known_names, resolve_as
 from pflkit.sdk.seeding import numpy_rng
 
 FMNIST_DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -272,9 +272,14 @@ DATASETS: dict[str, DatasetSource] = {
 
 
 def dataset_source(ref: str) -> DatasetSource:
-    """The source a dataset name, import path or entry point resolves to."""
-    return resolve_as("dataset", ref, DATASETS, DatasetSource, DatasetSource,
-                      "a DatasetSource or a function (root, seed) -> Dataset")
+    """The source a dataset name, import path or entry point resolves to (checked, not called)."""
+    expected = "a DatasetSource or a function (root, seed) -> Dataset"
+    source = resolve_as("dataset", ref, DATASETS, DatasetSource, DatasetSource, expected)
+    if isinstance(source.load, type) and not issubclass(source.load, Dataset):
+        raise ExtensionError(f"dataset '{ref}' is the class {source.load.__name__}, not "
+                             f"{expected}")
+    check_call("dataset", ref, source.load, expected, root=None, seed=0)
+    return source
 
 
 def load_dataset(

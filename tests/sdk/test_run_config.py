@@ -108,17 +108,18 @@ def test_constructing_a_config_in_python_validates_it_too():
 
 def test_the_task_a_client_receives_is_the_run_configs_part_typed_the_same_way():
     from pflkit.sdk.builder import data_spec
+    from pflkit.sdk.registry import ImportPolicy
     from pflkit.sdk.task_config import TaskConfig
 
     config = load(GOOD)
     task = TaskConfig.of(config, data_spec(config), lr=0.04)
     wire = task.to_wire()
     assert wire["input_shape"] == [1, 8, 8] and wire["local"]["epochs"] == 1
-    assert TaskConfig.from_wire(wire) == task
+    assert TaskConfig.from_wire(wire, ImportPolicy()) == task
     assert task.build().params.mu == 0.1
     bad = {**wire, "local": {**wire["local"], "epochs": "2"}}
     with pytest.raises(ConfigError, match=r"^task config: local.epochs: input should be a valid "
                                           r"integer, got '2'$"):
-        TaskConfig.from_wire(bad)
+        TaskConfig.from_wire(bad, ImportPolicy())
     with pytest.raises(ConfigError, match="^task config: extra: unknown key$"):
-        TaskConfig.from_wire({**wire, "extra": 1})
+        TaskConfig.from_wire({**wire, "extra": 1}, ImportPolicy())
