@@ -7,7 +7,9 @@ reach it only through what a user writes: entry point names (``sensors``, ``sens
 ``prior_shift``, from the installed package's metadata) or import paths
 (``sensorkit.nets:SensorNet``). It then runs through pfl-sim, pfl-export (with its parity
 checks), and a 2-round ``pfl-server --workers 2`` run with a ``pfl-client`` process and an
-in-process ``FederatedClient``.
+in-process ``FederatedClient``. The server imports the package because its operator allowed it
+(``--allow-imports``); the in-process device allows it too, the ``pfl-client`` process needs
+nothing: its import paths are the targets of the package's installed entry points.
 """
 
 from __future__ import annotations
@@ -129,12 +131,14 @@ def test_pfl_sim_then_pfl_export_with_entry_point_names(on_path, tmp_path):
 
 def test_server_with_two_workers_and_two_sdk_clients_with_import_paths(on_path, make_server,
                                                                       tmp_path):
-    server = make_server(SERVER_CONFIG, "--min-enrolled", "2", "--workers", "2")
+    server = make_server(SERVER_CONFIG, "--min-enrolled", "2", "--workers", "2",
+                         "--allow-imports", "sensorkit")  # the operator allows the package
     dirs = client_data_dirs(tmp_path / "clients", SERVER_CONFIG)
     assert load_client_data(dirs[0]).x.shape[1:] == (12,)  # tabular rows, not images
     process = spawn_client(server, dirs[0], server.token(0))
     device = FederatedClient(server.url, dirs[1] / ".state", load_client_data(dirs[1]),
-                             token=server.token(1), retry=RetryPolicy(cap=1.0, max_elapsed=240))
+                             token=server.token(1), retry=RetryPolicy(cap=1.0, max_elapsed=240),
+                             allow_imports=["sensorkit"])
     thread = threading.Thread(target=device.run)
     thread.start()
     status = server.wait_for(lambda s: s["status"] == "finished", timeout=300)
