@@ -60,7 +60,8 @@ public final class FederatedClient {
   private final RetryPolicy retry;
   private final Sleeper sleeper;
   private final Random jitter;
-  private Map<String, Object> credentials;
+  /** Null until enrolled. */
+  private Credentials credentials;
 
   /**
    * A client keeping its files in {@code stateDir}; refuses a folder enrolled with another
@@ -77,11 +78,11 @@ public final class FederatedClient {
     this.retry = retry;
     this.sleeper = sleeper;
     this.jitter = new Random(dir.getAbsolutePath().hashCode());
-    this.credentials = readJson(CREDENTIALS);
-    Object enrolledWith = credentials.get("server");
-    if (enrolledWith != null && !enrolledWith.equals(this.server)) {
-      throw new IllegalArgumentException(dir + " is enrolled with " + enrolledWith + ", not "
-          + this.server);
+    this.credentials = Credentials.fromJson(readJson(CREDENTIALS),
+        new File(dir, CREDENTIALS).getPath());
+    if (credentials != null && !credentials.server.equals(this.server)) {
+      throw new IllegalArgumentException(dir + " is enrolled with " + credentials.server
+          + ", not " + this.server);
     }
   }
 
@@ -92,7 +93,7 @@ public final class FederatedClient {
   }
 
   public boolean isEnrolled() {
-    return !credentials.isEmpty();
+    return credentials != null;
   }
 
   /** The id the server gave this device. */
@@ -100,22 +101,16 @@ public final class FederatedClient {
     if (!isEnrolled()) {
       throw new IllegalStateException("not enrolled: call enroll(token) first");
     }
-    return (long) (double) (Double) credentials.get(Wire.CLIENT_ID);
+    return credentials.clientId;
   }
 
   /** Trade a one-time enrollment token for credentials (stored owner-only); returns the id. */
   public long enroll(String token) throws IOException {
     byte[] body = JsonWriter.write(Collections.singletonMap(Wire.TOKEN, token)).getBytes(UTF8);
-    Map<String, Object> answer = json(request("POST", Wire.ENROLL, body, Wire.JSON, false));
-    Map<String, Object> creds = new LinkedHashMap<String, Object>();
-    creds.put("server", server);
-    creds.put(Wire.CLIENT_ID, answer.get(Wire.CLIENT_ID));
-    creds.put(Wire.SECRET, answer.get(Wire.SECRET));
-    if (!(creds.get(Wire.CLIENT_ID) instanceof Double) || !(creds.get(Wire.SECRET)
-        instanceof String)) {
-      throw new IOException("enrollment answer lacks client_id or secret");
-    }
-    AtomicFiles.writePrivate(new File(dir, CREDENTIALS), JsonWriter.write(creds).getBytes(UTF8));
+    Credentials creds = Credentials.fromAnswer(server,
+        json(request("POST", Wire.ENROLL, body, Wire.JSON, false)));
+    AtomicFiles.writePrivate(new File(dir, CREDENTIALS),
+        JsonWriter.write(creds.toJson()).getBytes(UTF8));
     credentials = creds;
     return clientId();
   }
@@ -188,9 +183,8 @@ public final class FederatedClient {
       if (refused.status == 409) {  // e.g. paused meanwhile: keep the round, poll again
         return new StepResult(Wire.WAIT, task.retryAfterSeconds, pending.round, false);
       }
-      if (refused.status != 410) {  // the update itself was refused: training it again is
-        AtomicFiles.delete(new File(dir, PendingRound.FILE));  // the app's call, not a retry
-        throw refused;
+      if (refused.status != 410) {  // kept, as the Python SDK does: re-sent until the
+        throw refused;                // round is over, then its private state is committed
       }
       status = StepResult.LATE;
       duplicate = false;
@@ -254,10 +248,23 @@ public final class FederatedClient {
     AtomicFiles.delete(new File(dir, PendingRound.FILE));
   }
 
+  /**
+   * The persisted round, or null. One that cannot be read (written atomically, so damaged
+   * outside this client) holds nothing that could be sent: it is deleted and the round trained
+   * again, rather than failing every step.
+   */
   private PendingRound readPending() throws IOException {
     File file = new File(dir, PendingRound.FILE);
     byte[] bytes = AtomicFiles.readOrNull(file);
-    return bytes == null ? null : PendingRound.fromBytes(bytes, file.getPath());
+    if (bytes == null) {
+      return null;
+    }
+    try {
+      return PendingRound.fromBytes(bytes, file.getPath());
+    } catch (Safetensors.FormatException e) {
+      AtomicFiles.delete(file);
+      return null;
+    }
   }
 
   /** One request with retries; returns a 2xx/3xx answer or throws. */
@@ -268,7 +275,7 @@ public final class FederatedClient {
       if (!isEnrolled()) {
         throw new IllegalStateException("not enrolled: call enroll(token) first");
       }
-      headers.put("Authorization", "Bearer " + credentials.get(Wire.SECRET));
+      headers.put("Authorization", "Bearer " + credentials.secret);
     }
     if (contentType != null) {
       headers.put("Content-Type", contentType);

@@ -219,23 +219,29 @@ public class FederatedClientTest {
     }
   }
 
-  @Test
-  public void aPauseBeforeTheUploadKeepsTheRoundAndResendsItWithoutTraining() throws Exception {
-    FederatedClient c = enrolled(RetryPolicy.defaults());
-    byte[] global = Safetensors.write(Collections.singletonMap("w",
-        TensorData.ofFloats(new long[] {1}, new float[] {0.5f})), null);
-    String train = task("train", ", \"run_id\": 1, \"round\": 4, \"global_hash\": \""
-        + Sha256.hex(global) + "\", \"config\": {\"lr\": 0.1}");
-    String paused = task("paused", ", \"run_id\": 1, \"round\": 4");
-    int[] trained = {0};
-    RoundTrainer trainer = (task, g, state) -> {
+  static final byte[] GLOBAL = Safetensors.write(Collections.singletonMap("w",
+      TensorData.ofFloats(new long[] {1}, new float[] {0.5f})), null);
+  static final String TRAIN = task("train", ", \"run_id\": 1, \"round\": 4, "
+      + "\"global_hash\": \"" + Sha256.hex(GLOBAL) + "\", \"config\": {\"lr\": 0.1}");
+
+  /** A round trainer that counts its calls and keeps p = 9 as the private state. */
+  static RoundTrainer counting(int[] trained) {
+    return (task, g, state) -> {
       trained[0]++;
       return new RoundTrainer.Result(g.tensors, 12, Collections.singletonMap("loss", 0.5),
           new ClientState(Collections.singletonMap("p", TensorData.ofFloats(new long[] {1},
               new float[] {9})), Collections.emptyMap()));
     };
-    script.add(new Answer(200, train));
-    script.add(new Answer(200, global));
+  }
+
+  @Test
+  public void aPauseBeforeTheUploadKeepsTheRoundAndResendsItWithoutTraining() throws Exception {
+    FederatedClient c = enrolled(RetryPolicy.defaults());
+    String paused = task("paused", ", \"run_id\": 1, \"round\": 4");
+    int[] trained = {0};
+    RoundTrainer trainer = counting(trained);
+    script.add(new Answer(200, TRAIN));
+    script.add(new Answer(200, GLOBAL));
     script.add(new Answer(409, "{\"detail\": \"run 1 is paused; uploads are not accepted\"}"));
     StepResult deferred = c.step(trainer);
     assertEquals("the run was paused between training and upload", Wire.WAIT, deferred.status);
@@ -248,7 +254,7 @@ public class FederatedClientTest {
     assertTrue("a pause keeps the pending round", pending.exists());
 
     bodies.clear();
-    script.add(new Answer(200, train));  // resumed: the same round is open again
+    script.add(new Answer(200, TRAIN));  // resumed: the same round is open again
     script.add(new Answer(200, "{\"run_id\": 1, \"round\": 4, \"sha256\": \"x\", "
         + "\"duplicate\": false}"));
     StepResult result = c.step(trainer);
@@ -261,6 +267,76 @@ public class FederatedClientTest {
     assertArrayEquals(new float[] {9}, c.clientState(1).tensors.get("p").floats(), 0);
     Safetensors sent = Safetensors.parse(upload, "upload");
     assertEquals("{\"loss\":0.5}", sent.metadata.get(Wire.METRICS));
+  }
+
+  @Test
+  public void aRefusedUploadKeepsTheRoundAndItsPrivateStateUntilTheRoundIsOver()
+      throws Exception {
+    FederatedClient c = enrolled(RetryPolicy.defaults());
+    int[] trained = {0};
+    script.add(new Answer(200, TRAIN));
+    script.add(new Answer(200, GLOBAL));
+    script.add(new Answer(422, "{\"detail\": \"update tensor w has shape [2]\"}"));
+    try {
+      c.step(counting(trained));
+      fail("a refused update is the app's to see");
+    } catch (ServerRefused e) {
+      assertEquals(422, e.status);
+    }
+    assertTrue("the round and its new private state are kept",
+        new File(tmp.getRoot(), PendingRound.FILE).exists());
+    script.add(new Answer(200, task("wait", ", \"run_id\": 1, \"round\": 5")));
+    assertEquals(Wire.WAIT, c.step(counting(trained)).status);
+    assertEquals("trained once", 1, trained[0]);
+    assertFalse(new File(tmp.getRoot(), PendingRound.FILE).exists());
+    assertArrayEquals(new float[] {9}, c.clientState(1).tensors.get("p").floats(), 0);
+  }
+
+  @Test
+  public void aDamagedPendingFileIsDiscardedAndTheRoundTrainedAgain() throws Exception {
+    FederatedClient c = enrolled(RetryPolicy.defaults());
+    Files.write(new File(tmp.getRoot(), PendingRound.FILE).toPath(), new byte[] {1, 2, 3});
+    int[] trained = {0};
+    script.add(new Answer(200, TRAIN));
+    script.add(new Answer(200, GLOBAL));
+    script.add(new Answer(200, "{\"run_id\": 1, \"round\": 4, \"sha256\": \"x\", "
+        + "\"duplicate\": false}"));
+    assertEquals(StepResult.TRAINED, c.step(counting(trained)).status);
+    assertEquals(1, trained[0]);
+    assertArrayEquals(new float[] {9}, c.clientState(1).tensors.get("p").floats(), 0);
+  }
+
+  @Test
+  public void credentialsThatEnrollmentDidNotWriteAreRefusedNamingTheFile() throws Exception {
+    File creds = new File(tmp.getRoot(), FederatedClient.CREDENTIALS);
+    String[] bad = {"\"client_id\": \"8\", \"secret\": \"s\"", "\"client_id\": true, "
+        + "\"secret\": \"s\"", "\"client_id\": 1.5, \"secret\": \"s\"",
+        "\"client_id\": -1, \"secret\": \"s\"", "\"client_id\": 1e10, \"secret\": \"s\"",
+        "\"client_id\": 8", "\"client_id\": 8, \"secret\": \"\"", "\"secret\": \"s\""};
+    for (String fields : bad) {
+      Files.write(creds.toPath(), ("{\"server\": \"" + url() + "\", " + fields + "}")
+          .getBytes(StandardCharsets.UTF_8));
+      try {
+        client(tmp.getRoot(), RetryPolicy.defaults());
+        fail(fields);
+      } catch (IOException e) {
+        assertTrue(e.getMessage(), e.getMessage().startsWith(creds.getPath() + ": not the "
+            + "credentials enrollment writes (server, client_id in 0..2147483647, secret)"));
+      }
+    }
+    assertTrue(creds.delete());
+    FederatedClient c = client(tmp.getRoot(), RetryPolicy.defaults());
+    for (String answer : new String[] {"1.5", "-1", "\"8\"", "2147483648"}) {
+      script.add(new Answer(200, "{\"client_id\": " + answer + ", \"secret\": \"s\"}"));
+      try {
+        c.enroll("tok");
+        fail(answer);
+      } catch (IOException e) {
+        assertTrue(e.getMessage(), e.getMessage().startsWith("enrollment answer lacks"));
+      }
+      assertFalse(c.isEnrolled());
+      assertFalse(creds.exists());
+    }
   }
 
   @Test
