@@ -138,7 +138,7 @@ def table(results: list[dict]) -> str:
         kb = " | ".join(f"{r['bytes'][f] / 1024:.0f}" if f in r["bytes"] else "n/a"
                         for f in files)
         drops = " / ".join(f"{pct(p[f]['test_top1_artifact'])} "
-                           f"({-100 * p[f]['accuracy_drop']:+.1f})" if f in p else "n/a"
+                           f"({-p[f]['accuracy_drop_points']:+.1f})" if f in p else "n/a"
                            for f in ("model_int8.onnx", "model_int8.pte"))
         sizes.append(f"| {r['method']} | {r['selection']} | {kb} | "
                      f"{pct(p['model.onnx']['test_top1_eager'])} "

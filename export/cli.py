@@ -81,6 +81,9 @@ def main(
     try:
         if not 0.0 <= max_int8_drop <= 100.0:
             raise ExportError(f"--max-int8-drop must be in [0, 100] points, got {max_int8_drop:g}")
+        if trainer_param and not trainer:
+            raise ExportError("--trainer-param sets the training program's hyperparameters: "
+                              "give --trainer too")
         choice = parse_choice(lam, head, class_counts, proportions)
         if run is not None and state_dir is None:
             source = load_run_source(run, client, round_done)
@@ -96,7 +99,7 @@ def main(
                               "--config TOML")
         result = export_model(source, choice, out or default_out,
                               fmt or ("onnx", "executorch"), int8=int8, force_int8=force_int8,
-                              max_int8_drop=max_int8_drop / 100,
+                              max_int8_drop_points=max_int8_drop,
                               golden=golden_samples if golden else 0, force=force,
                               trainer=trainer, trainer_params=_key_values(trainer_param or []))
     except (ExportError, OSError, ValueError, KeyError) as err:

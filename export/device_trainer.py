@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from pflkit.export.quiet import set_runtime_threads
 from pflkit.sdk.algorithms.personal import (
     PREDICT_CHUNK,
     Plan,
@@ -34,7 +35,6 @@ from pflkit.sdk.tensorio import State, load_state, save_state
 TRAIN_METHOD = "train"
 PREPARE_METHOD = "prepare"
 CARD_FILE = "model_card.json"
-_threadpool_size: int | None = None  # the runtime's thread pool is per process: set it once
 
 
 class TrainingProgramError(ValueError):
@@ -46,16 +46,12 @@ class DeviceTrainer:
 
     def __init__(self, program: bytes | Path, section: dict[str, Any],
                  image_shape: tuple[int, ...], threads: int = 1) -> None:
-        from executorch.extension.pybindings import portable_lib
         from executorch.extension.training import (
             _load_for_executorch_for_training_from_buffer,
             get_sgd_optimizer,
         )
 
-        global _threadpool_size
-        if _threadpool_size != threads and hasattr(portable_lib, "_unsafe_reset_threadpool"):
-            portable_lib._unsafe_reset_threadpool(threads)  # XNNPACK threads (prepare); it logs
-            _threadpool_size = threads
+        set_runtime_threads(threads)  # XNNPACK threads (prepare)
         # The runtime reads the program from this buffer for its whole life: keep it referenced.
         self._buffer = program if isinstance(program, bytes) else Path(program).read_bytes()
         self.section = section

@@ -24,6 +24,7 @@ import torch
 
 from pflkit.export.contract import Exportable, ExportError
 from pflkit.export.quantize import quantize_onnx, quantize_pt2e
+from pflkit.export.quiet import set_runtime_threads
 from pflkit.sdk.tensorio import atomic_write_bytes
 
 PTE_MAX_BATCH = 64
@@ -140,11 +141,9 @@ class PteFormat(Format):
 
     def load(self, path: Path, threads: int = 1) -> Runner:
         """Load ``forward`` in the ExecuTorch Python runtime (XNNPACK on ``threads`` threads)."""
-        from executorch.extension.pybindings import portable_lib
         from executorch.runtime import Runtime
 
-        if hasattr(portable_lib, "_unsafe_reset_threadpool"):  # else: the runtime's default
-            portable_lib._unsafe_reset_threadpool(threads)
+        set_runtime_threads(threads)
         method = Runtime.get().load_program(Path(path)).load_method("forward")
 
         def run(inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:

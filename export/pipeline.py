@@ -42,7 +42,7 @@ from pflkit.sdk.tensorio import save_json
 SCHEMA = "pflkit.model-card/1"
 CARD_FILE = "model_card.json"
 GOLDEN_FILE = "golden.json"
-MAX_INT8_DROP = 0.01  # accuracy drop (a share, 0.01 = 1 point) above which int8 is refused
+MAX_INT8_DROP_POINTS = 1.0  # points of test top-1 lost above which int8 is refused
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,8 @@ def _scratch_folder(out: Path) -> Path:
 
 def export_model(source: Source, choice: Choice, out_dir: Path,
                  formats: Sequence[str] = ("onnx", "executorch"), *, int8: bool = False,
-                 force_int8: bool = False, max_int8_drop: float = MAX_INT8_DROP,
+                 force_int8: bool = False,
+                 max_int8_drop_points: float = MAX_INT8_DROP_POINTS,
                  golden: int = 0, force: bool = False, trainer: bool = False,
                  trainer_params: dict[str, Any] | None = None) -> ExportResult:
     """Export, verify and describe one model; returns the card written to ``out_dir``.
@@ -117,9 +118,9 @@ def export_model(source: Source, choice: Choice, out_dir: Path,
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown or not formats:
         raise ExportError(f"unknown format(s) {unknown or formats}; known: {', '.join(FORMATS)}")
-    if not 0.0 <= max_int8_drop <= 1.0:
+    if not 0.0 <= max_int8_drop_points <= 100.0:
         raise ExportError(f"the int8 accuracy drop limit must be in [0, 100] points, got "
-                          f"{100 * max_int8_drop:g}")
+                          f"{max_int8_drop_points:g}")
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise ExportError(f"{out} already exists; use --force to replace it")
     if len(source.test) == 0:
@@ -151,13 +152,13 @@ def export_model(source: Source, choice: Choice, out_dir: Path,
                 fmt.write(ex, tmp / file, embedded_card(card, file, fmt.name, precision), sample,
                           calibration)
                 entry = verify(ex, fmt.load(tmp / file), source.test, file, precision)
-                drop = entry.get("accuracy_drop", 0.0)
-                if drop > max_int8_drop and not force_int8:
+                drop = entry.get("accuracy_drop_points", 0.0)
+                if drop > max_int8_drop_points and not force_int8:
                     at = f" at lam = {entry['accuracy_drop_lam']}" \
                         if "accuracy_drop_lam" in entry else ""
                     raise ExportError(
-                        f"{file}: int8 loses {100 * drop:.2f} points of test top-1{at} "
-                        f"on {len(source.test)} rows, more than {100 * max_int8_drop:.2f}; "
+                        f"{file}: int8 loses {drop:.2f} points of test top-1{at} "
+                        f"on {len(source.test)} rows, more than {max_int8_drop_points:.2f}; "
                         f"use --force-int8 to keep it")
                 card["artifacts"].append(_artifact(tmp / file, fmt, precision))
                 card["parity"].append(entry)

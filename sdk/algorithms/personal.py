@@ -293,6 +293,8 @@ def run_plan(plan: Plan, session: Session, data: LabeledTensors, rows: dict[str,
             total, count = 0.0, 0
             for idx in _phase_batches(rows[phase.rows], plan.batch_size, gens[phase.purpose]):
                 if max_steps is not None and steps >= max_steps:
+                    if count:  # a pass cut short: the mean over its steps so far
+                        losses[phase.optimizer] = total / count
                     return PlanResult(steps, losses, {})
                 extra = () if plan.lam is None else (plan.lam.draw(lam_gen).to(data.x.device),)
                 inputs = (*(t[idx] for t in prepared), data.y[idx], *extra)

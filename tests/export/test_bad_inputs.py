@@ -87,6 +87,13 @@ def test_max_int8_drop_outside_0_100_is_refused(make_run, tmp_path, drop):
                            "--out", str(tmp_path / "o")), "--max-int8-drop must be in [0, 100]")
 
 
+def test_trainer_param_without_trainer_is_refused(make_run, tmp_path):
+    one_line_error(*export("--run", str(make_run("fedavg")), "--client", "1", "--trainer-param",
+                           "ft_epochs=2", "--out", str(tmp_path / "o")),
+                   "--trainer-param sets the training program's hyperparameters: give --trainer")
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_bad_toml_names_its_path_once(make_run, tmp_path):
     run = run_copy(make_run, "fedavg", tmp_path)
     (run / "config.toml").write_text("rounds = [unclosed\n")
@@ -115,3 +122,14 @@ def test_int8_export_prints_no_onnxruntime_warnings(make_run, tmp_path):
     assert "WARNING:root" not in done.stderr, done.stderr
     card = json.loads((tmp_path / "o" / "model_card.json").read_text())
     assert [a["precision"] for a in card["artifacts"]] == ["fp32", "int8"]
+
+
+def test_executorch_export_prints_no_torch_or_runtime_noise(make_run, tmp_path):
+    """No register_constant, cpuinfo_utils or threadpool lines: stderr stays empty."""
+    exe = Path(sys.executable).parent / "pfl-export"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([str(exe), "--run", str(make_run("fedavg")), "--client", "1",
+                           "--format", "executorch", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""

@@ -160,7 +160,8 @@ def test_int8_keeps_top1_agreement_on_a_real_batch(make_run, tmp_path):
         fmt = FORMATS["onnx" if entry["file"].endswith("onnx") else "executorch"]
         pred = fmt.load(tmp_path / "out" / entry["file"])((x,))[0].argmax(1)
         assert (pred == reference).float().mean() >= 0.9
-        assert entry["accuracy_drop"] == entry["test_top1_eager"] - entry["test_top1_artifact"]
+        assert entry["accuracy_drop_points"] == pytest.approx(
+            100 * (entry["test_top1_eager"] - entry["test_top1_artifact"]))
     fp32, quant = (tmp_path / "out" / "model.onnx"), (tmp_path / "out" / "model_int8.onnx")
     assert quant.stat().st_size < fp32.stat().st_size
     check_card(card, tmp_path / "out")  # each file's embedded card names its own precision

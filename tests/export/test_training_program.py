@@ -72,6 +72,12 @@ def test_program_trains_like_eager_pytorch_for_20_steps(case, exported):
     assert relative_difference(got, start) > 1e-3  # the steps did train something
     entry = next(e for e in card["parity"] if e.get("kind") == "training")
     assert entry["steps"] == VERIFY_STEPS and entry["max_rel_weight_diff"] <= 1e-4
+    # a pass the 20th step cuts short (here the first phase's) counts its steps so far
+    first = card["training"]["schedule"]["phases"][0]["optimizer"]
+    eager_loss, program_loss = entry["last_loss_eager"], entry["last_loss_program"]
+    assert first in eager_loss and eager_loss.keys() == program_loss.keys()
+    for name, loss in eager_loss.items():
+        assert 0 < loss < 10 and program_loss[name] == pytest.approx(loss, rel=1e-4)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -139,6 +139,27 @@ def test_the_gate_step_changes_only_the_gate_and_the_head_step_only_the_head():
     assert all(torch.equal(a, b) for a, b in zip(prepared, frozen, strict=True))
 
 
+def test_a_pass_cut_short_by_max_steps_reports_the_mean_loss_of_its_steps():
+    """The export's parity entry (last_loss_eager / _program) reads these: never empty."""
+    from pflkit.sdk.algorithms.personal import EagerSession, run_plan
+
+    algo = algorithm("mfe", TWONN)
+    local = data(200, (1, 8, 8))
+    part = algo.personal_training(trained_global(algo, shape=(1, 8, 8)),
+                                  algo.init_client(0, 0, local), local, ctx())
+    session = EagerSession(part)
+    seen, step = [], session.step
+
+    def recording(name, inputs):
+        seen.append(step(name, inputs))
+        return seen[-1]
+
+    session.step = recording
+    result = run_plan(part.plan, session, local, part.rows, part.generator, max_steps=4)
+    assert result.steps == 4 and len(seen) == 4  # the first pass has 10 batches
+    assert result.losses == {"personal_head": pytest.approx(sum(seen) / 4)}
+
+
 def test_fb_mf_and_mfe_share_the_same_personal_classifier():
     states = {v: personalized(v)[2] for v in ("fb", "mf", "mfe")}
     keys = [k for k in states["fb"].tensors if k.startswith(PERSONAL)]
