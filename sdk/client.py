@@ -55,7 +55,7 @@ from pflkit.sdk.algorithms.base import (
     State,
 )
 from pflkit.sdk.algorithms.state_layout import add_prefix, strip_prefix
-from pflkit.sdk.client_data import DATA_FILE, load_client_data, save_client_data
+from pflkit.sdk.client_data import DATA_FILE, data_problem, load_client_data, save_client_data
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import check_precision, data_to, resolve_device, state_to
 from pflkit.sdk.protocol import MAX_ID, METRICS_KEY
@@ -113,6 +113,8 @@ class FederatedClient:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.device = resolve_device(device)
         self.autocast = check_precision(precision)
+        if (problem := data_problem(data.x, data.y)) is not None:  # pfl-sim refuses them too
+            raise ValueError(f"data: {problem}")
         self.data = data_to(data, self.device)
         self.store = DeviceStateStore(self.state_dir)
         self.connection = ServerConnection(
@@ -172,7 +174,16 @@ class FederatedClient:
         return self.connection.request(method, path, secret=secret, **kwargs)
 
     def enroll(self, token: str) -> int:
-        """Trade an enrollment token for credentials (stored with mode 0600); returns the id."""
+        """Trade an enrollment token for credentials (stored with mode 0600); returns the id.
+
+        The current run's task is checked first (its algorithm and model built as for a round,
+        the data's input shape compared): a device that cannot train it raises here with its
+        token unspent, instead of being sampled and leaving the round to its deadline.
+        """
+        preview = self.connection.request("GET", "/v1/task/preview", secret=token).json()
+        if preview.get("config") is not None:
+            self._algorithm(preview["run_id"],
+                            TaskConfig.from_wire(preview["config"], self.imports))
         response = self._request("POST", "/v1/clients/enroll", auth=False, json={"token": token})
         body = response.json()
         self._credentials = {"server": self.server, "client_id": body["client_id"],

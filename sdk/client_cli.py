@@ -29,6 +29,13 @@ from pflkit.sdk.client import (
 from pflkit.sdk.registry import ImportRefused, add_project_path
 
 app = typer.Typer(add_completion=False, help=__doc__)
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _log_level(value: str) -> str:
+    if value.lower() not in LOG_LEVELS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(LOG_LEVELS)}")
+    return value.lower()
 
 
 @app.command()
@@ -48,11 +55,15 @@ def main(
     allow_imports: Annotated[list[str] | None, typer.Option(
         help="a package (or package.module:attr) whose import paths a run may name; "
              "repeat it or separate with commas")] = None,
-    log_level: Annotated[str, typer.Option()] = "info",
+    log_level: Annotated[str, typer.Option(
+        callback=_log_level,
+        help=f"{' | '.join(LOG_LEVELS)} (debug also logs every HTTP request)")] = "info",
 ) -> None:
     """Enroll if needed, then train every round this device is sampled for until the run ends."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if log_level != "debug":  # httpx logs each request at INFO: a line per poll
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     if threads is not None:
         torch.set_num_threads(threads)
     add_project_path()  # a run's module:attr model or algorithm may live in this folder

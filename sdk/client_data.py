@@ -1,6 +1,9 @@
 """A device's training data on disk: the ``pfl-client --data DIR`` format.
 
 One safetensors file, so an app writes it from any language and nothing is unpickled.
+A device's rows follow the rule of every dataset pflkit trains on (docs/data.md): x float32,
+y int64; anything else is refused, never converted, so the device and pfl-sim agree.
+:func:`save_client_data`, a writer of raw rows, converts them as ``Dataset.from_raw`` does.
 """
 
 from __future__ import annotations
@@ -26,6 +29,14 @@ def save_client_data(path: Path, data: LabeledTensors) -> None:
     atomic_write_bytes(Path(path), state_to_bytes(save))
 
 
+def data_problem(x: torch.Tensor, y: torch.Tensor) -> str | None:
+    """Why these rows cannot be a device's training data (None: they can)."""
+    if x.dtype == torch.float32 and x.dim() >= 2 and y.dtype == torch.int64 and y.dim() == 1:
+        return None
+    return (f"need x float32 (N, *input_shape) and y int64 (N,), got x {x.dtype} "
+            f"{tuple(x.shape)}, y {y.dtype} {tuple(y.shape)}")
+
+
 def load_client_data(folder: Path) -> LabeledTensors:
     """Read ``folder/data.safetensors``: x (N, ...) preprocessed float32, y (N,) int64."""
     path = Path(folder) / DATA_FILE
@@ -34,8 +45,7 @@ def load_client_data(folder: Path) -> LabeledTensors:
     tensors = state_from_bytes(path.read_bytes(), str(path))
     if set(tensors) != {"x", "y"}:
         raise CorruptStateError(f"{path}: expected tensors 'x' and 'y', got {sorted(tensors)}")
-    x, y = tensors["x"], tensors["y"]
-    if x.dtype != torch.float32 or x.dim() < 2 or y.dtype != torch.int64 or y.dim() != 1:
-        raise CorruptStateError(f"{path}: need x float32 (N, *input_shape) and y int64 (N,), got "
-                                f"x {x.dtype} {tuple(x.shape)}, y {y.dtype} {tuple(y.shape)}")
-    return LabeledTensors(x, y)
+    problem = data_problem(tensors["x"], tensors["y"])
+    if problem is not None:
+        raise CorruptStateError(f"{path}: {problem}")
+    return LabeledTensors(tensors["x"], tensors["y"])

@@ -86,18 +86,18 @@ class Enrollment:
         raise Conflict(f"{ENROLL_ATTEMPTS} concurrent enrollments took the client ids this one "
                        "picked; the token is still valid: try again", retry_after=1.0)
 
+    def check_token(self, token: str) -> None:
+        """Refuse a token that could not enroll now, as :meth:`enroll` would; spend nothing."""
+        with self.store.transaction() as s:
+            row = _usable_token(s, token, time.time())
+            if row.used_at is not None:
+                raise Conflict("this enrollment token was already used")
+
     def _enroll_once(self, token: str) -> tuple[int, str]:
         secret = "pfc_" + secrets.token_urlsafe(32)
         now = time.time()
         with self.store.transaction() as s:
-            row = s.scalar(select(EnrollmentToken)
-                           .where(EnrollmentToken.token_hash == hash_secret(token)))
-            if row is None:
-                raise Unauthorized("unknown enrollment token")
-            if row.revoked_at is not None:
-                raise Forbidden("this enrollment token was revoked")
-            if row.expires_at is not None and row.expires_at < now:
-                raise Forbidden("this enrollment token has expired")
+            row = _usable_token(s, token, now)
             claimed = s.execute(update(EnrollmentToken).where(
                 EnrollmentToken.id == row.id, EnrollmentToken.used_at.is_(None))
                 .values(used_at=now))
@@ -143,6 +143,18 @@ class Enrollment:
             return [{"id": c.id, "enrolled_at": c.enrolled_at, "revoked": c.revoked_at is not None,
                      "last_seen": c.last_seen}
                     for c in s.scalars(select(Client).order_by(Client.id))]
+
+
+def _usable_token(s: Session, token: str, now: float) -> EnrollmentToken:
+    """The token's row; unknown -> 401, revoked or expired -> 403 (used: the caller's check)."""
+    row = s.scalar(select(EnrollmentToken).where(EnrollmentToken.token_hash == hash_secret(token)))
+    if row is None:
+        raise Unauthorized("unknown enrollment token")
+    if row.revoked_at is not None:
+        raise Forbidden("this enrollment token was revoked")
+    if row.expires_at is not None and row.expires_at < now:
+        raise Forbidden("this enrollment token has expired")
+    return row
 
 
 def _lowest_free_id(s: Session) -> int | None:

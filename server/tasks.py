@@ -55,6 +55,18 @@ class Tasks:
                     "deadline": rnd.deadline_at, "global_hash": rnd.global_hash,
                     "config": plan.task_config(rnd.index)}
 
+    def preview(self) -> dict[str, Any]:
+        """The newest run's task config, for a device to check before it enrolls.
+
+        None when there is no run, or it was stopped: there is nothing to join (yet).
+        """
+        with self.store.transaction() as s:
+            run = self.store.current_run(s)
+            if run is None or run.status == "stopped":
+                return {"run_id": None, "config": None}
+            return {"run_id": run.id,
+                    "config": self.store.plan(s, run).task_config(run.rounds_done)}
+
     def check_global(self, digest: str) -> None:
         """Raise NotFound unless some run or round names this global state and it is stored."""
         if digest in self._known_globals:

@@ -78,5 +78,11 @@ def require_admin(request: Request, settings: SettingsDep, credentials: Bearer) 
     throttled(request, check)
 
 
+def enrollment_token(request: Request, service: ServiceDep, credentials: Bearer) -> None:
+    """Refuse unless the bearer token is an enrollment token that could enroll now (unspent)."""
+    throttled(request, lambda: service.enrollment.check_token(_token(credentials)))
+
+
 CurrentClient = Annotated[int, Depends(current_client)]
 AdminDep = Annotated[None, Depends(require_admin)]
+EnrollmentTokenDep = Annotated[None, Depends(enrollment_token)]

@@ -116,6 +116,13 @@ class TaskConfigPublic(BaseModel):
     local: LocalTrainingPublic
 
 
+class TaskPreviewPublic(BaseModel):
+    """The newest run's task, for a device to check before it enrolls (None: no run to join)."""
+
+    run_id: int | None
+    config: TaskConfigPublic | None
+
+
 class TaskPublic(BaseModel):
     """What to do now. ``train``: download ``global_hash``, fit, upload to ``round``."""
 

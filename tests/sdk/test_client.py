@@ -48,7 +48,10 @@ def test_unreachable_server_is_retried_with_backoff_then_given_up(tmp_path):
 
 
 class ScriptedServer:
-    """uvicorn on loopback answering POST /v1/clients/enroll from a script of replies."""
+    """uvicorn on loopback answering POST /v1/clients/enroll from a script of replies.
+
+    The task preview a device reads before enrolling always says "no run yet".
+    """
 
     def __init__(self, replies: list[tuple[int, dict[str, str]]]) -> None:
         import threading
@@ -70,6 +73,11 @@ class ScriptedServer:
 
     async def app(self, scope, receive, send) -> None:
         if scope["type"] != "http":
+            return
+        if scope["path"] == "/v1/task/preview":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b'{"run_id": null, "config": null}'})
             return
         self.seen.append(time.monotonic())
         status, headers = self.replies.pop(0) if self.replies else (201, {})
@@ -106,6 +114,19 @@ def test_a_409_without_retry_after_is_a_refusal(tmp_path):
         with pytest.raises(ServerRefused, match="409"):
             FederatedClient(f"http://127.0.0.1:{server.port}", tmp_path, data, token="pfe_x")
         assert len(server.seen) == 1
+    finally:
+        server.stop()
+
+
+def test_float64_rows_are_refused_before_any_request(tmp_path):
+    """One rule with pfl-sim's datasets: x float32, y int64, nothing converted. The device
+    used to accept float64 rows, enroll, and fail in its first round (mat1 and mat2 ...)."""
+    server = ScriptedServer([])
+    try:
+        rows = LabeledTensors(torch.rand(2, 1, 8, 8, dtype=torch.float64), torch.tensor([0, 1]))
+        with pytest.raises(ValueError, match=r"^data: need x float32 .* got x torch.float64"):
+            FederatedClient(f"http://127.0.0.1:{server.port}", tmp_path, rows, token="pfe_x")
+        assert server.seen == [] and not (tmp_path / "credentials.json").exists()
     finally:
         server.stop()
 

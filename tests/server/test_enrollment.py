@@ -3,13 +3,14 @@ devices trade them with the SDK. On a real uvicorn server, SQLite then PostgreSQ
 
 from __future__ import annotations
 
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import torch
-from server_harness import run_toml
+from server_harness import BIN, run_toml
 
-from pflkit.sdk.client import FederatedClient, RetryPolicy
+from pflkit.sdk.client import FederatedClient, RetryPolicy, save_client_data
 from pflkit.sdk.data.tensors import LabeledTensors
 
 DEVICES = 20
@@ -54,3 +55,36 @@ def test_ids_stay_in_range_when_the_highest_id_is_reserved(database_url, make_se
             assert http.post(f"/v1/clients/{cid}/revoke").status_code == 204
         assert http.post("/v1/enrollment-tokens", json={"client_id": top + 1}).status_code == 422
     assert httpx.get(f"{server.url}/v1/health").status_code == 200
+
+
+def test_a_device_that_cannot_train_the_run_refuses_before_spending_its_token(make_server,
+                                                                            tmp_path):
+    """pfl-client checks the run's task before enrolling: it used to enroll (spending the
+    token, then being sampled) and fail only at training, leaving the round to its deadline."""
+    server = make_server(run_toml("fedavg", rounds=1, num_clients=3), "--min-enrolled", "1")
+    token = server.token()
+    preview = httpx.get(f"{server.url}/v1/task/preview",
+                        headers={"Authorization": f"Bearer {token}"}).json()
+    assert (preview["config"]["model"], preview["config"]["input_shape"]) == ("twonn",
+                                                                             [1, 28, 28])
+    assert httpx.get(f"{server.url}/v1/task/preview",
+                     headers={"Authorization": "Bearer pfe_unknown"}).status_code == 401
+
+    folder = tmp_path / "device"
+    save_client_data(folder / "data.safetensors",  # 8x8 inputs; the run's model takes 28x28
+                     LabeledTensors(torch.rand(4, 1, 8, 8), torch.arange(4)))
+    done = subprocess.run([str(BIN / "pfl-client"), "--server", server.url, "--data",
+                           str(folder), "--token", token, "--threads", "1"],
+                          capture_output=True, text=True, timeout=300)
+    # one line, no INFO line per HTTP request (httpx's logger is quiet unless --log-level debug)
+    assert done.returncode == 1 and done.stderr.splitlines() == [
+        "pfl-client: local data has inputs (1, 8, 8), the run's model expects (1, 28, 28)"]
+    assert server.status()["enrolled_clients"] == 0  # neither enrolled nor sampled
+    assert device(server, tmp_path, "good", token) == 0  # the token is still valid
+    with server.admin() as http:  # a used token previews as enrollment would answer
+        assert httpx.get(f"{server.url}/v1/task/preview",
+                         headers={"Authorization": f"Bearer {token}"}).status_code == 409
+        assert http.post("/v1/runs/1/stop").status_code == 200
+    fresh = server.token()
+    assert httpx.get(f"{server.url}/v1/task/preview", headers={
+        "Authorization": f"Bearer {fresh}"}).json() == {"run_id": None, "config": None}
