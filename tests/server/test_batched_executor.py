@@ -1,6 +1,18 @@
-"""The batched executor: 20 rounds land within 0.3 points of the sequential run; fallback."""
+"""The batched executor: 20 rounds stay within the spread of a 1-ulp nudge of sequential.
+
+Batched training is sequential training up to float rounding, and rounding differences grow
+over rounds like any perturbation: what holds is that the batched run lands as close to the
+sequential run as the sequential run nudged by one ulp lands. On the 8x8 digits (accuracy
+93-96 %, not saturated: the old synthetic data scored 100.00 on both paths whatever the
+batched path did), the final global weights of FedAvg, SuPerFed-MM and FedRoD differ by at
+most 1.5e-7 (relative L2) batched vs sequential and 3.0e-4 with every initial weight nudged up
+one ulp, while each of these breakages of the batched path moves them by 5.0e-2 or more: twice
+the learning rate, no weight decay, one batch-order generator shared by all clients, finished
+clients still stepping (their momentum and weight decay). ``TOLERANCE`` sits between the two.
+"""
 
 import logging
+import math
 
 import pytest
 import torch
@@ -9,45 +21,66 @@ from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.run_config import DataConfig, ExecutionConfig, SimConfig, TrainingConfig
 from pflkit.server.simulator import Simulation
 
+TOLERANCE = 1e-2  # relative L2 distance of the final global weights (see the module docstring)
 
-def config(algorithm, executor, rounds=20, params=None):
+
+def config(algorithm, executor, rounds=20, params=None, dataset="digits"):
     return SimConfig(
         seed=2, rounds=rounds, eval_interval=rounds, checkpoint_interval=rounds,
-        data=DataConfig("synthetic", partition=PartitionConfig("dirichlet", 8, 0.5, min_size=40,
-                                                               test_fraction=0.2)),
+        data=DataConfig(dataset, partition=PartitionConfig("dirichlet", 8, 0.5, min_size=40,
+                                                           test_fraction=0.2)),
         model="twonn", algorithm=algorithm, params=params or {},
+        # weight decay large enough that dropping it moves the weights well past TOLERANCE
         training=TrainingConfig(clients_per_round=4, epochs=1, batch_size=16, lr=0.05,
-                                momentum=0.9, weight_decay=1e-4),
+                                momentum=0.9, weight_decay=2e-3),
         execution=ExecutionConfig(executor=executor),
     )
 
 
-def run(tmp_path, algorithm, executor, **kwargs):
-    cfg = config(algorithm, executor, **kwargs)
-    return Simulation(cfg, tmp_path / executor, progress=False).run()
+def run(tmp_path, algorithm, executor, name=None, nudge=False, **kwargs):
+    sim = Simulation(config(algorithm, executor, **kwargs), tmp_path / (name or executor),
+                     progress=False)
+    if nudge:  # every initial weight one ulp up
+        for tensor in sim.coordinator.global_state.values():
+            if tensor.is_floating_point():
+                tensor.copy_(torch.nextafter(tensor, torch.full_like(tensor, math.inf)))
+    return sim.run()
+
+
+def distance(a, b) -> float:
+    """Relative L2 distance of two states (float64, over every tensor)."""
+    diff = sum(float((a[k].double() - b[k].double()).square().sum()) for k in a)
+    norm = sum(float(b[k].double().square().sum()) for k in b)
+    return math.sqrt(diff / norm)
 
 
 @pytest.mark.parametrize(("algorithm", "params"), [
+    ("fedavg", {}),  # also the rounds of fedprox, fedavg_ft and pflmoe
     ("superfed_mm", {"sweep": False}),
     ("fedrod_linear", {}),
 ])
-def test_twenty_batched_rounds_end_within_0_3_points_of_sequential(tmp_path, algorithm, params):
-    sequential = run(tmp_path, algorithm, "sequential", params=params).final
-    batched = run(tmp_path, algorithm, "batched", params=params).final
-    for final in (sequential, batched):
-        assert final["rounds"] == 20
-    own = [f["clients"]["summary"]["own_top1_mean"] for f in (sequential, batched)]
-    generic = [f["global_model"]["top1"] for f in (sequential, batched)]
-    assert own[0] > 0.5  # the runs learned something: the comparison means something
-    assert abs(own[1] - own[0]) <= 0.003
-    assert abs(generic[1] - generic[0]) <= 0.003
+def test_twenty_batched_rounds_land_within_the_spread_of_a_one_ulp_nudge(tmp_path, algorithm,
+                                                                         params):
+    sequential = run(tmp_path, algorithm, "sequential", params=params)
+    nudged = run(tmp_path, algorithm, "sequential", "nudged", nudge=True, params=params)
+    batched = run(tmp_path, algorithm, "batched", params=params)
+    own = [r.final["clients"]["summary"]["own_top1_mean"] for r in (sequential, batched)]
+    generic = [r.final["global_model"]["top1"] for r in (sequential, batched)]
+    assert batched.final["rounds"] == 20
+    assert 0.5 < own[0] < 0.99 and 0.5 < generic[0] < 0.99  # learned, and not saturated
+    spread = distance(nudged.global_state, sequential.global_state)
+    assert spread <= TOLERANCE, f"a 1-ulp nudge moves the run by {spread:.1e}: not a tolerance"
+    apart = distance(batched.global_state, sequential.global_state)
+    assert apart <= TOLERANCE, f"batched vs sequential {apart:.1e} (1-ulp nudge: {spread:.1e})"
+    # one test row is 0.28 points of the global test set, 0.3-0.4 of a client's mean
+    assert abs(own[1] - own[0]) <= 0.01 and abs(generic[1] - generic[0]) <= 0.01
 
 
 def test_a_method_that_cannot_batch_logs_why_and_runs_as_sequential(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="pflkit.server.batched_executor"):
-        batched = run(tmp_path, "local", "batched", rounds=2)
+        batched = run(tmp_path, "local", "batched", rounds=2, dataset="synthetic")
     assert "local has no batched trainer; training clients one by one" in caplog.text
-    sequential = run(tmp_path, "local", "sequential", rounds=2)
+    sequential = run(tmp_path, "local", "sequential", rounds=2, dataset="synthetic")
     assert batched.final == sequential.final
     assert all(torch.equal(batched.global_state[k], sequential.global_state[k])
                for k in sequential.global_state)
