@@ -22,8 +22,10 @@ import org.pflkit.core.personal.ProgramRoundTrainer
 /**
  * The personalize screen's state, kept across rotations: the card's training program loaded
  * once in ExecuTorch, the user's labelled samples and the personal weights in app storage
- * (`files/personal/`). All work runs on one background thread; the logic (schedule, splits,
- * lambda, held-out accuracy, storage formats, the federated client) is the host-tested core.
+ * (`files/personal/`). All work runs on one background thread, and whatever fails there is
+ * shown on the screen, never thrown; the logic (schedule, splits, lambda, held-out accuracy,
+ * storage formats and what to do with a stored file that cannot be used, the federated client)
+ * is the host-tested core.
  */
 class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
     private val worker: ExecutorService = Executors.newSingleThreadExecutor()
@@ -48,16 +50,25 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
     val status: LiveData<String> = _status
 
     init {
-        worker.execute { load() }
+        work { load() }
     }
 
     override fun onCleared() {
-        worker.execute { session?.close() }
+        work { session?.close() }
         worker.shutdown()
     }
 
     private fun text(id: Int, vararg args: Any?): String =
         getApplication<Application>().getString(id, *args)
+
+    /** Run [task] on the worker; an exception it throws becomes the status line. */
+    private fun work(task: () -> Unit) = worker.execute {
+        try {
+            task()
+        } catch (e: Exception) {
+            _status.postValue(text(R.string.action_failed, e.message ?: e.toString()))
+        }
+    }
 
     /** Background: the card's training program, the samples, the saved personal weights. */
     private fun load() {
@@ -71,38 +82,53 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
         exportDir = files.dir
         _classes.postValue(files.card.classes)
         val shape = imageShape(files.card)
-        samples = LabeledSamples.open(dir, shape, files.card.classes.size)
+        val opened = LabeledSamples.open(dir, shape, files.card.classes.size)
+        samples = opened
         postCounts()
+        val samplesNote = opened.problem()?.let { "\n" + text(R.string.samples_unusable, it) }
+            .orEmpty()
         val program = files.card.artifacts.firstOrNull { it.file == plan.program }
-            ?: return _status.postValue(text(R.string.trainer_not_listed, plan.program))
+            ?: return _status.postValue(text(R.string.trainer_not_listed, plan.program) +
+                samplesNote)
         // the same fallback rule as the classify screen: a native library that cannot load
         // is an Error, reported instead of killing this thread
         val loaded = ModelLoader.openFirst(listOf(program)) {
             ExecuTorchTrainingSession.open(files.verified(it), plan, shape)
         }
-        session = loaded.backend ?: return _status.postValue(
-            text(R.string.load_failed, loaded.failures.joinToString("\n")))
+        val s = loaded.backend ?: return _status.postValue(
+            text(R.string.load_failed, loaded.failures.joinToString("\n")) + samplesNote)
         programSha = program.sha256
-        restoreWeights(plan)
-        _status.postValue(text(R.string.trainer_ready, plan.loss))
+        val problem = try {
+            restoreWeights(plan, s)
+        } catch (e: Exception) {
+            runCatching { s.close() }  // without its personal weights the program is not used
+            return _status.postValue(text(R.string.weights_failed, e.message ?: e.toString()) +
+                samplesNote)
+        }
+        session = s
+        _status.postValue((problem?.let { text(R.string.weights_not_restored, it) }
+            ?: text(R.string.trainer_ready, plan.loss)) + samplesNote)
         show(Images.sample(getApplication()))
     }
 
-    /** The saved personal weights of this program, else the export's initial ones. */
-    private fun restoreWeights(plan: TrainingSection) {
-        val saved = PersonalWeights.load(dir, programSha)
-        val weights = saved?.let { PersonalWeights.fromTensors(plan, it.tensors, PersonalWeights.FILE) }
-            ?: PersonalWeights.initial(plan, checkNotNull(exportDir))
-        checkNotNull(session).loadWeights(weights)
-        val verified = card?.verifiedLambda ?: Float.NaN
-        lambda = (saved?.meta?.get(PersonalWeights.LAMBDA) as? Double)?.toFloat()
-            ?: plan.lambda?.fixed?.toFloat()
-            ?: if (verified.isNaN()) 0.5f else verified
+    /**
+     * The saved personal weights of this program, else the export's initial ones; returns why
+     * saved weights were not used, if they were not.
+     */
+    private fun restoreWeights(plan: TrainingSection, s: ExecuTorchTrainingSession): String? {
+        val restored = PersonalWeights.restore(plan, dir, programSha, checkNotNull(exportDir), s)
+        lambda = restored.lambda ?: exportedLambda(plan)
+        return restored.problem
     }
 
-    fun showSample() = worker.execute { show(Images.sample(getApplication())) }
+    private fun exportedLambda(plan: TrainingSection): Float {
+        val verified = card?.verifiedLambda ?: Float.NaN
+        return plan.lambda?.fixed?.toFloat() ?: if (verified.isNaN()) 0.5f else verified
+    }
 
-    fun showPicked(uri: Uri) = worker.execute { show(Images.decode(getApplication(), uri)) }
+    fun showSample() = work { show(Images.sample(getApplication())) }
+
+    fun showPicked(uri: Uri) = work { show(Images.decode(getApplication(), uri)) }
 
     private fun show(bitmap: Bitmap?) {
         val c = card ?: return
@@ -112,25 +138,25 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
     }
 
     /** Label the shown image with class [index] and keep it. */
-    fun label(index: Int) = worker.execute {
-        val x = input ?: return@execute
+    fun label(index: Int) = work {
+        val x = input ?: return@work
         samples?.add(x, index)
         postCounts()
     }
 
-    fun clearSamples() = worker.execute {
+    fun clearSamples() = work {
         samples?.clear()
         postCounts()
     }
 
     /** Train the personal part on the samples; held-out accuracy before and after. */
-    fun personalize() = worker.execute {
-        val c = card ?: return@execute
-        val plan = c.training ?: return@execute
-        val s = session ?: return@execute
-        val data = samples ?: return@execute
+    fun personalize() = work {
+        val c = card ?: return@work
+        val plan = c.training ?: return@work
+        val s = session ?: return@work _status.postValue(text(R.string.no_program))
+        val data = samples ?: return@work
         if (data.size() < Personalizer.HOLD_OUT_EVERY) {
-            return@execute _status.postValue(text(R.string.too_few_samples,
+            return@work _status.postValue(text(R.string.too_few_samples,
                 Personalizer.HOLD_OUT_EVERY))
         }
         _status.postValue(text(R.string.training))
@@ -138,7 +164,7 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
             Personalizer.run(plan, s, imageShape(c), data.images(), data.labels(), lambda,
                 data.size().toLong())
         } catch (e: Exception) {
-            return@execute _status.postValue(text(R.string.training_failed, e.message))
+            return@work _status.postValue(text(R.string.training_failed, e.message))
         }
         PersonalWeights.save(dir, plan, programSha, report.weights, report.lambdaAfter)
         report.lambdaAfter?.let { lambda = it }
@@ -146,10 +172,11 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
     }
 
     /** Back to the export's initial personal weights. */
-    fun reset() = worker.execute {
-        val plan = card?.training ?: return@execute
-        File(dir, PersonalWeights.FILE).delete()
-        restoreWeights(plan)
+    fun reset() = work {
+        val plan = card?.training ?: return@work
+        val s = session ?: return@work _status.postValue(text(R.string.no_program))
+        PersonalWeights.reset(plan, dir, checkNotNull(exportDir), s)
+        lambda = exportedLambda(plan)
         _status.postValue(text(R.string.weights_reset))
     }
 
@@ -158,11 +185,11 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
      * with this device's samples (possible when the program's parameters are the run's update;
      * the core refuses a personal part). One step, so the screen never waits on the server.
      */
-    fun joinRound(server: String, token: String) = worker.execute {
-        val c = card ?: return@execute
-        val plan = c.training ?: return@execute
-        val s = session ?: return@execute
-        val data = samples ?: return@execute
+    fun joinRound(server: String, token: String) = work {
+        val c = card ?: return@work
+        val plan = c.training ?: return@work
+        val s = session ?: return@work _status.postValue(text(R.string.no_program))
+        val data = samples ?: return@work
         _status.postValue(text(R.string.joining, server))
         val message = try {
             val client = FederatedClient.open(server, File(dir, "federated"))
@@ -173,10 +200,11 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
             text(R.string.joined, client.clientId(), step.toString(), step.retryAfterSeconds)
         } catch (e: Exception) {
             text(R.string.join_failed, e.message)
-        } finally {
-            restoreWeights(plan)  // the round overwrote the program's weights
         }
-        _status.postValue(message)
+        // the round overwrote the program's weights
+        val problem = restoreWeights(plan, s)
+        _status.postValue(problem?.let { message + "\n" + text(R.string.weights_not_restored, it) }
+            ?: message)
     }
 
     private fun postCounts() {

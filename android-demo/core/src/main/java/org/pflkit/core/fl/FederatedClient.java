@@ -193,6 +193,14 @@ public final class FederatedClient {
     return new StepResult(status, task.retryAfterSeconds, pending.round, duplicate);
   }
 
+  /**
+   * Forget the persisted round and the private state it would have committed, e.g. to train a
+   * round again after its update was refused (otherwise re-sent until the round is over).
+   */
+  public void discardPending() throws IOException {
+    AtomicFiles.delete(new File(dir, PendingRound.FILE));
+  }
+
   /** Step until the run ends or {@code maxRounds} uploads were made; returns the uploads. */
   public int run(RoundTrainer trainer, int maxRounds) throws Exception {
     int rounds = 0;

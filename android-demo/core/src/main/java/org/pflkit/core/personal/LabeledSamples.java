@@ -13,7 +13,10 @@ import org.pflkit.core.TensorData;
  * The samples the user labelled on the device, kept in app storage in the layout
  * {@code pfl-client --data} reads ({@value #FILE}: {@code x} float32 [N, C, H, W], already
  * preprocessed as the card says; {@code y} int64 [N]), so the same rows can train a federated
- * round. Every change rewrites the file atomically.
+ * round. Every change rewrites the file atomically. A file this model cannot use (samples of
+ * another input shape, a class outside the card's, damaged bytes) opens as an empty set with a
+ * {@link #problem()}: {@link #add} refuses until {@link #clear} replaces the file, so the screen
+ * still opens and the user decides, instead of every open failing.
  */
 public final class LabeledSamples {
   public static final String FILE = "data.safetensors";
@@ -21,25 +24,36 @@ public final class LabeledSamples {
   private final File file;
   private final long[] imageShape;
   private final int numClasses;
-  private float[] images;
-  private long[] labels;
+  private float[] images = new float[0];
+  private long[] labels = new long[0];
+  private String problem;
 
-  private LabeledSamples(File file, long[] imageShape, int numClasses, float[] images,
-      long[] labels) {
+  private LabeledSamples(File file, long[] imageShape, int numClasses) {
     this.file = file;
     this.imageShape = imageShape.clone();
     this.numClasses = numClasses;
-    this.images = images;
-    this.labels = labels;
   }
 
-  /** The samples in {@code dir} (none yet when the file does not exist). */
-  public static LabeledSamples open(File dir, long[] imageShape, int numClasses)
-      throws IOException {
-    File file = new File(dir, FILE);
+  /** The samples in {@code dir}: none yet when the file does not exist, see {@link #problem()}. */
+  public static LabeledSamples open(File dir, long[] imageShape, int numClasses) {
+    LabeledSamples samples = new LabeledSamples(new File(dir, FILE), imageShape, numClasses);
+    try {
+      samples.read();
+    } catch (IOException e) {
+      samples.problem = e.getMessage();
+    }
+    return samples;
+  }
+
+  /** Why the file on disk cannot be used (it is kept until {@link #clear}), or null. */
+  public String problem() {
+    return problem;
+  }
+
+  private void read() throws IOException {
     byte[] bytes = AtomicFiles.readOrNull(file);
     if (bytes == null) {
-      return new LabeledSamples(file, imageShape, numClasses, new float[0], new long[0]);
+      return;
     }
     Safetensors data = Safetensors.parse(bytes, file.getPath());
     TensorData x = data.tensors.get("x");
@@ -56,7 +70,15 @@ public final class LabeledSamples {
       throw new Safetensors.FormatException(file + ": x is " + Arrays.toString(shape)
           + ", this model needs " + Arrays.toString(want) + " (samples of another model?)");
     }
-    return new LabeledSamples(file, imageShape, numClasses, x.floats(), y.longs());
+    long[] ys = y.longs();
+    for (long label : ys) {
+      if (label < 0 || label >= numClasses) {
+        throw new Safetensors.FormatException(file + ": class " + label + " outside 0.."
+            + (numClasses - 1) + " (samples of another model?)");
+      }
+    }
+    images = x.floats();
+    labels = ys;
   }
 
   public int size() {
@@ -83,6 +105,9 @@ public final class LabeledSamples {
 
   /** Append one preprocessed input (C*H*W values) with its class and save. */
   public void add(float[] input, int label) throws IOException {
+    if (problem != null) {
+      throw new IOException(problem + "; clear the samples to start again");
+    }
     int size = images.length / Math.max(1, labels.length);
     long per = 1;
     for (long d : imageShape) {
@@ -116,5 +141,6 @@ public final class LabeledSamples {
     AtomicFiles.write(file, Safetensors.write(tensors, null));
     images = x;
     labels = y;
+    problem = null;
   }
 }

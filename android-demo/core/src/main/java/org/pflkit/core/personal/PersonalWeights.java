@@ -15,7 +15,9 @@ import org.pflkit.core.fl.ClientState;
  * The personal weights a device trained, at rest in app storage as a client state
  * ({@code client_state.safetensors} layout: the tensors named as the card's {@code parameters},
  * metadata with the chosen lambda and the sha256 of the program they belong to, so weights of
- * another export are never loaded into this one).
+ * another export are never loaded into this one). {@link #restore} and {@link #reset} are the
+ * screen's two ways of putting weights into the program, so that no stored file can make the
+ * screen fail on every start.
  */
 public final class PersonalWeights {
   public static final String FILE = "personal_weights.safetensors";
@@ -23,6 +25,59 @@ public final class PersonalWeights {
   public static final String PROGRAM = "program_sha256";
 
   private PersonalWeights() {}
+
+  /** What {@link #restore} loaded. */
+  public static final class Restored {
+    /** The lambda saved with the weights, or null (none saved, or the export's were loaded). */
+    public final Float lambda;
+    /** Why the saved weights were not loaded (they stay on disk), or null. */
+    public final String problem;
+
+    Restored(Float lambda, String problem) {
+      this.lambda = lambda;
+      this.problem = problem;
+    }
+  }
+
+  /**
+   * Load this program's saved weights into {@code session}, else the export's initial ones.
+   * Saved weights that cannot be used (damaged, other shapes, non-finite values, a lambda
+   * outside [0, 1], refused by the session) are not loaded but reported, and kept on disk until
+   * {@link #reset} or the next {@link #save}. Only the initial weights failing throws.
+   */
+  public static Restored restore(TrainingSection section, File dir, String programSha256,
+      File exportDir, TrainingSession session) throws Exception {
+    String problem = null;
+    try {
+      ClientState saved = load(dir, programSha256);
+      if (saved != null) {
+        Float lambda = lambda(saved.meta.get(LAMBDA));
+        session.loadWeights(fromTensors(section, saved.tensors, FILE));
+        return new Restored(lambda, null);
+      }
+    } catch (Exception e) {
+      problem = e.getMessage() != null ? e.getMessage() : e.toString();
+    }
+    session.loadWeights(initial(section, exportDir));
+    return new Restored(null, problem);
+  }
+
+  /** Back to the export's initial weights; the saved ones are deleted only once those loaded. */
+  public static void reset(TrainingSection section, File dir, File exportDir,
+      TrainingSession session) throws Exception {
+    session.loadWeights(initial(section, exportDir));
+    AtomicFiles.delete(new File(dir, FILE));
+  }
+
+  private static Float lambda(Object saved) throws IOException {
+    if (saved == null) {
+      return null;
+    }
+    if (!(saved instanceof Double) || !((Double) saved >= 0 && (Double) saved <= 1)) {
+      throw new IOException(FILE + ": " + LAMBDA + " " + saved + " is not a number in [0, 1]");
+    }
+    return ((Double) saved).floatValue();
+  }
 
   /** Weights by name from safetensors bytes, checked against the card's parameters. */
   public static Map<String, float[]> fromTensors(TrainingSection section,
@@ -34,7 +89,13 @@ public final class PersonalWeights {
         throw new IOException(source + ": parameter " + p.name + " is "
             + (t == null ? "missing" : t + ", expected F32" + Arrays.toString(p.shape)));
       }
-      out.put(p.name, t.floats());
+      float[] values = t.floats();
+      for (float v : values) {
+        if (Float.isNaN(v) || Float.isInfinite(v)) {
+          throw new IOException(source + ": parameter " + p.name + " holds " + v);
+        }
+      }
+      out.put(p.name, values);
     }
     return out;
   }

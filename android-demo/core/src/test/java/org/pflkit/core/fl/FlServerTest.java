@@ -155,7 +155,7 @@ public class FlServerTest {
     refused = stepWith(client, wrongShape, 10);
     assertEquals(422, refused.status);
     assertTrue(refused.detail, refused.detail.contains("head.bias"));
-    assertFalse("a refused update is not kept for resending",
+    assertTrue("a refused update is kept, with the private state it would commit",
         new File(DIRS.get(0), PendingRound.FILE).exists());
 
     Map<String, TensorData> extra = new LinkedHashMap<>(good);
@@ -175,6 +175,7 @@ public class FlServerTest {
     assertNull(client.clientState(task.runId));
 
     GoldenTrainer trainer = new GoldenTrainer(0);
+    client.discardPending();  // the app's call: train the round again
     StepResult result = client.step(trainer);
     assertEquals(StepResult.TRAINED, result.status);
     assertFalse(result.duplicate);
@@ -323,8 +324,10 @@ public class FlServerTest {
     throw new AssertionError("the server accepted " + body.length + " bytes it should refuse");
   }
 
+  /** Train the round again (discarding a refused one) with this update; the refusal. */
   private static ServerRefused stepWith(FederatedClient client, Map<String, TensorData> update,
       long numSamples) throws Exception {
+    client.discardPending();
     try {
       client.step((task, global, state) -> new RoundTrainer.Result(update, numSamples,
           new LinkedHashMap<>(), null));
