@@ -21,8 +21,6 @@ METRICS_KEY = "metrics"
 MAX_METRICS = 64
 MAX_METRIC_NAME = 64
 
-MAX_QUERY_BYTES = 2**20  # JSON body of an algorithm query (POST /v1/runs/{id}/queries/{name})
-
 
 def one_line_detail(body: Any) -> str:
     """An error answer's ``detail`` on one line, as an operator reads it.

@@ -113,6 +113,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     settings = settings or ServerSettings.load()
     return_large_buffers_to_the_os()
     BoundedHeadProtocol.max_head_bytes = settings.max_header_bytes
+    BoundedHeadProtocol.head_timeout = settings.header_timeout
     die_with_the_parent()
     service = build_service(settings, partial(wake, os.environ.get(WAKE_ENV)))
 

@@ -5,9 +5,10 @@
 
 Flags override ``PFL_SERVER_*`` environment variables, which override the config file.
 Before the workers start, the database is prepared once: tables created, the run of
-``--run-config`` created if there is none, and rounds a crash left mid-close reopened. This
-process then keeps the rounds (a ticker thread: open, close at quorum or deadline) while
-uvicorn's HTTP workers, which never import PyTorch, serve the API.
+``--run-config`` created if there is none, rounds a crash left mid-close reopened and blobs a
+crash left half-written deleted. This process then keeps the rounds (a ticker thread: open,
+close at quorum or deadline) while uvicorn's HTTP workers, which never import PyTorch, serve
+the API.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ def serve(
                                ] = None,
     max_header_bytes: Annotated[int | None, typer.Option(help="longer request heads: 431")
                                 ] = None,
+    header_timeout: Annotated[float | None, typer.Option(
+        help="seconds to send a request head; then the connection is closed")] = None,
+    max_json_bytes: Annotated[int | None, typer.Option(help="larger JSON bodies: 413")] = None,
     keep_alive_timeout: Annotated[float | None, typer.Option(
         help="seconds an idle connection stays open")] = None,
     auth_failure_limit: Annotated[int | None, typer.Option(
@@ -86,6 +90,7 @@ def serve(
              "min_enrolled": min_enrolled, "round_deadline": round_deadline,
              "max_upload_bytes": max_upload_bytes, "max_num_samples": max_num_samples,
              "max_header_bytes": max_header_bytes, "keep_alive_timeout": keep_alive_timeout,
+             "header_timeout": header_timeout, "max_json_bytes": max_json_bytes,
              "auth_failure_limit": auth_failure_limit,
              "auth_failure_window": auth_failure_window, "aggregation": aggregation,
              "clip_norm": clip_norm, "tls_certfile": tls_certfile, "tls_keyfile": tls_keyfile}
@@ -116,6 +121,7 @@ def serve(
         service = build_service(settings)
         service.runs.ensure(run_toml)
         reopened = service.rounds.recover()
+        partial = service.store.blobs.remove_partial_writes()
     except ValidationError as err:
         typer.echo(f"pfl-server: {explain(err)}", err=True)
         raise typer.Exit(2) from err
@@ -124,6 +130,9 @@ def serve(
         raise typer.Exit(2) from err
     if reopened:
         logging.getLogger(__name__).warning("reopened %d round(s) a crash left closing", reopened)
+    if partial:
+        logging.getLogger(__name__).warning("deleted %d blob(s) a crash left half-written",
+                                            partial)
     ticker = Ticker(service.rounds, settings.tick_seconds)
     os.environ[WAKE_ENV] = ticker.socket_path  # the workers' uploads wake it
     ticker.start()

@@ -58,6 +58,11 @@ class ServerSettings(BaseSettings):
     auth_failure_limit: int = Field(30, ge=1)
     auth_failure_window: float = Field(60.0, gt=0)  # seconds
     max_header_bytes: int = Field(16 * 1024, ge=1024)  # longer request heads get 431
+    # seconds from a connection's opening (or a request's first byte) to its complete head;
+    # then it is closed (with 408 if a head began): half-open sockets cannot pile up
+    header_timeout: float = Field(30.0, gt=0, le=3600)
+    # larger JSON bodies (runs, tokens, enrollment, queries) get 413, read after credentials
+    max_json_bytes: int = Field(2**20, ge=1024, le=64 * 2**20)
     # seconds an idle HTTP connection is kept open: longer than clients' poll interval and
     # any proxy's idle timeout, so a client rarely reuses one the server is just closing
     keep_alive_timeout: float = Field(75.0, gt=0)

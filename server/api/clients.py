@@ -7,15 +7,21 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request, Response
 
 from pflkit.sdk.protocol import MAX_ID
-from pflkit.server.api.deps import AdminDep, CurrentClient, ServiceDep, throttled
+from pflkit.server.api.bodies import json_body, json_schema
+from pflkit.server.api.deps import AdminDep, CurrentClient, ServiceDep, not_throttled, throttled
 from pflkit.server.api.schemas import ClientPublic, CredentialsPublic, EnrollIn
 
 router = APIRouter(prefix="/clients", tags=["clients"])
 
 
-@router.post("/enroll", status_code=201)
-def enroll(body: EnrollIn, request: Request, service: ServiceDep) -> CredentialsPublic:
-    """Trade a one-time enrollment token for a client id and secret (shown once)."""
+@router.post("/enroll", status_code=201, openapi_extra=json_schema(EnrollIn))
+def enroll(body: Annotated[EnrollIn, json_body(EnrollIn, after=not_throttled)], request: Request,
+           service: ServiceDep) -> CredentialsPublic:
+    """Trade a one-time enrollment token for a client id and secret (shown once).
+
+    The token is in the body, so the body is read before it can be checked: a throttled
+    address is refused first, and the body is bounded like every JSON body.
+    """
     client_id, secret = throttled(request, lambda: service.enrollment.enroll(body.token))
     return CredentialsPublic(client_id=client_id, secret=secret)
 

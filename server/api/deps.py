@@ -48,18 +48,27 @@ def _token(credentials: HTTPAuthorizationCredentials | None) -> str:
     return credentials.credentials
 
 
+def _address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def not_throttled(request: Request) -> None:
+    """Refuse (429) an address over its failed-authentication limit (see ``throttle.py``)."""
+    throttle: FailedAuthThrottle = request.app.state.auth_throttle
+    throttle.check(_address(request))
+
+
 def throttled(request: Request, check: Callable[[], T]) -> T:
     """Run a credentials check, counting its failure against the caller's address.
 
-    An address over the failure limit gets 429 before the check runs (see ``throttle.py``).
+    An address over the failure limit gets 429 before the check runs.
     """
-    throttle: FailedAuthThrottle = request.app.state.auth_throttle
-    address = request.client.host if request.client else "unknown"
-    throttle.check(address)
+    not_throttled(request)
     try:
         return check()
     except Unauthorized:
-        throttle.failed(address)
+        throttle: FailedAuthThrottle = request.app.state.auth_throttle
+        throttle.failed(_address(request))
         raise
 
 

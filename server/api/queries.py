@@ -5,17 +5,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from pflkit.sdk.protocol import MAX_ID, MAX_QUERY_BYTES
+from pflkit.sdk.protocol import MAX_ID
+from pflkit.server.api.bodies import read_json
 from pflkit.server.api.deps import CurrentClient, ServiceDep
 from pflkit.server.api.globals import BINARY_RESPONSES, SAFETENSORS
-from pflkit.server.api.updates import read_body
-from pflkit.server.errors import BadRequest
 
 router = APIRouter(tags=["queries"])
 _BODY = {"requestBody": {"required": True, "content": {"application/json": {
@@ -32,10 +30,6 @@ async def query(run_id: Annotated[int, Path(ge=0, le=MAX_ID)],
     404: the run's algorithm offers no such query; 422: the algorithm refused the body.
     FedRoD (``head``): ``{"class_distribution": [counts or proportions]}`` -> the head.
     """
-    raw = await read_body(request, MAX_QUERY_BYTES)
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as err:
-        raise BadRequest(f"the query body is not JSON ({type(err).__name__})") from err
+    body = await read_json(request)  # after the credentials (CurrentClient) passed
     data = await run_in_threadpool(service.tasks.query, run_id, name, body)
     return Response(data, media_type=SAFETENSORS)

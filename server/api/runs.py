@@ -8,7 +8,8 @@ from fastapi import APIRouter, Path
 from fastapi.concurrency import run_in_threadpool
 
 from pflkit.sdk.protocol import MAX_ID
-from pflkit.server.api.deps import AdminDep, ServiceDep
+from pflkit.server.api.bodies import json_body, json_schema
+from pflkit.server.api.deps import AdminDep, ServiceDep, require_admin
 from pflkit.server.api.schemas import RunCreateIn, RunPublic
 from pflkit.server.errors import Invalid
 
@@ -16,8 +17,9 @@ router = APIRouter(prefix="/runs", tags=["runs"])
 RunId = Annotated[int, Path(ge=0, le=MAX_ID)]
 
 
-@router.post("", status_code=201)
-async def create_run(body: RunCreateIn, service: ServiceDep, _: AdminDep) -> RunPublic:
+@router.post("", status_code=201, openapi_extra=json_schema(RunCreateIn))
+async def create_run(body: Annotated[RunCreateIn, json_body(RunCreateIn, after=require_admin)],
+                     service: ServiceDep) -> RunPublic:
     """Create a run from a pfl-sim TOML config; 409 while another run is active or paused."""
     text = body.config_toml
     if text is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from pflkit.sdk.protocol import MAX_ID
 
@@ -16,7 +16,13 @@ class HealthPublic(BaseModel):
     database: Literal["ok"]
 
 
-class RunCreateIn(BaseModel):
+class JsonIn(BaseModel):
+    """A JSON request body: strict (``"8"`` and ``true`` are not integers), no unknown fields."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class RunCreateIn(JsonIn):
     """A new run: a pfl-sim TOML config (None: the server's ``run_config`` file)."""
 
     config_toml: str | None = Field(None, max_length=1_000_000)
@@ -56,7 +62,7 @@ class RunPublic(BaseModel):
     history: list[RoundHistoryPublic]
 
 
-class TokenCreateIn(BaseModel):
+class TokenCreateIn(JsonIn):
     """Options of a new enrollment token."""
 
     client_id: int | None = Field(None, ge=0, le=MAX_ID)  # reserve this client id
@@ -71,7 +77,7 @@ class TokenPublic(BaseModel):
     client_id: int | None
 
 
-class EnrollIn(BaseModel):
+class EnrollIn(JsonIn):
     """A device trading its enrollment token."""
 
     token: str = Field(min_length=1, max_length=256)

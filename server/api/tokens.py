@@ -7,14 +7,16 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 
 from pflkit.sdk.protocol import MAX_ID
-from pflkit.server.api.deps import AdminDep, ServiceDep
+from pflkit.server.api.bodies import json_body, json_schema
+from pflkit.server.api.deps import AdminDep, ServiceDep, require_admin
 from pflkit.server.api.schemas import TokenCreateIn, TokenPublic
 
 router = APIRouter(prefix="/enrollment-tokens", tags=["enrollment"])
 
 
-@router.post("", status_code=201)
-def issue_token(body: TokenCreateIn, service: ServiceDep, _: AdminDep) -> TokenPublic:
+@router.post("", status_code=201, openapi_extra=json_schema(TokenCreateIn))
+def issue_token(body: Annotated[TokenCreateIn, json_body(TokenCreateIn, after=require_admin)],
+                service: ServiceDep) -> TokenPublic:
     """Issue a token (optionally reserving a client id); only its hash is stored."""
     token_id, token = service.enrollment.issue_token(body.client_id, body.ttl_seconds)
     return TokenPublic(id=token_id, token=token, client_id=body.client_id)

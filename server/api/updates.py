@@ -9,27 +9,13 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from pflkit.sdk.protocol import MAX_ID
+from pflkit.server.api.bodies import read_body
 from pflkit.server.api.deps import CurrentClient, ServiceDep
 from pflkit.server.api.schemas import ReceiptPublic
-from pflkit.server.errors import TooLarge
 
 router = APIRouter(tags=["updates"])
 _BODY = {"requestBody": {"required": True, "content": {"application/octet-stream": {
     "schema": {"type": "string", "format": "binary"}}}}}
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """Read the body, refusing it (413) as soon as it exceeds ``limit`` bytes."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise TooLarge(f"body of {declared} bytes exceeds the {limit}-byte limit")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge(f"body exceeds the {limit}-byte limit")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 @router.put("/runs/{run_id}/rounds/{round_index}/update", openapi_extra=_BODY)
@@ -53,7 +39,7 @@ async def upload_update(
     admission = await run_in_threadpool(service.uploads.admit, client_id, run_id, round_index,
                                         num_samples)
     admitted = time.perf_counter()
-    body = await read_body(request, service.settings.max_upload_bytes)
+    body = await read_body(request, service.settings.max_upload_bytes, "max_upload_bytes")
     received = time.perf_counter()
     receipt = await run_in_threadpool(service.uploads.store_update, admission, body)
     accepted = time.perf_counter()

@@ -196,6 +196,7 @@ def test_url_and_token_come_from_flags_then_environment_then_config_file(make_se
     config = tmp_path / "home" / ".config" / "pflkit" / "admin.toml"
     config.parent.mkdir(parents=True)
     (config.parent / "admin.token").write_text(ADMIN + "\n")
+    (config.parent / "admin.token").chmod(0o600)  # else a warning precedes each error line
     config.write_text(f'url = "{server.url}"\ntoken_file = "admin.token"\n')
     assert ok(admin(tmp_path, "clients", "list")).strip() == "no clients enrolled"
     wrong_token = {"PFLKIT_ADMIN_TOKEN": "wrong"}

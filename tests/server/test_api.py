@@ -252,6 +252,22 @@ def test_enrollment_tokens_are_single_use_revocable_and_reserve_ids(api):
     assert httpx.post(enroll, json={"token": "pfe_unknown"}).status_code == 401
 
 
+def test_json_fields_are_strict_no_coercion_no_unknown_keys(api):
+    """``{"client_id": "8"}`` reserved id 8 and ``true`` was read as 1."""
+    server, _ = api
+    with server.admin() as http:
+        for body in ({"client_id": "8"}, {"client_id": True}, {"client_id": 8.0},
+                     {"ttl_seconds": "3600"}, {"ttl_seconds": True}, {"client": 8}):
+            reply = http.post("/v1/enrollment-tokens", json=body)
+            assert reply.status_code == 422 and reply.json()["detail"], (body, reply.text)
+        issued = http.post("/v1/enrollment-tokens", json={"client_id": 8, "ttl_seconds": 60})
+        assert issued.status_code == 201, issued.text  # id 8 was not reserved by the above
+        assert http.delete(f"/v1/enrollment-tokens/{issued.json()['id']}").status_code == 204
+        assert http.post("/v1/runs", json={"config_toml": 5}).status_code == 422
+    enroll = f"{server.url}/v1/clients/enroll"
+    assert httpx.post(enroll, json={"token": 5}).status_code == 422
+
+
 def test_global_state_download_is_cacheable_by_hash(api):
     server, secrets = api
     rnd = open_round(server, secrets)
@@ -403,6 +419,19 @@ def test_unparseable_json_values_are_refused_with_4xx(api, operation, value):
         assert reply.status_code in (400, 422), (body[:60], reply.status_code, reply.text[:200])
         assert reply.json()["detail"]
     assert snapshot(server) == before
+
+
+@pytest.mark.parametrize("operation", list(JSON_BODIES))
+def test_a_body_that_is_not_json_gets_400_and_json_of_another_shape_422(api, operation):
+    """One rule for every JSON endpoint (docs/server.md): tokens, enroll and runs said 422."""
+    server, _ = api
+    path, admin, _ = JSON_BODIES[operation]
+    headers = {"Content-Type": "application/json", **(auth(ADMIN) if admin else {})}
+    for raw, status in [("not json", 400), ("", 400), ('{"token": ', 400), ("NaN", 400),
+                        ('{"a": 1} {"b": 2}', 400), ("[]", 422), ("null", 422),
+                        ('{"no such field": 1}', 422)]:
+        reply = httpx.post(f"{server.url}{path}", content=raw, headers=headers)
+        assert reply.status_code == status and reply.json()["detail"], (raw, reply.text)
 
 
 def json_operations(schema) -> list:
