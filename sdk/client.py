@@ -108,7 +108,10 @@ class FederatedClient:
                  timeout: float = 120.0, device: str = "cpu", precision: str = "fp32",
                  allow_imports: Sequence[str] = ()) -> None:
         self.server = server.rstrip("/")
-        self.imports = ImportPolicy.allowing(allow_imports, ALLOW_IMPORTS)
+        try:
+            self.imports = ImportPolicy.allowing(allow_imports, ALLOW_IMPORTS)
+        except ValueError as err:
+            raise ValueError(f"allow_imports: {err}") from None
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.device = resolve_device(device)

@@ -71,8 +71,8 @@ class ImportPolicy:
     def __post_init__(self) -> None:
         for name in self.allowed:
             if not (_is_module(name) or _is_import_path(name)):
-                raise ValueError(f"{self.setting}: {name!r} is not a package name or an "
-                                 "import path 'package.module:attr'")
+                raise ValueError(f"{name!r} is neither a package name nor an import path "
+                                 "'package.module:attr'")
 
     @classmethod
     def allowing(cls, names: Iterable[str], setting: str) -> ImportPolicy:

@@ -15,12 +15,14 @@ import sys
 import httpx
 import pytest
 import torch
+from pydantic import ValidationError
 
 from pflkit.sdk.client import FederatedClient
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.registry import OWN_CONFIG, ImportPolicy, ImportRefused
 from pflkit.sdk.run_config import ConfigError, SimConfig
 from pflkit.sdk.task_config import TaskConfig
+from pflkit.server.settings import ServerSettings, explain
 
 PROBE = '''\
 import pathlib
@@ -97,7 +99,7 @@ def test_an_import_path_is_refused_before_importing_unless_its_package_is_allowe
 
 
 def test_the_allow_list_names_packages_or_exact_paths_and_nothing_is_imported_to_decide(
-        monkeypatch):
+        monkeypatch, tmp_path):
     policy = ImportPolicy.allowing(["myapp", "other.nets:Net,  third.sub"], "x")
     assert policy.permits("model", "myapp:Net") and policy.permits("model", "myapp.nets.v2:Net")
     assert policy.permits("model", "other.nets:Net") and policy.permits("model", "third.sub.m:N")
@@ -113,8 +115,16 @@ def test_the_allow_list_names_packages_or_exact_paths_and_nothing_is_imported_to
     assert not ImportPolicy().permits("dataset", "sensorkit.nets:SensorNet")
     assert not ImportPolicy().permits("model", "sensorkit.nets:Other")
     for bad in ("my app", "../x", "x:", ":y", "x::y", "*"):
-        with pytest.raises(ValueError, match="is not a package name"):
+        with pytest.raises(ValueError, match="is neither a package name nor an import path"):
             ImportPolicy.allowing([bad], "x")
+    with pytest.raises(ValueError, match="^allow_imports: 'my app' is neither"):
+        FederatedClient("http://fl.test", tmp_path, LabeledTensors(torch.rand(2, 3), torch.ones(2)),
+                        allow_imports=["my app"])
+    with pytest.raises(ValidationError) as refused:
+        ServerSettings(admin_token="x" * 20, allow_imports="myapp,my app")
+    assert explain(refused.value) == ("--allow-imports (or PFL_SERVER_ALLOW_IMPORTS): 'my app' "
+                                      "is neither a package name nor an import path "
+                                      "'package.module:attr'")
 
 
 @pytest.mark.parametrize("field,attr,message", [
