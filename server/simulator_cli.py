@@ -95,14 +95,15 @@ def main(
     ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
     personalize_on: Annotated[str | None, typer.Option(
         help="post-federation stage engine: eager | executorch (docs/on-device.md)")] = None,
-    quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+    quiet: Annotated[bool, typer.Option(help="no progress bars or warnings; errors only")
+                     ] = False,
 ) -> None:
     """Run (or resume) a simulation and write its run directory and report."""
     if ctx.invoked_subcommand is not None:
         return
     from pflkit.server.simulator import Simulation
 
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.ERROR if quiet else logging.WARNING)
     add_project_path()
     execution_flags = {"execution.executor": executor, "execution.device": device,
                        "execution.precision": precision, "execution.ray_address": ray_address,

@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,3 +69,14 @@ def test_mean_std_across_clients_ignores_nan():
 def test_scores_bundle():
     s = scores_from_logits(torch.tensor([[2.0, 0.0], [0.0, 2.0]]), torch.tensor([0, 0]))
     assert s.top1 == 0.5 and s.n == 2 and 0 <= s.ece <= 1
+
+
+def test_ece_bins_are_closed_on_the_right_as_docs_simulator_md_says():
+    """Guo et al.'s (lo, hi] bins: an edge goes to the bin below it, a confidence of 1.0 to
+    the last bin ([lo, hi) bins would put both rows below into the upper bin: ECE 0.25)."""
+    logits = torch.tensor([[0.0, 0.0], [0.0, -math.inf]])  # confidences exactly 0.5 and 1.0
+    y = torch.tensor([0, 1])  # the first right, the second wrong
+    ece, mce = calibration_errors(logits, y, num_bins=2)  # edges 0, 0.5, 1
+    assert ece == (0.5 + 1.0) / 2 and mce == 1.0
+    doc = (Path(__file__).parents[2] / "docs" / "simulator.md").read_text()
+    assert "bin b holds confidences in (b/15, (b+1)/15], closed on the right" in doc

@@ -13,6 +13,9 @@ clients still stepping (their momentum and weight decay). ``TOLERANCE`` sits bet
 
 import logging
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -84,3 +87,14 @@ def test_a_method_that_cannot_batch_logs_why_and_runs_as_sequential(tmp_path, ca
     assert batched.final == sequential.final
     assert all(torch.equal(batched.global_state[k], sequential.global_state[k])
                for k in sequential.global_state)
+
+
+def test_quiet_pfl_sim_prints_nothing_but_its_result_for_a_method_that_cannot_batch(tmp_path):
+    """--quiet: no warning on stderr (the fallback to one by one is logged at WARNING)."""
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "pfl-sim"), "--out", str(tmp_path / "run"),
+         "--dataset", "digits", "--clients", "3", "--model", "twonn", "--rounds", "1",
+         "--epochs", "1", "--algorithm", "local", "--executor", "batched", "--quiet"],
+        capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == f"report: {tmp_path / 'run' / 'report.md'}"
