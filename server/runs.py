@@ -12,7 +12,9 @@ import logging
 import multiprocessing
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,6 +85,28 @@ class RunRules:
         return path
 
 
+@contextmanager
+def refused_as_invalid() -> Iterator[None]:
+    """A run config that cannot be built is the admin's 422, in one line, never a 500.
+
+    Code of an allowed package may raise anything while it builds: its traceback goes to the
+    server's log for the operator.
+    """
+    from pflkit.sdk.registry import ExtensionError
+    from pflkit.sdk.run_config import ConfigError
+
+    try:
+        yield
+    except Invalid:
+        raise
+    except (ConfigError, ExtensionError, KeyError, ValueError, OSError) as err:
+        raise Invalid(f"run config: {err}") from err
+    except Exception as err:  # the allowed packages' own code, whatever it raises
+        log.exception("building a run config failed")
+        raise Invalid(f"run config: building the run failed ({type(err).__name__}: "
+                      f"{' '.join(str(err).split())})") from err
+
+
 def build_setup(config_toml: str, rules: RunRules) -> RunSetup:
     """Resolve a pfl-sim TOML into algorithm and schedule (the dataset's files are not read).
 
@@ -90,15 +114,12 @@ def build_setup(config_toml: str, rules: RunRules) -> RunSetup:
     a dataset that needs its files to tell its spec reads them only inside ``dataset_dir``.
     """
     from pflkit.sdk.builder import build_algorithm, data_spec
-    from pflkit.sdk.registry import ExtensionError
-    from pflkit.sdk.run_config import ConfigError, SimConfig
+    from pflkit.sdk.run_config import SimConfig
 
-    try:
+    with refused_as_invalid():
         config = SimConfig.from_toml(config_toml, "config_toml", rules.imports)
         spec = data_spec(config, rules.data_root(config.data.root))
         algorithm = build_algorithm(config, spec)
-    except (ConfigError, ExtensionError, KeyError, ValueError, OSError) as err:
-        raise Invalid(f"run config: {err}") from err
     schedule = config.schedule()
     if rules.clients_per_round is not None:
         schedule = replace(schedule, clients_per_round=rules.clients_per_round)
@@ -123,7 +144,8 @@ def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules) -> tuple[str,
     from pflkit.sdk.tensorio import state_to_bytes
 
     setup = build_setup(config_toml, rules)
-    state = setup.algorithm.init_global(setup.config.seed)
+    with refused_as_invalid():  # builds the model
+        state = setup.algorithm.init_global(setup.config.seed)
     digest = BlobStore(blob_dir).put(state_to_bytes(state, {"rounds_done": "0"}))
     return digest, setup.config.rounds, plan_of(setup, state)
 

@@ -12,6 +12,7 @@ import os
 import subprocess
 
 import numpy as np
+import pytest
 from server_harness import ADMIN, BIN, client_data_dirs, run_toml, spawn_client
 
 PROBE = """\
@@ -121,3 +122,23 @@ def test_pfl_server_refuses_a_run_config_naming_code_it_was_not_allowed_in_one_l
         done = subprocess.run([*base, *flags], capture_output=True, text=True, env=env,
                               timeout=300)
         assert (done.returncode, done.stderr.strip()) == (2, f"pfl-server: {message}")
+
+
+def test_code_of_an_allowed_package_that_fails_while_building_is_a_422_not_a_500(tmp_path,
+                                                                                  monkeypatch):
+    """``os:makedirs`` takes two arguments, so only the call tells: its TypeError was a 500."""
+    from pflkit.sdk.registry import ImportPolicy
+    from pflkit.server.errors import Invalid
+    from pflkit.server.runs import RunRules, prepare_run
+
+    (tmp_path / "probe_boom.py").write_text(
+        "def net(shape, num_classes):\n    raise RuntimeError('boom\\n at line 2')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rules = RunRules(imports=ImportPolicy.allowing(["os", "probe_boom"], "allow_imports"))
+    for model, detail in [("os:makedirs", "TypeError: "),
+                          ("probe_boom:net", "RuntimeError: boom at line 2)")]:
+        with pytest.raises(Invalid) as refused:
+            prepare_run(run_toml(model=model), tmp_path / "blobs", rules)
+        assert refused.value.status == 422
+        assert refused.value.message.startswith("run config: building the run failed (")
+        assert detail in refused.value.message and "\n" not in refused.value.message
