@@ -323,7 +323,8 @@ def main() -> None:
         if isinstance(err, getattr(click_errors, "NoArgsIsHelpError", ())):
             err.show()  # a group without its command: the help, as click shows it
         else:
-            where = f" (see '{err.ctx.command_path} --help')" if getattr(err, "ctx", None) else ""
+            ctx = getattr(err, "ctx", None)  # usage errors know their command
+            where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
             reason = " ".join(err.format_message().split()).rstrip(".")
             typer.echo(f"pfl-admin: {reason}{where}", err=True)
         raise SystemExit(err.exit_code) from None
