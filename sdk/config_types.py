@@ -3,15 +3,21 @@
 TOML has integers, floats, strings and booleans, so a value of the wrong kind is a mistake to
 report, never something to convert: ``rounds = "2"`` and ``lr = "fast"`` are refused, and so
 are ``epochs = 2.0`` and ``rounds = true``. The one conversion allowed is an integer where a
-float is expected (``lr = 1``). NaN and infinity are refused everywhere.
+float is expected (``lr = 1``). NaN and infinity are refused everywhere, and every number of a
+run config has a documented range (:func:`in_range`): nothing a config says may overflow,
+allocate terabytes or run for centuries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, Strict, ValidationError
+from pydantic import AfterValidator, ConfigDict, Field, Strict, ValidationError
 
 # Schemas forbid unknown keys (a typo is an error, not a silently ignored setting).
 STRICT_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -22,10 +28,47 @@ NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 Float = Annotated[float, Strict()]
 PositiveFloat = Annotated[float, Strict(), Field(gt=0)]
 NonNegativeFloat = Annotated[float, Strict(), Field(ge=0)]
-Fraction = Annotated[float, Strict(), Field(ge=0, le=1)]  # a share in [0, 1]
 Name = Annotated[str, Strict(), Field(min_length=1)]
 Text = Annotated[str, Strict()]
 Bool = Annotated[bool, Strict()]
+
+
+def in_range(low: float, high: float, *, open_low: bool = False,
+             open_high: bool = False) -> AfterValidator:
+    """A validator for ``Annotated[...]``: the number must lie in [low, high] (or open ends).
+
+    Its one-line message names the whole range (``must be in (0, 10], got 1e+300``), not just
+    the bound that was crossed; float bounds (``0.0``) are shown as ``0``, int bounds as ints.
+    """
+    shown = f"{'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}" \
+        if isinstance(low, float) else f"[{low}, {high}]"
+
+    def check(value: float) -> float:
+        inside = low <= value <= high and not (open_low and value == low) \
+            and not (open_high and value == high)
+        if not inside:  # NaN too: every comparison with it is False
+            raise ValueError(f"must be in {shown}, got {value!r}")
+        return value
+
+    return AfterValidator(check)
+
+
+Fraction = Annotated[float, Strict(), in_range(0.0, 1.0)]  # a share
+# Ranges shared by the run config, a client's task and LocalTraining (docs/simulator.md).
+LearningRate = Annotated[float, Strict(), in_range(0.0, 10.0, open_low=True)]
+Momentum = Annotated[float, Strict(), in_range(0.0, 1.0, open_high=True)]  # 1: never forgets
+WeightDecay = Annotated[float, Strict(), in_range(0.0, 1.0)]
+Epochs = Annotated[int, Strict(), in_range(0, 1000)]
+BatchSize = Annotated[int, Strict(), in_range(1, 2**16)]
+# numpy's legacy seed range; derive_seed turns it into the per-purpose 63-bit seeds
+Seed = Annotated[int, Strict(), in_range(0, 2**32 - 1)]
+MAX_ROUNDS = 100_000
+MAX_CLIENTS = 100_000  # clients of one federation (and a round's sample)
+Rounds = Annotated[int, Strict(), in_range(1, MAX_ROUNDS)]
+
+# Words users write for keys our schemas abbreviate: tried before the fuzzy match.
+_GLOSSARY = {"learning_rate": "lr", "learningrate": "lr"}
+
 
 class ConfigError(ValueError):
     """A configuration has an unknown key or a bad value (one line naming the key)."""
@@ -39,16 +82,56 @@ _MESSAGES = {
 }
 
 
-def describe(err: ValidationError, key: Callable[[Sequence[Any]], str] = ".".join) -> str:
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The known key ``name`` most likely meant (``learning_rate`` -> ``lr``), or None."""
+    known = list(known)
+    word = name.lower().replace("-", "_")
+    for long, short in _GLOSSARY.items():
+        word = word.replace(long, short)
+    if word in known:
+        return word
+    match = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def fields_at(root: type) -> Callable[[Sequence[str]], list[str]]:
+    """For :func:`describe`: the field names of the (nested) dataclass at a location in ``root``."""
+    def known(loc: Sequence[str]) -> list[str]:
+        node: Any = root
+        for part in loc:
+            hints = typing.get_type_hints(node) if dataclasses.is_dataclass(node) else {}
+            node = _dataclass_in(hints.get(part))
+        return [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) \
+            else []
+    return known
+
+
+def _dataclass_in(hint: Any) -> Any:
+    """The dataclass inside ``X``, ``X | None`` or ``Annotated[X, ...]`` (else None)."""
+    if dataclasses.is_dataclass(hint):
+        return hint
+    if typing.get_origin(hint) in (Annotated, typing.Union, types.UnionType):
+        return next((d for d in map(_dataclass_in, typing.get_args(hint)) if d), None)
+    return None
+
+
+def describe(err: ValidationError, key: Callable[[Sequence[Any]], str] = ".".join,
+             known: Callable[[Sequence[str]], Iterable[str]] | None = None) -> str:
     """The first error of ``err`` as ``key: what is wrong (got value)``, on one line.
 
-    ``key`` turns pydantic's location tuple into the name the user wrote (a TOML key, a flag).
+    ``key`` turns pydantic's location tuple into the name the user wrote (a TOML key, a flag);
+    ``known(parent location)`` lists the keys allowed there, so an unknown key comes with the
+    closest known one (``training.learning_rate: unknown key (did you mean training.lr?)``).
     """
     first = err.errors()[0]
     loc = [str(part) for part in first["loc"]]
     kind = first["type"]
     if kind in _MESSAGES:
         reason = _MESSAGES[kind]
+        guess = closest(loc[-1], known(loc[:-1])) if known and loc and \
+            reason == "unknown key" else None
+        if guess:
+            reason += f" (did you mean {key([*loc[:-1], guess])}?)"
     elif kind == "value_error":
         reason = str(first.get("ctx", {}).get("error", first["msg"]))
     else:

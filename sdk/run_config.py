@@ -38,15 +38,22 @@ from pydantic import AfterValidator, Strict, TypeAdapter, ValidationError
 from pflkit.sdk.algorithms.base import LocalTraining, algorithm_class, check_algorithm
 from pflkit.sdk.config_toml import apply_overrides, dump_toml, parse_toml, read_toml
 from pflkit.sdk.config_types import (
+    MAX_CLIENTS,
     STRICT_CONFIG,
+    BatchSize,
+    Epochs,
     Fraction,
+    LearningRate,
+    Momentum,
     Name,
-    NonNegativeFloat,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
+    Rounds,
+    Seed,
     Text,
+    WeightDecay,
+    closest,
     describe,
+    fields_at,
+    in_range,
 )
 from pflkit.sdk.config_types import ConfigError as ConfigError  # re-exported: callers catch it
 from pflkit.sdk.data.datasets import dataset_source
@@ -82,6 +89,8 @@ class Schedule:
 
 
 PERSONALIZE_ENGINES = ("eager", "executorch")  # executorch: docs/on-device.md
+# the last round's lr may not fall below float32's smallest normal: SGD would round it to 0
+MIN_LR = 2.0**-126
 
 
 _schema = pydantic.dataclasses.dataclass(frozen=True, config=STRICT_CONFIG)
@@ -93,7 +102,9 @@ class DataConfig:
 
     dataset: Name = "fmnist"  # built-in name, package.module:attr, or an entry point
     root: Text | None = None  # folder with the dataset files (None: the dataset's defaults)
-    resize: PositiveInt | None = None  # square side to resize images to (e.g. 32 for LeNet-5)
+    # square side to resize images to (e.g. 32 for LeNet-5); 512 is the most: 3 x 512 x 512
+    # inputs already give a two-layer MLP 157 M weights
+    resize: Annotated[int, Strict(), in_range(1, 512)] | None = None
     partition: PartitionConfig = field(default_factory=PartitionConfig)
 
 
@@ -101,14 +112,15 @@ class DataConfig:
 class TrainingConfig:
     """Round schedule and client-side SGD."""
 
-    clients_per_round: PositiveInt | None = None  # a count, or None to use fraction
+    # a count (at most data.num_clients), or None to use fraction
+    clients_per_round: Annotated[int, Strict(), in_range(1, MAX_CLIENTS)] | None = None
     fraction: Fraction = 0.2
-    epochs: NonNegativeInt = 5
-    batch_size: PositiveInt = 40
-    lr: PositiveFloat = 0.01
-    lr_decay: PositiveFloat = 0.99
-    momentum: NonNegativeFloat = 0.9
-    weight_decay: NonNegativeFloat = 1e-5
+    epochs: Epochs = 5
+    batch_size: BatchSize = 40
+    lr: LearningRate = 0.01
+    lr_decay: Annotated[float, Strict(), in_range(0.0, 1.0, open_low=True)] = 0.99
+    momentum: Momentum = 0.9
+    weight_decay: WeightDecay = 1e-5
 
     def local(self) -> LocalTraining:
         """The client-side part."""
@@ -135,9 +147,12 @@ class ExecutionConfig:
     device: Annotated[str, Strict(), AfterValidator(check_device)] = "cpu"  # auto | cpu | cuda:N
     precision: Annotated[str, Strict(), AfterValidator(_precision)] = "fp32"  # fp32 | bf16
     ray_address: Text | None = None  # None: start a local Ray on this machine's cores
-    num_cpus: PositiveFloat = 1.0  # Ray: CPUs per client fit (= torch threads of a worker)
-    num_gpus: NonNegativeFloat = 0.0  # Ray: GPUs per client fit (fractions share one GPU)
-    workers: PositiveInt | None = None  # Ray: worker processes (None: as many as fit)
+    # Ray: CPUs per client fit (= torch threads of a worker)
+    num_cpus: Annotated[float, Strict(), in_range(0.0, 1024.0, open_low=True)] = 1.0
+    # Ray: GPUs per client fit (fractions share one GPU)
+    num_gpus: Annotated[float, Strict(), in_range(0.0, 64.0)] = 0.0
+    # Ray: worker processes (None: as many as fit)
+    workers: Annotated[int, Strict(), in_range(1, 1024)] | None = None
     # the post-federation stage: eager | executorch (docs/on-device.md)
     personalize_on: Annotated[str, Strict(), AfterValidator(_engine)] = "eager"
 
@@ -146,10 +161,10 @@ class ExecutionConfig:
 class SimConfig:
     """A whole run. Constructing one validates it, names and hyperparameters included."""
 
-    seed: NonNegativeInt = 0
-    rounds: PositiveInt = 100
-    eval_interval: PositiveInt = 10  # evaluate every this many rounds (and after the last)
-    checkpoint_interval: PositiveInt = 10  # keep a global checkpoint every this many rounds
+    seed: Seed = 0
+    rounds: Rounds = 100
+    eval_interval: Rounds = 10  # evaluate every this many rounds (and after the last)
+    checkpoint_interval: Rounds = 10  # keep a global checkpoint every this many rounds
     data: DataConfig = field(default_factory=DataConfig)
     model: Name = "fedrod_convnet"  # built-in name, package.module:attr, or an entry point
     algorithm: Name = "fedavg"  # idem
@@ -158,6 +173,12 @@ class SimConfig:
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
 
     def __post_init__(self) -> None:
+        t = self.training
+        last_lr = t.lr * t.lr_decay**self.rounds  # ranges above: no overflow, maybe 0
+        if last_lr < MIN_LR:
+            raise _KeyedError("training.lr_decay", f"lr x lr_decay ** rounds = {t.lr:g} x "
+                              f"{t.lr_decay:g} ** {self.rounds} = {last_lr:g} is below "
+                              f"{MIN_LR:.3g} (float32's smallest normal)")
         part, per_round = self.data.partition, self.training.clients_per_round
         trainers = part.num_clients - part.num_new_clients
         if per_round is not None and per_round > trainers:
@@ -211,19 +232,20 @@ class SimConfig:
         try:
             return _ADAPTER.validate_python(layout)
         except ValidationError as err:
-            raise ConfigError(describe(err, _toml_key)) from None
+            raise ConfigError(describe(err, _toml_key, _toml_keys)) from None
 
     @classmethod
     def from_toml(cls, text: str, source: str = "config", imports: ImportPolicy = OWN_CONFIG
                   ) -> SimConfig:
-        """Parse and validate TOML text (``source`` names it in a syntax error)."""
-        return cls.from_mapping(parse_toml(text, source), imports)
+        """Parse and validate TOML text (``source`` names it in a syntax error); never empty."""
+        return cls.from_mapping(_not_empty(parse_toml(text, source), source), imports)
 
     @classmethod
     def load(cls, path: Path, overrides: Sequence[str] = (),
              imports: ImportPolicy = OWN_CONFIG) -> SimConfig:
-        """Read a TOML file, apply ``KEY=VALUE`` overrides, validate the result."""
-        return cls.from_mapping(apply_overrides(read_toml(Path(path)), overrides), imports)
+        """Read a TOML file, apply ``KEY=VALUE`` overrides, validate the result (never empty)."""
+        raw = _not_empty(apply_overrides(read_toml(Path(path)), overrides), str(path))
+        return cls.from_mapping(raw, imports)
 
     def replace(self, **changes: Any) -> SimConfig:
         """A validated copy with some top-level fields changed."""
@@ -259,8 +281,10 @@ def _python_layout(raw: Mapping[str, Any]) -> dict[str, Any]:
         table = dict(raw.get(section, {}))
         extra = sorted(set(table) - allowed)
         if extra:
-            raise ConfigError(f"{section}.{extra[0]}: unknown key (known: "
-                              f"{', '.join(sorted(allowed))})")
+            guess = closest(extra[0], sorted(allowed))
+            hint = f"did you mean {section}.{guess}?" if guess else \
+                f"known: {', '.join(sorted(allowed))}"
+            raise ConfigError(f"{section}.{extra[0]}: unknown key ({hint})")
         if "name" in table:
             out[section] = table["name"]
     if "params" in raw.get("algorithm", {}):
@@ -283,6 +307,20 @@ def _check_imports(layout: Mapping[str, Any], imports: ImportPolicy) -> None:
                 imports.check(kind, ref)
             except ExtensionError as err:
                 raise ConfigError(f"{key}: {err}") from None
+
+
+def _not_empty(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """Refuse a config without keys: the defaults alone are a 100-round run nobody asked for."""
+    if not raw:
+        raise ConfigError(f"{source}: has no keys (an empty run config would start a "
+                          f"{SimConfig.rounds}-round run of the defaults)")
+    return raw
+
+
+def _toml_keys(table: Sequence[str]) -> list[str]:
+    """The keys the run config allows in a TOML table (pydantic's location of it)."""
+    keys = [k for k in fields_at(SimConfig)(table) if k not in ("params", "partition")]
+    return [*keys, *sorted(_PARTITION_KEYS)] if list(table) == ["data"] else keys
 
 
 def _toml_key(loc: Sequence[str]) -> str:

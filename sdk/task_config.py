@@ -21,11 +21,13 @@ from pflkit.sdk.algorithms.base import Algorithm, LocalTraining
 from pflkit.sdk.builder import algorithm_for
 from pflkit.sdk.config_types import (
     STRICT_CONFIG,
+    LearningRate,
     Name,
-    NonNegativeInt,
-    PositiveFloat,
     PositiveInt,
+    Rounds,
+    Seed,
     describe,
+    fields_at,
 )
 from pflkit.sdk.data.spec import DatasetSpec
 from pflkit.sdk.registry import ImportPolicy, ImportRefused
@@ -41,9 +43,9 @@ class TaskConfig:
     model: Name
     input_shape: tuple[PositiveInt, ...]  # one input without the batch dimension
     num_classes: PositiveInt
-    seed: NonNegativeInt
-    total_rounds: PositiveInt
-    lr: PositiveFloat  # this round's (decayed) learning rate
+    seed: Seed
+    total_rounds: Rounds
+    lr: LearningRate  # this round's (decayed) learning rate
     local: LocalTraining
 
     @classmethod
@@ -62,7 +64,7 @@ class TaskConfig:
         try:
             task = _ADAPTER.validate_python(dict(raw))
         except ValidationError as err:
-            raise ConfigError(f"task config: {describe(err)}") from None
+            raise ConfigError(f"task config: {describe(err, known=fields_at(cls))}") from None
         for kind, ref in (("algorithm", task.algorithm), ("model", task.model)):
             try:
                 imports.check(kind, ref)

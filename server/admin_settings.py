@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from pflkit.sdk.config_toml import read_toml
-from pflkit.sdk.config_types import ConfigError
+from pflkit.sdk.config_types import ConfigError, closest
 
 URL_ENV = "PFLKIT_URL"
 TOKEN_ENV = "PFLKIT_ADMIN_TOKEN"
@@ -111,8 +111,9 @@ def _config_file(path: Path | None) -> tuple[dict[str, Any], Path | None]:
         raise SettingsError(f"config file {err}") from None
     unknown = sorted(set(values) - set(FILE_KEYS))
     if unknown:
-        raise SettingsError(f"config file {path}: unknown key {unknown[0]!r} "
-                            f"(known: {', '.join(FILE_KEYS)})")
+        guess = closest(unknown[0], FILE_KEYS)
+        hint = f"did you mean {guess!r}?" if guess else f"known: {', '.join(FILE_KEYS)}"
+        raise SettingsError(f"config file {path}: unknown key {unknown[0]!r} ({hint})")
     wrong = [k for k, v in values.items() if not isinstance(v, str) or not v.strip()]
     if wrong:
         raise SettingsError(f"config file {path}: {wrong[0]} must be a non-empty string")

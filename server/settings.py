@@ -21,11 +21,15 @@ from pydantic_settings import (
 )
 
 from pflkit.sdk.config_toml import read_toml
-from pflkit.sdk.config_types import describe
+from pflkit.sdk.config_types import MAX_CLIENTS, closest, describe, in_range
 from pflkit.sdk.registry import ImportPolicy
 
 ENV_PREFIX = "PFL_SERVER_"
 FLAGS = {"admin_token": "--admin-token-file"}  # settings whose pfl-server flag is not --<name>
+# Every number has a range (docs/server.md): no setting may be infinite, NaN, or so large
+# that the server waits for ever or allocates without bound.
+WEEK = 7 * 24 * 3600.0
+Clients = Annotated[int, in_range(1, MAX_CLIENTS)]
 ALLOW_IMPORTS = f"the server's allow_imports (--allow-imports, {ENV_PREFIX}ALLOW_IMPORTS)"
 
 
@@ -39,7 +43,7 @@ class ServerSettings(BaseSettings):
     blob_dir: Path | None = None  # None: DATA_DIR/blobs (share it between replicas)
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    workers: int = Field(1, ge=1)  # uvicorn worker processes sharing the database
+    workers: Annotated[int, in_range(1, 64)] = 1  # uvicorn worker processes sharing the database
     tls_certfile: Path | None = None
     tls_keyfile: Path | None = None
     admin_token: SecretStr = Field(min_length=16)  # required: Bearer token of the admin API
@@ -49,29 +53,35 @@ class ServerSettings(BaseSettings):
     # A flag or environment variable takes them comma-separated
     allow_imports: Annotated[tuple[str, ...], NoDecode] = ()
     dataset_dir: Path | None = None  # a run config's [data] root lies in it (None: no root)
-    clients_per_round: int | None = Field(None, ge=1)  # overrides the TOML's training section
-    min_clients: int | None = Field(None, ge=1)  # uploads that close a round early (None: all)
-    min_enrolled: int | None = Field(None, ge=1)  # enrolled clients before round 0 opens
-    round_deadline: float = Field(600.0, gt=0)  # seconds; the round closes with what it has
-    max_upload_bytes: int = Field(64 * 2**20, ge=1024)  # larger bodies get 413
+    clients_per_round: Clients | None = None  # overrides the TOML's training section
+    min_clients: Clients | None = None  # uploads that close a round early (None: all)
+    min_enrolled: Clients | None = None  # enrolled clients before round 0 opens
+    # seconds; the round closes with what it has
+    round_deadline: Annotated[float, in_range(0.0, WEEK, open_low=True)] = 600.0
+    # larger bodies get 413
+    max_upload_bytes: Annotated[int, in_range(1024, 2**32)] = 64 * 2**20
     # failed authentications per client address and window before it gets 429 (per worker)
-    auth_failure_limit: int = Field(30, ge=1)
-    auth_failure_window: float = Field(60.0, gt=0)  # seconds
-    max_header_bytes: int = Field(16 * 1024, ge=1024)  # longer request heads get 431
+    auth_failure_limit: Annotated[int, in_range(1, 10**6)] = 30
+    auth_failure_window: Annotated[float, in_range(0.0, 86400.0, open_low=True)] = 60.0  # s
+    # longer request heads get 431
+    max_header_bytes: Annotated[int, in_range(1024, 2**20)] = 16 * 1024
     # seconds from a connection's opening (or a request's first byte) to its complete head;
     # then it is closed (with 408 if a head began): half-open sockets cannot pile up
-    header_timeout: float = Field(30.0, gt=0, le=3600)
+    header_timeout: Annotated[float, in_range(0.0, 3600.0, open_low=True)] = 30.0
     # larger JSON bodies (runs, tokens, enrollment, queries) get 413, read after credentials
-    max_json_bytes: int = Field(2**20, ge=1024, le=64 * 2**20)
+    max_json_bytes: Annotated[int, in_range(1024, 64 * 2**20)] = 2**20
     # seconds an idle HTTP connection is kept open: longer than clients' poll interval and
     # any proxy's idle timeout, so a client rarely reuses one the server is just closing
-    keep_alive_timeout: float = Field(75.0, gt=0)
+    keep_alive_timeout: Annotated[float, in_range(0.0, 3600.0, open_low=True)] = 75.0
     # an update's weight in the mean is the sample count its client reports: larger get 422
-    max_num_samples: int = Field(100_000, ge=1)
+    max_num_samples: Annotated[int, in_range(1, 10**9)] = 100_000
     aggregation: Literal["mean", "median", "trimmed_mean"] = "mean"
-    trim_fraction: float = Field(0.1, ge=0, lt=0.5)  # share cut at each end for trimmed_mean
-    clip_norm: float | None = Field(None, gt=0)  # L2 bound on each update's change to the global
-    tick_seconds: float = Field(0.5, gt=0)  # how often deadlines and round opening are checked
+    # share cut at each end for trimmed_mean
+    trim_fraction: Annotated[float, in_range(0.0, 0.5, open_high=True)] = 0.1
+    # L2 bound on each update's change to the global
+    clip_norm: Annotated[float, in_range(0.0, 1e6, open_low=True)] | None = None
+    # how often deadlines and round opening are checked
+    tick_seconds: Annotated[float, in_range(0.0, 60.0, open_low=True)] = 0.5
 
     @field_validator("allow_imports", mode="before")
     @classmethod
@@ -145,7 +155,10 @@ def explain(err: ValidationError) -> str:
     first = err.errors()[0]
     name = str(first["loc"][0]) if first["loc"] else ""
     if first["type"] == "extra_forbidden":
-        return f"unknown setting '{name}' (in the --config file or a {ENV_PREFIX}* variable)"
+        guess = closest(name, ServerSettings.model_fields)
+        hint = f"; did you mean '{guess}'?" if guess else ""
+        return (f"unknown setting '{name}' (in the --config file or a {ENV_PREFIX}* "
+                f"variable){hint}")
 
     def where(loc: object) -> str:
         flag = FLAGS.get(name, "--" + name.replace("_", "-"))

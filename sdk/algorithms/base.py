@@ -29,14 +29,9 @@ from pflkit.sdk.algorithms.inference import Choice, InferenceModel, describe_cho
 
 # HyperparameterError is re-exported: methods raise it from their Params' __post_init__
 from pflkit.sdk.algorithms.paramcheck import HyperparameterError as HyperparameterError
-from pflkit.sdk.algorithms.paramcheck import parse_params
+from pflkit.sdk.algorithms.paramcheck import check_finite, parse_params
 from pflkit.sdk.batched_training import batching_blocker
-from pflkit.sdk.config_types import (
-    STRICT_CONFIG,
-    NonNegativeFloat,
-    NonNegativeInt,
-    PositiveInt,
-)
+from pflkit.sdk.config_types import STRICT_CONFIG, BatchSize, Epochs, Momentum, WeightDecay
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import Shape, SplitModel, build_model, float_state
 from pflkit.sdk.registry import ExtensionError, known_names, resolve
@@ -70,10 +65,10 @@ class LocalTraining:
     Typed strictly like the run config they come from (and the task a client receives).
     """
 
-    epochs: NonNegativeInt = 5  # local epochs per round (E)
-    batch_size: PositiveInt = 40  # mini-batch size (B)
-    momentum: NonNegativeFloat = 0.9  # SGD momentum; the optimizer is fresh every round
-    weight_decay: NonNegativeFloat = 1e-5  # L2 weight decay in the optimizer
+    epochs: Epochs = 5  # local epochs per round (E)
+    batch_size: BatchSize = 40  # mini-batch size (B)
+    momentum: Momentum = 0.9  # SGD momentum; the optimizer is fresh every round
+    weight_decay: WeightDecay = 1e-5  # L2 weight decay in the optimizer
 
 
 @dataclass(frozen=True)
@@ -138,6 +133,7 @@ class Algorithm(ABC):
     Params: ClassVar[type] = type(None)
 
     def __init__(self, model: ModelFactory, local: LocalTraining, params: Any = None) -> None:
+        check_finite(self.name, params)
         self.model_factory = model
         self.local = local
         self.params = params

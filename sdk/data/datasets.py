@@ -229,8 +229,13 @@ def _load_synthetic(root: Path | None, seed: int, size: tuple[int, int] | None =
 
     tx, ty = draw(2000)
     sx, sy = draw(500)
-    spec = DatasetSpec("synthetic", DIGIT_CLASSES, Preprocessing(1, (h, w), (0.5,), (0.25,)))
-    return _from_uint8(spec, tx, ty, sx, sy)
+    return _from_uint8(_synthetic_spec((h, w)), tx, ty, sx, sy)
+
+
+def _synthetic_spec(size: tuple[int, int] | None = None) -> DatasetSpec:
+    """Without the data: the server need not draw 2500 images (3 GB at resize = 512)."""
+    return DatasetSpec("synthetic", DIGIT_CLASSES,
+                       Preprocessing(1, size or (28, 28), (0.5,), (0.25,)))
 
 
 def _file_spec(name: str, size: tuple[int, int] | None = None) -> DatasetSpec:
@@ -265,7 +270,8 @@ DATASETS: dict[str, DatasetSource] = {
     "cifar100": _files(_load_cifar100, "cifar100",
                        "CIFAR-100 binary version (PFLKIT_CIFAR100_DIR)"),
     "digits": DatasetSource(_load_digits, doc="scikit-learn's bundled 8x8 digits"),
-    "synthetic": DatasetSource(_load_synthetic, doc="seeded class-conditional images for tests"),
+    "synthetic": DatasetSource(_load_synthetic, _synthetic_spec,
+                               "seeded class-conditional images for tests"),
     "folder": DatasetSource(load_folder, doc="ROOT/train and ROOT/test as safetensors or .npy "
                                              "files (any input shape)"),
 }

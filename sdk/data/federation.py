@@ -13,15 +13,9 @@ from typing import Annotated, Literal
 import numpy as np
 import pydantic
 import torch
-from pydantic import Field, Strict
+from pydantic import Strict
 
-from pflkit.sdk.config_types import (
-    STRICT_CONFIG,
-    Fraction,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
-)
+from pflkit.sdk.config_types import MAX_CLIENTS, STRICT_CONFIG, Fraction, in_range
 from pflkit.sdk.data import partition
 from pflkit.sdk.data.noise import apply_label_noise
 from pflkit.sdk.data.spec import Dataset, DatasetSpec
@@ -34,13 +28,16 @@ class PartitionConfig:
     """How the training set is dealt to clients (the partition keys of a config's [data])."""
 
     kind: Literal["iid", "shards", "dirichlet"] = "dirichlet"  # shards: pathological non-IID
-    num_clients: PositiveInt = 100
-    alpha: PositiveFloat = 0.3  # Dirichlet concentration (kind = dirichlet)
-    shards_per_client: PositiveInt = 2  # kind = shards
-    min_size: NonNegativeInt = 10  # smallest client allowed (kind = dirichlet)
+    num_clients: Annotated[int, Strict(), in_range(1, MAX_CLIENTS)] = 100
+    # Dirichlet concentration (kind = dirichlet); 1e6 is already an IID deal
+    alpha: Annotated[float, Strict(), in_range(0.0, 1e6, open_low=True)] = 0.3
+    shards_per_client: Annotated[int, Strict(), in_range(1, 1000)] = 2  # kind = shards
+    # smallest client allowed (kind = dirichlet)
+    min_size: Annotated[int, Strict(), in_range(0, 1_000_000)] = 10
     # share of each client's rows kept as its own test split
-    test_fraction: Annotated[float, Strict(), Field(ge=0, lt=1)] = 0.0
-    num_new_clients: NonNegativeInt = 0  # clients that never train (zero-shot / fine-tuning)
+    test_fraction: Annotated[float, Strict(), in_range(0.0, 1.0, open_high=True)] = 0.0
+    # clients that never train (zero-shot / fine-tuning)
+    num_new_clients: Annotated[int, Strict(), in_range(0, MAX_CLIENTS - 1)] = 0
     noise: Literal["pair", "symmetric"] | None = None  # label noise on clients' train labels
     noise_rate: Fraction = 0.0
 

@@ -37,10 +37,11 @@ def load(text: str, *overrides: str) -> SimConfig:
     ("training.epochs=2.0", "training.epochs: input should be a valid integer, got 2.0"),
     ("rounds=true", "rounds: input should be a valid integer, got True"),
     ("training.lr=nan", "training.lr: input should be a finite number, got nan"),
-    ("rounds=0", "rounds: input should be greater than or equal to 1, got 0"),
-    ("data.num_clients=-3", "data.num_clients: input should be greater than or equal to 1"),
+    ("rounds=0", "rounds: must be in [1, 100000], got 0"),
+    ("data.num_clients=-3", "data.num_clients: must be in [1, 100000], got -3"),
     ("data.kind=random", "data.kind: input should be 'iid', 'shards' or 'dirichlet', got 'random'"),
-    ("training.learning_rate=0.1", "training.learning_rate: unknown key"),
+    ("training.learning_rate=0.1", "training.learning_rate: unknown key (did you mean "
+                                   "training.lr?)"),
     ("data.partitions=3", "data.partitions: unknown key"),
     ("model.width=3", "model.width: unknown key (known: name)"),
     ("colour=1", "colour: unknown key"),
@@ -62,6 +63,77 @@ def test_a_bad_value_is_one_line_naming_the_key(override, message):
     text = str(err.value)
     assert text.startswith(message), text
     assert "\n" not in text
+
+
+@pytest.mark.parametrize("override,message", [
+    # issue #21 item 2: these answered 500 on POST /v1/runs and tracebacks from pfl-server
+    ("training.lr_decay=1e300", "training.lr_decay: must be in (0, 1], got 1e+300"),
+    ("training.lr_decay=1.5", "training.lr_decay: must be in (0, 1], got 1.5"),
+    ("data.resize=1000000", "data.resize: must be in [1, 512], got 1000000"),
+    ("data.resize=4611686018427387904", "data.resize: must be in [1, 512], got 46116860"),
+    ("seed=18446744073709551616", "seed: must be in [0, 4294967295], got 18446744073709551616"),
+    ("seed=-1", "seed: must be in [0, 4294967295], got -1"),
+    ("rounds=100001", "rounds: must be in [1, 100000], got 100001"),
+    ("eval_interval=1000000", "eval_interval: must be in [1, 100000], got 1000000"),
+    ("training.lr=0", "training.lr: must be in (0, 10], got 0.0"),
+    ("training.lr=1e300", "training.lr: must be in (0, 10], got 1e+300"),
+    ("training.lr=inf", "training.lr: input should be a finite number, got inf"),
+    ("training.momentum=1", "training.momentum: must be in [0, 1), got 1.0"),
+    ("training.weight_decay=2", "training.weight_decay: must be in [0, 1], got 2.0"),
+    ("training.epochs=1001", "training.epochs: must be in [0, 1000], got 1001"),
+    ("training.batch_size=0", "training.batch_size: must be in [1, 65536], got 0"),
+    ("training.fraction=1.5", "training.fraction: must be in [0, 1], got 1.5"),
+    ("data.alpha=1e300", "data.alpha: must be in (0, 1e+06], got 1e+300"),
+    ("data.test_fraction=1", "data.test_fraction: must be in [0, 1), got 1.0"),
+    ("execution.num_cpus=0", "execution.num_cpus: must be in (0, 1024], got 0.0"),
+    # decays to 0 before the last round: lr_at(rounds) would be refused mid-run
+    ("training.lr_decay=1e-300", "training.lr_decay: lr x lr_decay ** rounds = 0.05 x 1e-300 ** "
+                                 "3 = 0 is below 1.18e-38 (float32's smallest normal)"),
+    ('algorithm.params.mu=1e300', "algorithm.params: fedprox: hyperparameter 'mu' must be in "
+                                  "[-1e+06, 1e+06], got 1e+300"),
+])
+def test_every_number_has_a_range_named_in_one_line(override, message):
+    with pytest.raises(ConfigError) as err:
+        load(GOOD, override)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+def test_the_edges_of_the_ranges_are_accepted_and_every_rounds_lr_stays_positive():
+    config = load(GOOD, "training.lr=10", "training.lr_decay=1", "training.momentum=0",
+                  "training.weight_decay=1", "seed=4294967295", "data.resize=512",
+                  "rounds=100000", "training.epochs=0")
+    assert config.schedule().lr_at(100000) == 10.0
+    slow = load(GOOD, "training.lr_decay=0.5", "rounds=100").schedule()
+    assert 0 < slow.lr_at(100) < slow.lr_at(0)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("training.learning_rate=0.1", "training.learning_rate: unknown key (did you mean "
+                                   "training.lr?)"),
+    ("training.learning_rate_decay=0.9", "(did you mean training.lr_decay?)"),
+    ("data.alpah=1", "data.alpah: unknown key (did you mean data.alpha?)"),
+    ("data.num_client=4", "(did you mean data.num_clients?)"),
+    ("round=3", "round: unknown key (did you mean rounds?)"),
+    ("execution.devcie=cpu", "(did you mean execution.device?)"),
+    ("model.nmae=twonn", "model.nmae: unknown key (did you mean model.name?)"),
+    ("algorithm.parms.mu=1", "algorithm.parms: unknown key (did you mean algorithm.params?)"),
+])
+def test_an_unknown_key_comes_with_the_closest_known_one(override, message):
+    """Issue #21 item 11."""
+    with pytest.raises(ConfigError) as err:
+        load(GOOD, override)
+    assert message in str(err.value), str(err.value)
+
+
+def test_an_empty_config_is_refused_rather_than_run_with_the_defaults(tmp_path):
+    for text in ("", "  \n# only a comment\n"):
+        with pytest.raises(ConfigError, match=r"^config_toml: has no keys \(an empty run config "
+                                              r"would start a 100-round run of the defaults\)$"):
+            SimConfig.from_toml(text, "config_toml")
+    (tmp_path / "run.toml").write_text("")
+    with pytest.raises(ConfigError, match="run.toml: has no keys"):
+        SimConfig.load(tmp_path / "run.toml")
+    assert SimConfig.load(tmp_path / "run.toml", ["rounds=2"]).rounds == 2
 
 
 def test_ints_are_accepted_for_floats_and_the_result_round_trips():

@@ -88,8 +88,56 @@ def test_pfl_server_names_the_flag_or_variable_and_the_run_config_key(tmp_path):
                             "--round-deadline", "-1"], capture_output=True, text=True, env=env,
                            timeout=120)
     assert fixed.returncode == 2
-    assert fixed.stderr.strip().startswith("pfl-server: --round-deadline (or "
-                                           "PFL_SERVER_ROUND_DEADLINE): input should be greater")
+    assert fixed.stderr.strip() == ("pfl-server: --round-deadline (or PFL_SERVER_ROUND_DEADLINE): "
+                                    "must be in (0, 604800], got -1.0")
+
+
+@pytest.mark.parametrize("args,message", [
+    # issue #21 item 2: tracebacks of 81-111 lines and exit 1, or a server that started
+    (["--set", "training.lr_decay=1e300"], "training.lr_decay: must be in (0, 1], got 1e+300"),
+    (["--set", "training.lr_decay=1.5", "--set", "rounds=2000"],
+     "training.lr_decay: must be in (0, 1], got 1.5"),
+    (["--set", "data.resize=4611686018427387904"],
+     "data.resize: must be in [1, 512], got 4611686018427387904"),
+    (["--set", "seed=18446744073709551616"],
+     "seed: must be in [0, 4294967295], got 18446744073709551616"),
+    (["--round-deadline", "inf"],
+     "--round-deadline (or PFL_SERVER_ROUND_DEADLINE): must be in (0, 604800], got inf"),
+    (["--keep-alive-timeout", "inf"],
+     "--keep-alive-timeout (or PFL_SERVER_KEEP_ALIVE_TIMEOUT): must be in (0, 3600], got inf"),
+])
+def test_pfl_server_refuses_an_out_of_range_number_in_one_line(tmp_path, args, message):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PFL_SERVER_")}
+    (tmp_path / "run.toml").write_text(run_toml())
+    (tmp_path / "admin").write_text("x" * 32)
+    done = subprocess.run([str(BIN / "pfl-server"), "serve", "--data-dir", str(tmp_path / "data"),
+                           "--run-config", str(tmp_path / "run.toml"), "--admin-token-file",
+                           str(tmp_path / "admin"), *args],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert (done.returncode, done.stderr.strip()) == (2, f"pfl-server: {message}")
+    assert not (tmp_path / "data").exists()
+
+
+def test_the_api_refuses_out_of_range_numbers_and_an_empty_config_with_422(make_server):
+    """Issue #21 item 2: these answered 500 (or started a 100-round run of the defaults)."""
+    server = make_server(run_toml(rounds=3))
+    with server.admin() as http:
+        first = http.get("/v1/runs/current").json()["id"]
+        http.post(f"/v1/runs/{first}/stop").raise_for_status()
+        for bad, message in [
+            (run_toml() + "lr_decay = 1e300\n", "training.lr_decay: must be in (0, 1]"),
+            (run_toml(rounds=2000) + "lr_decay = 1.5\n", "training.lr_decay: must be in (0, 1]"),
+            (run_toml(resize=1000000), "data.resize: must be in [1, 512], got 1000000"),
+            (run_toml(resize=4611686018427387904), "data.resize: must be in [1, 512]"),
+            (run_toml().replace("seed = 0", f"seed = {2**64}"), "seed: must be in [0, 4294967295]"),
+            ("", "config_toml: has no keys"),
+            ("# nothing\n", "config_toml: has no keys"),
+        ]:
+            reply = http.post("/v1/runs", json={"config_toml": bad})
+            assert reply.status_code == 422, reply.text
+            detail = reply.json()["detail"]
+            assert detail.startswith(f"run config: {message}") and "\n" not in detail, detail
+        assert http.get("/v1/runs/current").json()["id"] == first
 
 
 @pytest.mark.parametrize("text,message", [

@@ -39,7 +39,7 @@ def test_execution_settings_round_trip_through_config_toml(tmp_path):
 @pytest.mark.parametrize("key, value, message", [
     ("device", "gpu", "device must be auto | cpu | cuda | cuda:N"),
     ("precision", "fp16", "precision must be one of fp32, bf16"),
-    ("num_cpus", 0, "input should be greater than 0"),
+    ("num_cpus", 0, r"must be in \(0, 1024\], got 0"),
 ])
 def test_bad_execution_settings_name_the_problem(tmp_path, key, value, message):
     path = tmp_path / "bad.toml"

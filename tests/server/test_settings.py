@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from pflkit.server.settings import ServerSettings
+from pflkit.server.settings import ServerSettings, explain
 
 
 def test_flags_beat_environment_beat_the_config_file(tmp_path, monkeypatch):
@@ -29,3 +29,51 @@ def test_admin_token_is_required_and_tls_needs_both_files(monkeypatch, tmp_path)
         ServerSettings.load(admin_token="t" * 16, tls_certfile=tmp_path / "cert.pem")
     with pytest.raises(FileNotFoundError):
         ServerSettings.load(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize("name,value,message", [
+    # issue #21 item 2: `--round-deadline inf` and `--keep-alive-timeout inf` started a server
+    ("round_deadline", "inf", "--round-deadline (or PFL_SERVER_ROUND_DEADLINE): must be in "
+                              "(0, 604800], got inf"),
+    ("round_deadline", "nan", "must be in (0, 604800], got nan"),
+    ("keep_alive_timeout", "inf", "--keep-alive-timeout (or PFL_SERVER_KEEP_ALIVE_TIMEOUT): "
+                                  "must be in (0, 3600], got inf"),
+    ("tick_seconds", "0", "--tick-seconds (or PFL_SERVER_TICK_SECONDS): must be in (0, 60]"),
+    ("auth_failure_window", "1e400", "must be in (0, 86400], got inf"),
+    ("clip_norm", "nan", "--clip-norm (or PFL_SERVER_CLIP_NORM): must be in (0, 1e+06]"),
+    ("trim_fraction", "0.5", "must be in [0, 0.5), got 0.5"),
+    ("max_upload_bytes", str(2**40), "must be in [1024, 4294967296]"),
+    ("min_enrolled", "0", "--min-enrolled (or PFL_SERVER_MIN_ENROLLED): must be in [1, 100000]"),
+    ("workers", "1000", "must be in [1, 64], got 1000"),
+])
+def test_every_number_has_a_finite_bounded_range(monkeypatch, name, value, message):
+    monkeypatch.setenv(f"PFL_SERVER_{name.upper()}", value)
+    with pytest.raises(ValidationError) as err:
+        ServerSettings.load(admin_token="t" * 16)
+    text = explain(err.value)
+    assert message in text and "\n" not in text, text
+
+
+def test_an_unknown_setting_comes_with_the_closest_known_one(tmp_path):
+    """Issue #21 item 11."""
+    config = tmp_path / "server.toml"
+    config.write_text("round_deadlin = 5\n")
+    with pytest.raises(ValidationError) as err:
+        ServerSettings.load(config, admin_token="t" * 16)
+    assert explain(err.value) == ("unknown setting 'round_deadlin' (in the --config file or a "
+                                  "PFL_SERVER_* variable); did you mean 'round_deadline'?")
+
+
+def test_pfl_admins_config_file_names_the_closest_key_too(tmp_path):
+    """Issue #21 item 11: pfl-admin's config file is strict as well."""
+    from pflkit.server.admin_settings import SettingsError, resolve
+
+    config = tmp_path / "admin.toml"
+    config.write_text('url = "http://127.0.0.1:1"\ntoken_flie = "admin.token"\n')
+    with pytest.raises(SettingsError, match=r"unknown key 'token_flie' \(did you mean "
+                                            r"'token_file'\?\)$"):
+        resolve(config=config)
+    config.write_text('colour = "blue"\n')
+    with pytest.raises(SettingsError, match=r"unknown key 'colour' \(known: url, token, "
+                                            r"token_file\)$"):
+        resolve(config=config)
