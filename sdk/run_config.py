@@ -147,6 +147,8 @@ class ExecutionConfig:
     device: Annotated[str, Strict(), AfterValidator(check_device)] = "cpu"  # auto | cpu | cuda:N
     precision: Annotated[str, Strict(), AfterValidator(_precision)] = "fp32"  # fp32 | bf16
     ray_address: Text | None = None  # None: start a local Ray on this machine's cores
+    # Ray: seconds ray_address may take to accept a connection before the run is refused
+    ray_connect_timeout: Annotated[float, Strict(), in_range(0.0, 3600.0, open_low=True)] = 10.0
     # Ray: CPUs per client fit (= torch threads of a worker)
     num_cpus: Annotated[float, Strict(), in_range(0.0, 1024.0, open_low=True)] = 1.0
     # Ray: GPUs per client fit (fractions share one GPU)

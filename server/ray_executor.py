@@ -14,12 +14,22 @@ same. A dead worker gets no client until it answers again: calls to a restarting
 at once (``ActorUnavailableError``), and on a loaded machine a restart outlasted every retry.
 Ray serializes the algorithm object and the data between our own processes with its own
 object store; nothing from outside the run is unpickled.
+
+Joining a cluster (``ray_address``): ``ray.init`` retries an address nobody answers at for
+minutes, inside C++ code that holds the main thread, so Python's Ctrl-C (KeyboardInterrupt)
+and Ray's SIGTERM handler wait until it returns (a run printed connection warnings for 854 s).
+The address is first checked with a plain TCP connection (``ray_connect_timeout``), before the
+simulator writes anything, and Ctrl-C ends the process at once while Ray connects.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import socket
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -55,6 +65,39 @@ def _import_ray() -> Any:
     except ImportError as err:
         raise ImportError("the ray executor needs Ray: pip install 'pflkit[ray]'") from err
     return ray
+
+
+def check_reachable(address: str, timeout: float) -> None:
+    """Refuse ``address`` (HOST:PORT or ray://HOST:PORT) if nothing accepts a connection there.
+
+    ``auto`` and ``local`` are left to Ray, which fails at once when it finds no cluster.
+    """
+    if address in ("auto", "local"):
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"execution.ray_address: expected HOST:PORT, ray://HOST:PORT or auto, "
+                         f"got {address!r}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as err:
+        reason = "no answer" if isinstance(err, TimeoutError) else (err.strerror or str(err))
+        raise ConnectionError(f"execution.ray_address: no Ray cluster at {address} ({reason} "
+                              f"within execution.ray_connect_timeout = {timeout:g} s)") from None
+
+
+@contextlib.contextmanager
+def _ctrl_c_kills() -> Iterator[None]:
+    """Ctrl-C ends the process at once (its default action) instead of waiting for Python."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield  # a handler of the caller's, or SIGINT ignored: left as it is
+        return
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class ClientWorker:
@@ -118,7 +161,9 @@ class RayExecutor(Executor):
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
             if settings.ray_address:
-                ray.init(address=settings.ray_address, log_to_driver=False)
+                check_reachable(settings.ray_address, settings.ray_connect_timeout)
+                with _ctrl_c_kills():  # nothing is written yet: nothing to clean up
+                    ray.init(address=settings.ray_address, log_to_driver=False)
             else:
                 ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
         rows = {cid: (c.train.x.cpu().numpy(), c.train.y.cpu().numpy())

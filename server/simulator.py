@@ -83,14 +83,21 @@ class Simulation:
         self.coordinator = Coordinator(self.algorithm, config.schedule(),
                                        list(self.federation.clients), global_state, config.seed,
                                        start_round)
-        # everything is built: only now does the run directory change
-        if resume:
-            self.store.prune(start_round - 1)
-            self._truncate_metrics(start_round)
-        else:
-            self._start_fresh(partition)
-        self._states: dict[int, ClientState] = {}
+        # built before any write: a Ray cluster that cannot be joined leaves the folder as it was
         self.executor = make_executor(config.execution, self.federation, self.algorithm)
+        # everything is built: only now does the run directory change
+        try:
+            if resume:
+                if self.files.config() != config:  # continued on another executor or device
+                    self.files.config_file.write_text(config.to_toml())
+                self.store.prune(start_round - 1)
+                self._truncate_metrics(start_round)
+            else:
+                self._start_fresh(partition)
+        except BaseException:
+            self.close()
+            raise
+        self._states: dict[int, ClientState] = {}
 
     def close(self) -> None:
         """Release the executor's workers (a Ray cluster started for this run stops)."""
@@ -126,9 +133,8 @@ class Simulation:
         """
         files = RunDir(run_dir)
         config = files.config()
-        if execution is not None and execution != config.execution:
-            config = config.replace(execution=execution)
-            files.config_file.write_text(config.to_toml())
+        if execution is not None:
+            config = config.replace(execution=execution)  # written back once it is built
         return cls(config, run_dir, resume=True, progress=progress)
 
     def _start_fresh(self, partition: Partition) -> None:

@@ -10,9 +10,13 @@ start-up, and the test process itself runs one thread.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/waiting.py: GUARD, wait_until
 
 TORCH_THREADS = 1
 os.environ["OMP_NUM_THREADS"] = str(TORCH_THREADS)  # inherited by every spawned process

@@ -5,9 +5,16 @@ sequential executor: results are folded in client-id order, whatever order worke
 """
 
 import dataclasses
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
 
 import pytest
 import torch
+from waiting import GUARD, wait_until
 
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.run_config import DataConfig, ExecutionConfig, SimConfig, TrainingConfig
@@ -82,3 +89,65 @@ def test_the_executor_leaves_a_cluster_it_did_not_start_running(tmp_path, cluste
     assert len(set(sim.executor.pids())) == 2
     sim.run()
     assert ray.is_initialized()
+
+
+PFL_SIM = [str(Path(sys.executable).parent / "pfl-sim"), "--dataset", "digits", "--clients", "3",
+           "--model", "twonn", "--rounds", "1", "--epochs", "1", "--executor", "ray", "--quiet"]
+
+
+def test_an_unreachable_ray_address_is_one_line_before_anything_is_written(tmp_path):
+    """ray.init retried 127.0.0.1:1 for 854 s (deaf to Ctrl-C) after --out was written."""
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "run"
+    done = subprocess.run([*PFL_SIM, "--out", str(out), "--ray-address", f"127.0.0.1:{port}"],
+                          capture_output=True, text=True, timeout=GUARD, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip() == (
+        f"error: execution.ray_address: no Ray cluster at 127.0.0.1:{port} (Connection refused "
+        f"within execution.ray_connect_timeout = 10 s)"), done.stderr[-2000:]
+    assert not out.exists()
+
+
+def test_ctrl_c_stops_pfl_sim_while_ray_connects_at_once(tmp_path):
+    """A port that accepts and never answers: Ray keeps reconnecting about once a second,
+    and Python's KeyboardInterrupt waited ~40 s for Ray's C++ loop. After Ctrl-C the process
+    must make no new connection (one may be under way as the signal lands)."""
+    accepted: list[socket.socket] = []
+    arrived = threading.Condition()
+    listener = socket.create_server(("0.0.0.0", 0))  # Ray dials the node's address
+    port = listener.getsockname()[1]
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            with arrived:
+                accepted.append(conn)
+                arrived.notify_all()
+
+    threading.Thread(target=accept, daemon=True).start()
+    out = tmp_path / "run"
+    sim = subprocess.Popen([*PFL_SIM, "--out", str(out), "--ray-address", f"127.0.0.1:{port}"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # the address check's connection, then Ray's own
+        wait_until(lambda: len(accepted) >= 2 or sim.poll() is not None, "Ray connecting")
+        assert sim.poll() is None, sim.stderr.read()[-2000:] if sim.stderr else ""
+        with arrived:
+            before = len(accepted)
+        sim.send_signal(signal.SIGINT)
+        sim.wait(GUARD)
+        with arrived:
+            after = len(accepted)
+    finally:
+        sim.kill()
+        listener.close()
+        for conn in accepted:
+            conn.close()
+    assert after - before <= 1, f"{after - before} connections after Ctrl-C"
+    assert not out.exists()
+    assert sim.returncode == -signal.SIGINT  # the default action: nothing was written to undo
