@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from pflkit.export.contract import ExportError
+from pflkit.sdk.console import entry_point
 from pflkit.sdk.registry import add_project_path
 
 app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=False)
@@ -144,3 +145,6 @@ def classify(
         typer.echo(classify_table(export_dir, card, count))
     except (ExportError, FileNotFoundError, ValueError, KeyError) as err:
         raise _fail(err) from err
+
+
+script = entry_point(app, "pfl-export")  # the console script: usage errors in one line

@@ -26,6 +26,7 @@ from pflkit.sdk.client import (
     ServerUnavailable,
     load_client_data,
 )
+from pflkit.sdk.console import entry_point
 from pflkit.sdk.registry import ImportRefused, add_project_path
 
 app = typer.Typer(add_completion=False, help=__doc__)
@@ -83,3 +84,6 @@ def main(
         typer.echo(f"pfl-client: {err}", err=True)
         raise typer.Exit(1) from err
     typer.echo(f"client {client.client_id}: trained {trained} round(s)")
+
+
+script = entry_point(app, "pfl-client")  # the console script: usage errors in one line

@@ -24,6 +24,7 @@ from pflkit.sdk.class_distribution import (
     class_proportions,
     parse_class_distribution,
 )
+from pflkit.sdk.console import entry_point
 from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.state_store import client_state_to_bytes
 from pflkit.sdk.tensorio import CorruptStateError, atomic_write_bytes, load_state
@@ -101,3 +102,6 @@ def main(
         raise typer.Exit(2) from err
     shapes = ", ".join(f"{k} {tuple(v.shape)}" for k, v in head.tensors.items())
     typer.echo(f"wrote {out}: {shapes}")
+
+
+script = entry_point(app, "pfl-fedrod-head")  # the console script: usage errors in one line

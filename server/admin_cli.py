@@ -28,16 +28,12 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from pflkit.sdk import console
 from pflkit.sdk.config_toml import apply_overrides, dump_toml, read_toml
 from pflkit.sdk.config_types import ConfigError
 from pflkit.server.admin_client import AdminClient, AdminError
 from pflkit.server.admin_settings import SettingsError, resolve
 from pflkit.server.api.schemas import RunPublic
-
-try:  # the click that parses the command line: typer's own copy since typer 0.2x
-    from typer._click import exceptions as click_errors
-except ImportError:
-    from click import exceptions as click_errors  # type: ignore[no-redef]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 tokens_app = typer.Typer(no_args_is_help=True, help="One-time enrollment tokens for devices.")
@@ -314,24 +310,14 @@ def status(
 def main() -> None:
     """Entry point of the ``pfl-admin`` console script: failures are one line, no traceback.
 
-    Usage errors too (click's are a framed panel): ``pfl-admin: <reason> (see '<command>
-    --help')``, exit 2. Without a command the help is shown, as click does.
+    Usage errors too (sdk/console.py): ``pfl-admin: <reason> (see '<command> --help')``, exit 2.
     """
     try:
-        code = app(standalone_mode=False)
-    except click_errors.ClickException as err:
-        if isinstance(err, getattr(click_errors, "NoArgsIsHelpError", ())):
-            err.show()  # a group without its command: the help, as click shows it
-        else:
-            ctx = getattr(err, "ctx", None)  # usage errors know their command
-            where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-            reason = " ".join(err.format_message().split()).rstrip(".")
-            typer.echo(f"pfl-admin: {reason}{where}", err=True)
-        raise SystemExit(err.exit_code) from None
+        code = console.run(app, "pfl-admin")
     except AdminError as err:
         typer.echo(f"pfl-admin: {err}", err=True)
         raise SystemExit(1) from None
     except _Failed as err:
         typer.echo(f"pfl-admin: {err}", err=True)
         raise SystemExit(err.code) from None
-    raise SystemExit(code if isinstance(code, int) else 0)
+    raise SystemExit(code)

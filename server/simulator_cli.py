@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from pflkit.sdk.config_toml import apply_overrides, parse_value, read_toml, set_key
+from pflkit.sdk.console import entry_point
 from pflkit.sdk.registry import ExtensionError, add_project_path
 from pflkit.sdk.run_config import ConfigError, ExecutionConfig, SimConfig
 from pflkit.sdk.rundir import RunDir
@@ -155,3 +156,6 @@ def init(
     for path in written:
         typer.echo(f"wrote {path}")
     typer.echo(f"next: cd {folder} && pfl-sim --config run.toml --out runs/first")
+
+
+script = entry_point(app, "pfl-sim")  # the console script: usage errors in one line
