@@ -22,7 +22,9 @@ import typer
 import uvicorn
 from pydantic import ValidationError
 
+from pflkit.sdk.console import entry_point
 from pflkit.sdk.registry import add_project_path
+from pflkit.server.admin_settings import SettingsError, exposed_warning, read_token_file
 from pflkit.server.errors import ServiceError
 from pflkit.server.http_protocol import BoundedHeadProtocol
 from pflkit.server.service import build_service
@@ -95,7 +97,14 @@ def serve(
              "auth_failure_window": auth_failure_window, "aggregation": aggregation,
              "clip_norm": clip_norm, "tls_certfile": tls_certfile, "tls_keyfile": tls_keyfile}
     if admin_token_file is not None:
-        flags["admin_token"] = admin_token_file.read_text().strip()
+        try:
+            flags["admin_token"] = read_token_file(admin_token_file)
+        except SettingsError as err:
+            typer.echo(f"pfl-server: {err}", err=True)
+            raise typer.Exit(2) from err
+        warning = exposed_warning(admin_token_file)
+        if warning is not None:
+            typer.echo(f"pfl-server: {warning}", err=True)
     # workers rebuild the settings from the environment: flags become environment variables
     for name, value in flags.items():
         if value is not None:
@@ -147,3 +156,6 @@ def serve(
                     timeout_worker_healthcheck=120)
     finally:
         ticker.stop()
+
+
+script = entry_point(app, "pfl-server")  # the console script: usage errors in one line

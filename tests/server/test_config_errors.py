@@ -11,6 +11,7 @@ import subprocess
 import pytest
 from server_harness import BIN, run_toml
 from typer.testing import CliRunner
+from waiting import GUARD
 
 from pflkit.server.simulator_cli import app
 
@@ -67,26 +68,27 @@ def test_pfl_server_names_the_flag_or_variable_and_the_run_config_key(tmp_path):
     (tmp_path / "run.toml").write_text(run_toml().replace("rounds = 3", 'rounds = "2"'))
     base = [str(BIN / "pfl-server"), "serve", "--data-dir", str(tmp_path / "data"),
             "--run-config", str(tmp_path / "run.toml")]
-    no_token = subprocess.run(base, capture_output=True, text=True, env=env, timeout=120)
+    no_token = subprocess.run(base, capture_output=True, text=True, env=env, timeout=GUARD)
     assert no_token.returncode == 2
     assert no_token.stderr.strip() == ("pfl-server: --admin-token-file (or "
                                        "PFL_SERVER_ADMIN_TOKEN): missing")
     (tmp_path / "admin").write_text("x" * 32)
+    (tmp_path / "admin").chmod(0o600)  # a token file others may read gets a warning
     bad_run = subprocess.run([*base, "--admin-token-file", str(tmp_path / "admin")],
-                             capture_output=True, text=True, env=env, timeout=120)
+                             capture_output=True, text=True, env=env, timeout=GUARD)
     assert bad_run.returncode == 2
     assert bad_run.stderr.strip() == ("pfl-server: rounds: input should be a valid integer, "
                                       "got '2'")
     assert not (tmp_path / "data").exists()  # validated before anything was created
     overridden = subprocess.run([*base, "--admin-token-file", str(tmp_path / "admin"), "--set",
                                  "rounds=2", "--set", 'training.lr="fast"'],
-                                capture_output=True, text=True, env=env, timeout=120)
+                                capture_output=True, text=True, env=env, timeout=GUARD)
     assert overridden.returncode == 2
     assert overridden.stderr.strip() == ("pfl-server: training.lr: input should be a valid "
                                          "number, got 'fast'")
     fixed = subprocess.run([*base, "--admin-token-file", str(tmp_path / "admin"),
                             "--round-deadline", "-1"], capture_output=True, text=True, env=env,
-                           timeout=120)
+                           timeout=GUARD)
     assert fixed.returncode == 2
     assert fixed.stderr.strip() == ("pfl-server: --round-deadline (or PFL_SERVER_ROUND_DEADLINE): "
                                     "must be in (0, 604800], got -1.0")
@@ -110,10 +112,11 @@ def test_pfl_server_refuses_an_out_of_range_number_in_one_line(tmp_path, args, m
     env = {k: v for k, v in os.environ.items() if not k.startswith("PFL_SERVER_")}
     (tmp_path / "run.toml").write_text(run_toml())
     (tmp_path / "admin").write_text("x" * 32)
+    (tmp_path / "admin").chmod(0o600)  # a token file others may read gets a warning
     done = subprocess.run([str(BIN / "pfl-server"), "serve", "--data-dir", str(tmp_path / "data"),
                            "--run-config", str(tmp_path / "run.toml"), "--admin-token-file",
                            str(tmp_path / "admin"), *args],
-                          capture_output=True, text=True, env=env, timeout=120)
+                          capture_output=True, text=True, env=env, timeout=GUARD)
     assert (done.returncode, done.stderr.strip()) == (2, f"pfl-server: {message}")
     assert not (tmp_path / "data").exists()
 
@@ -151,7 +154,7 @@ def test_pfl_server_refuses_a_broken_config_file_in_one_line_naming_it_once(tmp_
     config.write_bytes(text if isinstance(text, bytes) else text.encode())
     done = subprocess.run([str(BIN / "pfl-server"), "serve", "--config", str(config),
                            "--data-dir", str(tmp_path / "data")],
-                          capture_output=True, text=True, env=env, timeout=120)
+                          capture_output=True, text=True, env=env, timeout=GUARD)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == f"pfl-server: {config}: {message}"
     assert not (tmp_path / "data").exists()
@@ -163,3 +166,27 @@ def test_pfl_sim_names_a_config_file_that_is_not_utf8_text(tmp_path):
     result = CliRunner().invoke(app, ["--config", str(config), "--out", str(tmp_path / "run")])
     assert result.exit_code == 2
     assert result.output.strip() == f"error: {config}: not UTF-8 text"
+
+
+def test_the_admin_token_file_is_read_in_one_line_and_a_readable_one_is_warned_of(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PFL_SERVER_")}
+    (tmp_path / "run.toml").write_text(run_toml().replace("rounds = 3", 'rounds = "2"'))
+    base = [str(BIN / "pfl-server"), "serve", "--data-dir", str(tmp_path / "data"),
+            "--run-config", str(tmp_path / "run.toml"), "--admin-token-file"]
+    missing = subprocess.run([*base, str(tmp_path / "nope")], capture_output=True, text=True,
+                             env=env, timeout=GUARD)
+    assert missing.returncode == 2  # was a FileNotFoundError traceback, exit 1
+    assert missing.stderr.splitlines() == [
+        f"pfl-server: cannot read the admin token file {tmp_path / 'nope'}: No such file or "
+        "directory"]
+    token = tmp_path / "admin"
+    token.write_text("x" * 32)
+    token.chmod(0o644)  # what `openssl rand -hex 32 > admin.token` leaves
+    exposed = subprocess.run([*base, str(token)], capture_output=True, text=True, env=env,
+                             timeout=GUARD)
+    assert exposed.returncode == 2  # the bad run config, reported after the warning
+    assert exposed.stderr.splitlines() == [
+        f"pfl-server: warning: {token} holds the admin token and other users may read it "
+        f"(mode 0644): chmod 600 {token}",
+        "pfl-server: rounds: input should be a valid integer, got '2'"]
+    assert "x" * 32 not in exposed.stderr

@@ -107,6 +107,7 @@ def test_the_server_and_its_devices_import_only_what_their_owners_allowed(make_s
 def test_pfl_server_refuses_a_run_config_naming_code_it_was_not_allowed_in_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PFL_SERVER_")}
     (tmp_path / "admin").write_text(ADMIN)
+    (tmp_path / "admin").chmod(0o600)  # a token file others may read gets a warning
     base = [str(BIN / "pfl-server"), "serve", "--data-dir", str(tmp_path / "data"),
             "--run-config", str(tmp_path / "run.toml"), "--admin-token-file",
             str(tmp_path / "admin")]
