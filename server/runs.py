@@ -27,7 +27,7 @@ from pflkit.server.errors import Conflict, Invalid
 from pflkit.server.orm import Client, Round, Run, RunPlan, Update
 from pflkit.server.settings import ServerSettings
 from pflkit.server.store import Plan, Store
-from pflkit.server.update_check import SAFETENSORS_DTYPES
+from pflkit.server.update_check import SAFETENSORS_DTYPES, schema_bytes
 
 if TYPE_CHECKING:
     from pflkit.sdk.algorithms.base import Algorithm, State
@@ -58,11 +58,21 @@ class RunRules:
     clients_per_round: int | None = None  # the server's override of the config's sample size
     imports: ImportPolicy = ImportPolicy()  # the import paths a config may name
     dataset_dir: Path | None = None  # [data] root must lie in it (None: no root allowed)
+    max_upload_bytes: int | None = None  # an update must fit in an upload (None: unchecked)
 
     @classmethod
     def of(cls, settings: ServerSettings) -> RunRules:
         """The rules of this server."""
-        return cls(settings.clients_per_round, settings.imports, settings.dataset_dir)
+        return cls(settings.clients_per_round, settings.imports, settings.dataset_dir,
+                   settings.max_upload_bytes)
+
+    def check_update_size(self, plan: Plan) -> None:
+        """Refuse a run whose updates no device could upload (a 413 for every device)."""
+        size, limit = schema_bytes(plan.schema), self.max_upload_bytes
+        if limit is not None and size > limit:
+            raise Invalid(f"run config: an update of this model holds {size} bytes of tensors, "
+                          f"more than max_upload_bytes ({limit}): raise --max-upload-bytes "
+                          "(PFL_SERVER_MAX_UPLOAD_BYTES) or use a smaller model")
 
     def data_root(self, root: str | None) -> Path | None:
         """``[data] root`` as a folder inside ``dataset_dir`` (relative roots start there).
@@ -146,8 +156,10 @@ def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules) -> tuple[str,
     setup = build_setup(config_toml, rules)
     with refused_as_invalid():  # builds the model
         state = setup.algorithm.init_global(setup.config.seed)
+    plan = plan_of(setup, state)
+    rules.check_update_size(plan)
     digest = BlobStore(blob_dir).put(state_to_bytes(state, {"rounds_done": "0"}))
-    return digest, setup.config.rounds, plan_of(setup, state)
+    return digest, setup.config.rounds, plan
 
 
 class Runs:

@@ -119,6 +119,11 @@ def _span(name: str, entry: Any, base: int) -> TensorSpan:
     return TensorSpan(dtype, tuple(shape), base + start, base + end)
 
 
+def schema_bytes(schema: Schema) -> int:
+    """The tensor bytes of an update that follows ``schema`` (its header comes on top)."""
+    return sum(prod(shape) * ITEM_BYTES[dtype] for shape, dtype in schema.values())
+
+
 def schema_problem(schema: Schema, tensors: Mapping[str, tuple[Sequence[int], str]]) -> str | None:
     """How an update's ``name -> (shape, dtype)`` differs from the schema (None: it does not).
 
