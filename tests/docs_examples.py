@@ -46,6 +46,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from waiting import GUARD
+
 REPO = Path(__file__).resolve().parent.parent
 SHELLS = {"bash", "sh", "shell", "console"}
 RUNNABLE = SHELLS | {"python"}
@@ -57,8 +59,8 @@ COMMAND_LIKE = re.compile(r"^(\$ )?(pfl-[a-z-]+|make|python3?|pip|\.venv/bin/\S+
 INDENTED_COMMAND = re.compile(r"^( {4}|\t)\s*" + COMMAND_LIKE.pattern[1:])
 EXCERPT = re.compile(r"^# (?P<path>docs/configs/\S+\.toml) \(excerpt\)$")
 NAMED_FILE = re.compile(r"^# (?P<path>[\w./-]+\.toml)$")
-BLOCK_TIMEOUT = 3600  # seconds: a guard against a hung example only (machines may be busy)
-READY_TIMEOUT = 240
+BLOCK_TIMEOUT = 2 * GUARD  # a guard against a hung example only (machines may be busy)
+READY_TIMEOUT = GUARD  # idem, for a background block's server to answer
 
 
 class DocError(ValueError):
@@ -203,12 +205,12 @@ def wait_ready(url: str, proc: subprocess.Popen, where: str) -> None:
             raise RuntimeError(f"{where}: the background block exited ({proc.returncode}) "
                                f"before {url} answered")
         try:
-            with urllib.request.urlopen(url, timeout=2) as reply:
+            with urllib.request.urlopen(url, timeout=2) as reply:  # retried
                 if reply.status == 200:
                     return
         except OSError:
             pass
-        time.sleep(0.3)
+        time.sleep(0.3)  # poll
     raise RuntimeError(f"{where}: {url} did not answer within {READY_TIMEOUT} s")
 
 
@@ -260,7 +262,7 @@ def run_doc(doc: Path, workdir: Path) -> None:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 try:
-                    proc.wait(15)
+                    proc.wait(15)  # cleanup: killed after that
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from waiting import GUARD
 
 from pflkit.export.cli import app
 from pflkit.sdk.tensorio import load_state, save_state
@@ -117,7 +118,7 @@ def test_int8_export_prints_no_onnxruntime_warnings(make_run, tmp_path):
     done = subprocess.run([str(exe), "--run", str(make_run("fedavg")), "--client", "1",
                            "--format", "onnx", "--int8", "--force-int8",
                            "--out", str(tmp_path / "o")], capture_output=True, text=True,
-                          env=env, timeout=600, check=False)
+                          env=env, timeout=GUARD, check=False)
     assert done.returncode == 0, done.stderr
     assert "WARNING:root" not in done.stderr, done.stderr
     card = json.loads((tmp_path / "o" / "model_card.json").read_text())
@@ -130,6 +131,6 @@ def test_executorch_export_prints_no_torch_or_runtime_noise(make_run, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([str(exe), "--run", str(make_run("fedavg")), "--client", "1",
                            "--format", "executorch", "--out", str(tmp_path / "o")],
-                          capture_output=True, text=True, env=env, timeout=600, check=False)
+                          capture_output=True, text=True, env=env, timeout=GUARD, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""

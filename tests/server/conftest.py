@@ -26,6 +26,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from server_harness import Server  # noqa: E402
+from waiting import GUARD  # noqa: E402
 
 BINDIR_ENV = "PFLKIT_PG_BINDIR"  # folder holding initdb and pg_ctl (default: found below)
 SKIP_ENV = "PFLKIT_SKIP_POSTGRES"  # "1": skip the PostgreSQL tests instead of failing
@@ -77,7 +78,7 @@ class PostgresCluster:
         if self.as_root:
             command = ["runuser", "-u", "postgres", "--", *command]
         done = subprocess.run(command, cwd=self.root, capture_output=True, text=True,
-                              timeout=120)
+                              timeout=GUARD)
         if done.returncode != 0:
             log = self.root / "server.log"
             raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n"
@@ -101,7 +102,7 @@ class PostgresCluster:
                    f"-p {self.port} -c fsync=off -c synchronous_commit=off "
                    "-c full_page_writes=off -c max_connections=200")
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-w",
-                  "-t", "120", "-o", options, "start")
+                  "-t", str(int(GUARD)), "-o", options, "start")
         self.started = True
 
     def stop(self) -> None:

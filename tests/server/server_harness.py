@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from waiting import GUARD
 
 BIN = Path(sys.executable).parent
 ADMIN = "admin-token-for-tests-0123456789"
@@ -66,13 +67,15 @@ class Server:
             [str(BIN / "pfl-server"), "serve", "--data-dir", str(self.data_dir),
              "--run-config", str(self.root / "run.toml"), "--admin-token-file",
              str(self.root / "admin"), "--port", str(self.port), "--log-level", "warning",
-             *self.flags], stdout=log, stderr=subprocess.STDOUT, env=env)
+             # rounds close at quorum, not at a deadline a busy machine could reach first
+             "--round-deadline", str(2 * GUARD), *self.flags],
+            stdout=log, stderr=subprocess.STDOUT, env=env)
         # a crash point may be reached before /health answers (a round already due at start
         # is closed by the first tick): the caller then sees the SIGKILL itself
         self.wait_healthy(crash_expected=crash_at is not None)
 
-    def wait_healthy(self, timeout: float = 240, crash_expected: bool = False) -> None:
-        deadline = time.monotonic() + timeout
+    def wait_healthy(self, crash_expected: bool = False) -> None:
+        deadline = time.monotonic() + GUARD
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
@@ -80,11 +83,11 @@ class Server:
                     return
                 raise RuntimeError(f"server exited: {(self.root / 'server.log').read_text()}")
             try:
-                if httpx.get(f"{self.url}/v1/health", timeout=2).status_code == 200:
+                if httpx.get(f"{self.url}/v1/health", timeout=2).status_code == 200:  # retried
                     return
             except httpx.TransportError:
                 pass
-            time.sleep(0.2)
+            time.sleep(0.2)  # poll
         raise TimeoutError("server did not become healthy")
 
     def kill(self) -> None:
@@ -96,12 +99,12 @@ class Server:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(10)
+                self.proc.wait(10)  # cleanup: killed after that
             except subprocess.TimeoutExpired:
                 self.kill()
 
     def admin(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30,
+        return httpx.Client(base_url=self.url, timeout=GUARD,
                             headers={"Authorization": f"Bearer {ADMIN}"})
 
     def status(self) -> dict:
@@ -118,13 +121,13 @@ class Server:
         body = reply.raise_for_status().json()
         return body["client_id"], body["secret"]
 
-    def wait_for(self, predicate, timeout: float = 120) -> dict:
-        deadline = time.monotonic() + timeout
+    def wait_for(self, predicate) -> dict:
+        deadline = time.monotonic() + GUARD
         while time.monotonic() < deadline:
             status = self.status()
             if predicate(status):
                 return status
-            time.sleep(0.2)
+            time.sleep(0.2)  # poll
         raise TimeoutError(f"condition not reached; last status {status}")
 
 
@@ -147,7 +150,7 @@ def client_data_dirs(root: Path, config_text: str) -> dict[int, Path]:
 
 def spawn_client(server: Server, data_dir: Path, token: str | None) -> subprocess.Popen:
     args = [str(BIN / "pfl-client"), "--server", server.url, "--data", str(data_dir),
-            "--threads", "1", "--give-up-after", "240", "--max-backoff", "1",
+            "--threads", "1", "--give-up-after", str(GUARD), "--max-backoff", "1",
             "--log-level", "warning"]
     if token:
         args += ["--token", token]

@@ -19,6 +19,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server_harness import ADMIN, Server, run_toml
+from waiting import GUARD
 
 from pflkit.sdk.client import FederatedClient
 from pflkit.sdk.data.tensors import LabeledTensors
@@ -187,7 +188,7 @@ def test_a_refused_upload_is_refused_before_its_body_is_read(api):
     head = (f"PUT /v1/runs/{rnd['run']}/rounds/{rnd['round']}/update?num_samples=10 HTTP/1.1\r\n"
             f"Host: x\r\nAuthorization: Bearer {rnd['unsampled'][0]}\r\n"
             f"Content-Type: application/octet-stream\r\nContent-Length: {LIMIT}\r\n\r\n")
-    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=GUARD) as sock:
         sock.sendall(head.encode() + b"\0" * 1024)  # then nothing: the rest never comes
         reply = b""
         while b"}" not in reply:  # the whole JSON answer
@@ -374,7 +375,7 @@ def test_generated_malformed_metrics_are_refused_with_400(api):
     @settings(max_examples=40, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     def check(case):
-        response = case.call(headers=auth(rnd["sampled"][0]), timeout=60)
+        response = case.call(headers=auth(rnd["sampled"][0]), timeout=GUARD)
         statuses.append(response.status_code)
         assert response.status_code == 400, (case.body[:300], response.text[:300])
 
@@ -415,7 +416,7 @@ def test_unparseable_json_values_are_refused_with_4xx(api, operation, value):
     bodies = [with_unparseable_value({}, f, UNPARSEABLE[value]) for f in [None, *fields]]
     before = snapshot(server)
     for body in bodies:
-        reply = httpx.post(f"{server.url}{path}", content=body, headers=headers, timeout=60)
+        reply = httpx.post(f"{server.url}{path}", content=body, headers=headers, timeout=GUARD)
         assert reply.status_code in (400, 422), (body[:60], reply.status_code, reply.text[:200])
         assert reply.json()["detail"]
     assert snapshot(server) == before
@@ -459,7 +460,7 @@ def fuzz_with_unparseable_values(operation, headers: dict[str, str], statuses: l
               suppress_health_check=list(HealthCheck))
     def check(case, field, value):
         raw = with_unparseable_value(case.body, field, value)
-        response = case.call(headers=headers, json=None, data=raw.encode(), timeout=60)
+        response = case.call(headers=headers, json=None, data=raw.encode(), timeout=GUARD)
         statuses.append(response.status_code)
         assert response.status_code in allowed, (operation.path, raw[:200], response.text[:200])
 
@@ -488,7 +489,7 @@ def fuzz(operation, headers: dict[str, str], failures: list, seen: list) -> None
     @settings(max_examples=12, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     def check(case):
-        response = case.call(headers=headers, timeout=30)
+        response = case.call(headers=headers, timeout=GUARD)
         seen.append(response.status_code)
         if response.status_code >= 500:
             failures.append((case.method, case.path, case.path_parameters, response.text[:200]))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from waiting import GUARD
 
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.run_config import DataConfig, ExecutionConfig, SimConfig, TrainingConfig
@@ -95,6 +96,6 @@ def test_quiet_pfl_sim_prints_nothing_but_its_result_for_a_method_that_cannot_ba
         [str(Path(sys.executable).parent / "pfl-sim"), "--out", str(tmp_path / "run"),
          "--dataset", "digits", "--clients", "3", "--model", "twonn", "--rounds", "1",
          "--epochs", "1", "--algorithm", "local", "--executor", "batched", "--quiet"],
-        capture_output=True, text=True, check=False)
+        capture_output=True, text=True, timeout=GUARD, check=False)
     assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
     assert done.stdout.splitlines()[-1] == f"report: {tmp_path / 'run' / 'report.md'}"

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 from server_harness import ADMIN, run_toml
+from waiting import GUARD
 
 from pflkit.sdk.builder import build_run
 from pflkit.sdk.client import save_client_data
@@ -49,7 +50,7 @@ torch.set_num_threads(1)
 from pflkit.sdk.client import FederatedClient, RetryPolicy, load_client_data
 url, token, data = sys.argv[1:4]
 client = FederatedClient(url, Path(data) / ".state", load_client_data(Path(data)), token=token,
-                         retry=RetryPolicy(cap=1.0, max_elapsed=240))
+                         retry=RetryPolicy(cap=1.0, max_elapsed=GUARD))
 trained = client.run()
 logits = client.personalized_model()(torch.zeros(2, 1, 28, 28))
 print(json.dumps({
@@ -139,10 +140,10 @@ def test_the_base_install_trains_a_round_without_the_server_stack(make_server, t
     _write_client_data(config, data)
     # the operator's pfl-admin works from the same base install (no server stack there)
     admin = subprocess.run([venv / "bin" / "pfl-admin", "--url", server.url, "--token", ADMIN,
-                            "tokens", "create"], capture_output=True, text=True, timeout=120)
+                            "tokens", "create"], capture_output=True, text=True, timeout=GUARD)
     assert admin.returncode == 0, admin.stderr
     run = subprocess.run([python, "-c", DEVICE, server.url, admin.stdout.strip(), str(data),
-                          ",".join(SERVER_STACK)], capture_output=True, text=True, timeout=600,
+                          ",".join(SERVER_STACK)], capture_output=True, text=True, timeout=GUARD,
                          cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout.strip().splitlines()[-1])

@@ -10,6 +10,7 @@ import hashlib
 import httpx
 import torch
 from server_harness import run_toml
+from waiting import GUARD
 
 from pflkit.sdk.client import FederatedClient, RetryPolicy
 from pflkit.sdk.data.tensors import LabeledTensors
@@ -23,7 +24,7 @@ def test_a_pause_before_the_upload_keeps_the_trained_round_for_after_the_resume(
     generator = torch.Generator().manual_seed(0)
     data = LabeledTensors(torch.rand(20, 1, 28, 28, generator=generator), torch.arange(20) % 10)
     device = FederatedClient(server.url, tmp_path / "device", data, token=server.token(),
-                             retry=RetryPolicy(cap=0.5, max_elapsed=60))
+                             retry=RetryPolicy(cap=0.5, max_elapsed=GUARD))
     run_id = server.wait_for(lambda s: s["current_round"] is not None)["id"]
     admin = server.admin()
 

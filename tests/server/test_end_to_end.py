@@ -23,6 +23,7 @@ from server_harness import (
     simulated_global,
     spawn_client,
 )
+from waiting import GUARD
 
 from pflkit.sdk.algorithms.base import ALGORITHMS
 from pflkit.sdk.client import FederatedClient, RetryPolicy, load_client_data
@@ -39,7 +40,7 @@ PARAMS = {
 def _client(url: str, state_dir: str, data_dir: str, token: str | None) -> None:
     torch.set_num_threads(1)
     client = FederatedClient(url, state_dir, load_client_data(data_dir), token=token,
-                             retry=RetryPolicy(cap=1.0, max_elapsed=240))
+                             retry=RetryPolicy(cap=1.0, max_elapsed=GUARD))
     client.run()
     client.personalized_model()(torch.zeros(1, 1, 28, 28))  # the device's model works
 
@@ -70,9 +71,9 @@ def run_algorithm(server: Server, dirs, enrolled: dict, config: str) -> dict:
         procs.append(ctx.Process(target=_client, args=(server.url, str(folder / ".state"),
                                                        str(folder), token)))
         procs[-1].start()
-    status = server.wait_for(lambda s: s["status"] == "finished", timeout=240)
+    status = server.wait_for(lambda s: s["status"] == "finished")
     for proc in procs:
-        proc.join(120)
+        proc.join(GUARD)
     assert [p.exitcode for p in procs] == [0, 0, 0]
     return status
 
@@ -148,8 +149,8 @@ def test_two_workers_serve_one_run_with_pfl_client_processes(database_url, make_
     server = make_server(config, "--min-enrolled", "3", "--workers", "2", *database)
     dirs = client_data_dirs(tmp_path / "clients", config)
     procs = [spawn_client(server, folder, server.token(cid)) for cid, folder in dirs.items()]
-    status = server.wait_for(lambda s: s["status"] == "finished", timeout=240)
-    assert [p.wait(60) for p in procs] == [0, 0, 0]
+    status = server.wait_for(lambda s: s["status"] == "finished")
+    assert [p.wait(GUARD) for p in procs] == [0, 0, 0]
     assert [r["metrics"]["participants"] for r in status["history"]] == [2, 2]
     assert (server.data_dir / "server.db").exists() == (database_url is None)
     workers = uvicorn_workers(server.proc.pid)

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import torch
 from server_harness import BIN, run_toml
+from waiting import GUARD
 
 from pflkit.sdk.client import FederatedClient, RetryPolicy, save_client_data
 from pflkit.sdk.data.tensors import LabeledTensors
@@ -19,7 +20,7 @@ DATA = LabeledTensors(torch.zeros(4, 1, 28, 28), torch.arange(4))
 
 def device(server, root, name: str, token: str) -> int:
     client = FederatedClient(server.url, root / name, DATA, token=token,
-                             retry=RetryPolicy(cap=0.5, max_elapsed=60))
+                             retry=RetryPolicy(cap=0.5, max_elapsed=GUARD))
     client.close()
     return client.client_id
 
@@ -75,7 +76,7 @@ def test_a_device_that_cannot_train_the_run_refuses_before_spending_its_token(ma
                      LabeledTensors(torch.rand(4, 1, 8, 8), torch.arange(4)))
     done = subprocess.run([str(BIN / "pfl-client"), "--server", server.url, "--data",
                            str(folder), "--token", token, "--threads", "1"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=GUARD)
     # one line, no INFO line per HTTP request (httpx's logger is quiet unless --log-level debug)
     assert done.returncode == 1 and done.stderr.splitlines() == [
         "pfl-client: local data has inputs (1, 8, 8), the run's model expects (1, 28, 28)"]

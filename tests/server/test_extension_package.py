@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 from server_harness import BIN, client_data_dirs, server_global, simulated_global, spawn_client
+from waiting import GUARD
 
 from pflkit.sdk.client import FederatedClient, RetryPolicy, load_client_data
 
@@ -112,14 +113,14 @@ def test_pflkit_does_not_know_the_package():
 def test_pfl_sim_then_pfl_export_with_entry_point_names(on_path, tmp_path):
     (tmp_path / "run.toml").write_text(SIM_CONFIG)
     sim = subprocess.run([str(BIN / "pfl-sim"), "--config", "run.toml", "--out", "run",
-                          "--quiet"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                          "--quiet"], cwd=tmp_path, capture_output=True, text=True, timeout=GUARD)
     assert sim.returncode == 0, sim.stderr
     final = json.loads((tmp_path / "run" / "final.json").read_text())
     assert 0.0 <= final["clients"]["summary"]["own_top1_mean"] <= 1.0
     assert (tmp_path / "run" / "partition.safetensors").is_file()
 
     export = subprocess.run([str(BIN / "pfl-export"), "--run", "run", "--client", "1"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                            cwd=tmp_path, capture_output=True, text=True, timeout=GUARD)
     assert export.returncode == 0, export.stderr
     card = json.loads((tmp_path / "run" / "exports" / "client1" / "model_card.json").read_text())
     assert card["classes"] == ["idle", "walking", "running", "cycling"]
@@ -137,13 +138,13 @@ def test_server_with_two_workers_and_two_sdk_clients_with_import_paths(on_path, 
     assert load_client_data(dirs[0]).x.shape[1:] == (12,)  # tabular rows, not images
     process = spawn_client(server, dirs[0], server.token(0))
     device = FederatedClient(server.url, dirs[1] / ".state", load_client_data(dirs[1]),
-                             token=server.token(1), retry=RetryPolicy(cap=1.0, max_elapsed=240),
+                             token=server.token(1), retry=RetryPolicy(cap=1.0, max_elapsed=GUARD),
                              allow_imports=["sensorkit"])
     thread = threading.Thread(target=device.run)
     thread.start()
-    status = server.wait_for(lambda s: s["status"] == "finished", timeout=300)
-    thread.join(120)
-    assert process.wait(60) == 0
+    status = server.wait_for(lambda s: s["status"] == "finished")
+    thread.join(GUARD)
+    assert process.wait(GUARD) == 0
     assert status["algorithm"] == "sensorkit.methods:PriorShift"
     assert [r["metrics"]["participants"] for r in status["history"]] == [2, 2]
     expected = simulated_global(SERVER_CONFIG, tmp_path / "sim")

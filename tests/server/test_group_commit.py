@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from waiting import GUARD, wait_until
 
 from pflkit.server.group_commit import GroupCommit
 
@@ -18,21 +18,21 @@ def test_callers_queued_behind_a_commit_share_the_next_one_and_get_their_own_out
     def commit(batch: list[int]) -> list[int | BaseException]:
         batches.append(batch)
         if len(batches) == 1:
-            first_may_finish.wait(30)  # the others queue up meanwhile
+            first_may_finish.wait(GUARD)  # the others queue up meanwhile
         return [ValueError(f"item {i}") if i == 3 else 10 * i for i in batch]
 
     group: GroupCommit[int, int] = GroupCommit(commit)
     with ThreadPoolExecutor(6) as pool:
         futures = [pool.submit(group.submit, 0)]
-        while not batches:
-            time.sleep(0.01)
+        wait_until(lambda: batches, "the first commit started")
         futures += [pool.submit(group.submit, i) for i in range(1, 6)]
-        time.sleep(0.5)  # let them all queue behind the first commit
+        # all five queued behind the first commit (not "after 0.5 s": a busy machine is slower)
+        wait_until(lambda: len(group._pending) == 5, "five callers queued")
         first_may_finish.set()
         results = {}
         for i, future in enumerate(futures):
             try:
-                results[i] = future.result(30)
+                results[i] = future.result(GUARD)
             except ValueError as err:
                 results[i] = str(err)
     assert batches == [[0], [1, 2, 3, 4, 5]]

@@ -14,6 +14,7 @@ from server_harness import (
     simulated_global,
     spawn_client,
 )
+from waiting import GUARD
 
 # the other two points (upload_after_blob, close_after_blob) sit between these and the commits;
 # a run through all four passes too but costs two more server starts
@@ -29,16 +30,16 @@ def test_sigkill_at_each_point_then_restart_finishes_like_an_uninterrupted_run(
     dirs = client_data_dirs(tmp_path / "clients", config)
     procs = [spawn_client(server, folder, server.token(cid)) for cid, folder in dirs.items()]
     for point in [*CRASH_POINTS[1:], None]:
-        assert server.proc.wait(timeout=180) == -signal.SIGKILL  # it died at the crash point
+        assert server.proc.wait(timeout=GUARD) == -signal.SIGKILL  # it died at the crash point
         server.start(crash_at=point)
     # between rounds: kill from outside right after a round commit, then restart
     done = server.status()["rounds_done"]
     assert done < 4
-    server.wait_for(lambda s: s["rounds_done"] > done, timeout=180)
+    server.wait_for(lambda s: s["rounds_done"] > done)
     server.kill()
     server.start()
-    status = server.wait_for(lambda s: s["status"] == "finished", timeout=240)
-    assert [p.wait(60) for p in procs] == [0, 0, 0]
+    status = server.wait_for(lambda s: s["status"] == "finished")
+    assert [p.wait(GUARD) for p in procs] == [0, 0, 0]
     assert [r["metrics"]["participants"] for r in status["history"]] == [2, 2, 2, 2]
     expected = simulated_global(config, tmp_path / "sim")
     got = server_global(server, status["global_hash"])

@@ -8,17 +8,20 @@ from __future__ import annotations
 import http.client
 import socket
 import time
+from types import SimpleNamespace
 
 import httpx
 import pytest
 import torch
 from server_harness import ADMIN, Server, run_toml
+from waiting import GUARD
 
+from pflkit.sdk import transport
 from pflkit.sdk.client import FederatedClient, RetryPolicy
 from pflkit.sdk.data.tensors import LabeledTensors
 
 FAILURES = 5  # the server's failed-authentication limit per address
-WINDOW = 4  # seconds
+WINDOW = 2 * GUARD  # seconds: no busy machine lets a failure leave the window mid-test
 JSON_LIMIT = 4096  # the server's max_json_bytes
 HEAD_SECONDS = 5  # the server's header_timeout
 HUGE = 256 * 2**20  # a declared body the tests never send
@@ -38,7 +41,7 @@ def server(tmp_path_factory):
 
 
 def raw_request(server: Server, head: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=GUARD) as sock:
         sock.sendall(head)
         reply = b""
         while chunk := sock.recv(65536):
@@ -58,21 +61,22 @@ def test_an_oversized_request_head_is_refused_with_431(server):
 def test_an_idle_connection_stays_open_past_uvicorns_default_keep_alive(server):
     """uvicorn closes idle connections after 5 s by default: a client reusing one as the
     server closed it got a dropped connection (httpx.ReadError in bench-server)."""
-    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=GUARD)
     connection.request("GET", "/v1/health")
     assert connection.getresponse().read() and connection.sock is not None
     sock = connection.sock
-    time.sleep(6)
+    time.sleep(6)  # at least uvicorn's 5 s: a slower machine only waits longer
     connection.request("GET", "/v1/health")  # on the same socket: no reconnection
     assert connection.getresponse().status == 200 and connection.sock is sock
     connection.close()
 
 
 def via(address: str) -> httpx.Client:
-    return httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=30)
+    return httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=GUARD)
 
 
-def test_failed_authentication_is_throttled_per_address_and_the_sdk_waits(server, tmp_path):
+def test_failed_authentication_is_throttled_per_address_and_the_sdk_waits(server, tmp_path,
+                                                                          monkeypatch):
     client_id, secret = server.enroll()
     good = {"Authorization": f"Bearer {secret}"}
     task = f"{server.url}/v1/task"
@@ -86,7 +90,7 @@ def test_failed_authentication_is_throttled_per_address_and_the_sdk_waits(server
         assert enroll.status_code == 429
     with via("127.0.0.2") as neighbour:
         assert neighbour.get(task, headers=good).status_code == 200
-    with via("127.0.0.1") as device:  # the SDK's address: fail it up to the limit
+    with via("127.0.0.4") as device:  # the SDK's address below: fail it up to the limit
         for i in range(FAILURES):
             assert device.get(task, headers={"Authorization": f"Bearer x{i}"}).status_code == 401
         assert device.get(task, headers=good).status_code == 429
@@ -96,10 +100,23 @@ def test_failed_authentication_is_throttled_per_address_and_the_sdk_waits(server
         f'{{"server": "{server.url}", "client_id": {client_id}, "secret": "{secret}"}}')
     sdk = FederatedClient(server.url, state, LabeledTensors(torch.zeros(1, 1, 28, 28),
                                                             torch.zeros(1, dtype=torch.long)),
-                          retry=RetryPolicy(base=0.01, cap=0.02, max_elapsed=60))
-    started = time.monotonic()
-    step = sdk.step()  # 429 + Retry-After: waits, then polls successfully
-    assert step.status == "wait" and time.monotonic() - started >= 1
+                          retry=RetryPolicy(base=0.01, cap=0.02, max_elapsed=2 * WINDOW))
+    sdk.connection.http = httpx.Client(base_url=server.url, timeout=GUARD, transport=(
+        httpx.HTTPTransport(local_address="127.0.0.4")))
+    planned: list[float] = []
+
+    class Waiting(BaseException):
+        """The SDK went to sleep: what it sleeps is the assertion (the window is long)."""
+
+    def sleep(seconds: float) -> None:
+        planned.append(seconds)
+        raise Waiting
+
+    monkeypatch.setattr(transport, "time", SimpleNamespace(monotonic=time.monotonic,
+                                                            sleep=sleep))
+    with pytest.raises(Waiting):
+        sdk.step()  # 429 + Retry-After: it waits what the server says, not its 0.02 s backoff
+    assert WINDOW - GUARD <= planned[0] <= WINDOW, planned
     sdk.close()
 
 
@@ -111,7 +128,7 @@ def answer_before_the_body(server: Server, path: str, declared: int, headers: st
     """
     head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Content-Length: {declared}\r\n{headers}\r\n")
-    with socket.create_connection(("127.0.0.1", server.port), timeout=60,
+    with socket.create_connection(("127.0.0.1", server.port), timeout=GUARD,
                                   source_address=(source, 0)) as sock:
         sock.sendall(head.encode() + b" " * 1024)
         reply = b""
@@ -168,13 +185,13 @@ def read_until_closed(sock: socket.socket) -> bytes:
 
 def test_request_heads_that_never_complete_are_closed_and_block_no_one(server):
     """A head that never completes was never timed out (3 half-open sockets alive after 217 s)."""
-    sockets = [socket.create_connection(("127.0.0.1", server.port), timeout=120)
+    sockets = [socket.create_connection(("127.0.0.1", server.port), timeout=GUARD)
                for _ in range(50)]
     for sock in sockets[::2]:  # half start a request whose blank line never comes
         sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Slow: 1\r\n")
-    assert httpx.get(f"{server.url}/v1/health", timeout=60).status_code == 200
+    assert httpx.get(f"{server.url}/v1/health", timeout=GUARD).status_code == 200
     for i, sock in enumerate(sockets):  # each is closed by the server (the timeout: safety)
         with sock:
             reply = read_until_closed(sock)
         assert reply.startswith(b"HTTP/1.1 408 ") if i % 2 == 0 else reply == b"", reply
-    assert httpx.get(f"{server.url}/v1/health", timeout=60).status_code == 200
+    assert httpx.get(f"{server.url}/v1/health", timeout=GUARD).status_code == 200

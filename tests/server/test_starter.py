@@ -8,6 +8,7 @@ import sys
 
 from server_harness import BIN
 from typer.testing import CliRunner
+from waiting import GUARD
 
 from pflkit.server.simulator_cli import app
 
@@ -27,13 +28,13 @@ def test_init_writes_a_project_that_simulates_and_exports(tmp_path):
     # of its 10 rounds: docs/extending.md's own example runs the full one in the docs test
     sim = subprocess.run([str(BIN / "pfl-sim"), "--config", "run.toml", "--out", "runs/first",
                           "--set", "rounds=3", "--quiet"], cwd=project, capture_output=True,
-                         text=True, timeout=600)
+                         text=True, timeout=GUARD)
     assert sim.returncode == 0, sim.stderr
     final = json.loads((project / "runs" / "first" / "final.json").read_text())
     assert final["global_model"]["top1"] > 0.5  # 4 classes: the model learned something
     export = subprocess.run([str(BIN / "pfl-export"), "--run", "runs/first", "--client", "0",
                              "--lambda", "0.5"], cwd=project, capture_output=True, text=True,
-                            timeout=600)
+                            timeout=GUARD)
     assert export.returncode == 0, export.stderr
     card = json.loads((project / "runs/first/exports/client0/model_card.json").read_text())
     assert card["classes"] == ["idle", "walking", "running", "cycling"]

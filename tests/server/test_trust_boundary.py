@@ -14,6 +14,7 @@ import subprocess
 import numpy as np
 import pytest
 from server_harness import ADMIN, BIN, client_data_dirs, run_toml, spawn_client
+from waiting import GUARD
 
 PROBE = """\
 import os
@@ -59,7 +60,7 @@ def test_the_server_and_its_devices_import_only_what_their_owners_allowed(make_s
     monkeypatch.setenv("PYTHONPATH", str(server.root))
     data = client_data_dirs(tmp_path / "clients", config)[0]
     device = spawn_client(server, data, server.token())
-    assert device.wait(240) == 2
+    assert device.wait(GUARD) == 2
     assert (data / "client.log").read_text().strip() == (
         "pfl-client: task config: model 'probe_ok:net': not imported: package 'probe_ok' is "
         "not in the device's allow_imports (FederatedClient(allow_imports=...), pfl-client "
@@ -121,7 +122,7 @@ def test_pfl_server_refuses_a_run_config_naming_code_it_was_not_allowed_in_one_l
          f"run config: data.root: this server reads no dataset files: set {DATASET_DIR}"),
     ]:
         done = subprocess.run([*base, *flags], capture_output=True, text=True, env=env,
-                              timeout=300)
+                              timeout=GUARD)
         assert (done.returncode, done.stderr.strip()) == (2, f"pfl-server: {message}")
 
 

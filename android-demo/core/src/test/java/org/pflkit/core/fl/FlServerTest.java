@@ -16,6 +16,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.concurrent.TimeUnit;
 import org.junit.BeforeClass;
 import org.junit.ClassRule;
 import org.junit.FixMethodOrder;
@@ -68,17 +69,19 @@ public class FlServerTest {
   }
 
   static HttpTransport real() {
-    return new UrlConnectionTransport(5_000, 60_000);
+    return new UrlConnectionTransport(
+        5_000, (int) TimeUnit.SECONDS.toMillis(PflServer.GUARD_SECONDS));
   }
 
   /** Poll until round 0 asks this client to train. */
   static Task awaitTrain(FederatedClient client) throws Exception {
-    for (int i = 0; i < 600; i++) {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(PflServer.GUARD_SECONDS);
+    while (System.nanoTime() < deadline) {
       Task task = client.poll();
       if (task.isTrain()) {
         return task;
       }
-      Thread.sleep(100);
+      Thread.sleep(100); // poll
     }
     throw new AssertionError("round 0 never opened");
   }
@@ -243,7 +246,8 @@ public class FlServerTest {
   @Test
   public void d_theRoundClosesWithTheWeightedMeanOfEachUploadCountedOnce() throws Exception {
     Map<String, Object> closed = null;
-    for (int i = 0; i < 600 && closed == null; i++) {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(PflServer.GUARD_SECONDS);
+    while (closed == null && System.nanoTime() < deadline) {
       Map<String, Object> status = SERVER.status();
       List<?> history = (List<?>) status.get("history");
       if (!history.isEmpty()) {
@@ -251,7 +255,7 @@ public class FlServerTest {
         Map<String, Object> first = (Map<String, Object>) history.get(0);
         closed = first;
       } else {
-        Thread.sleep(100);
+        Thread.sleep(100); // poll
       }
     }
     assertNotNull("round 0 closed", closed);

@@ -32,6 +32,12 @@ final class PflServer extends ExternalResource {
   File root;
   File goldens;
 
+  /**
+   * The tests' one time limit (as tests/waiting.py's GUARD): it stops a hung test, and is no
+   * pass criterion; a loaded 2-core machine took 59 min for make test.
+   */
+  static final long GUARD_SECONDS = 1800;
+
   PflServer(String... flags) {
     this.flags = flags;
   }
@@ -71,10 +77,12 @@ final class PflServer extends ExternalResource {
     List<String> cmd = new ArrayList<>(Arrays.asList(new File(venv, "bin/pfl-server").getPath(),
         "serve", "--data-dir", new File(root, "data").getPath(), "--run-config",
         new File(goldens, "run.toml").getPath(), "--admin-token-file", admin.getPath(),
-        "--port", String.valueOf(port), "--log-level", "warning"));
+        "--port", String.valueOf(port), "--log-level", "warning",
+        // rounds close at quorum, not at a deadline a busy machine could reach first
+        "--round-deadline", String.valueOf(2 * GUARD_SECONDS)));
     cmd.addAll(Arrays.asList(flags));
     process = builder(cmd, new File(root, "server.log")).start();
-    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(240);
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(GUARD_SECONDS);
     while (true) {
       if (!process.isAlive()) {
         throw new IllegalStateException("pfl-server exited: " + log("server.log"));
@@ -90,7 +98,7 @@ final class PflServer extends ExternalResource {
         throw new IllegalStateException("pfl-server did not become healthy: "
             + log("server.log"));
       }
-      Thread.sleep(200);
+      Thread.sleep(200); // poll
     }
   }
 
