@@ -58,6 +58,7 @@ class Server:
     def start(self, crash_at: str | None = None) -> None:
         (self.root / "run.toml").write_text(self.config)
         (self.root / "admin").write_text(ADMIN)
+        (self.root / "admin").chmod(0o600)  # a token file others may read gets a warning
         env = {k: v for k, v in os.environ.items() if not k.startswith("PFL_SERVER_")}
         env.pop("PFLKIT_CRASH_AT", None)
         if crash_at:

@@ -110,7 +110,8 @@ def test_a_second_run_into_the_same_directory_is_refused(tmp_path):
 def test_config_errors_name_the_key(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text("rounds = 2\n[training]\nlearning_rate = 0.1\n")
-    with pytest.raises(ConfigError, match=r"^training.learning_rate: unknown key$"):
+    with pytest.raises(ConfigError, match=r"^training.learning_rate: unknown key "
+                                          r"\(did you mean training.lr\?\)$"):
         SimConfig.load(path)
     path.write_text("rounds = [\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
