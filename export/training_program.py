@@ -6,8 +6,8 @@ turns any such description into files a device runs:
 
 * ``personal_train.pte`` with the method ``train``: the joint forward + backward graph of the
   trainable program (``torch.export`` -> ``_export_forward_backward`` -> ``to_edge``), portable
-  kernels (:data:`DECOMPOSE_FOR_RUNTIME` says which backward op is decomposed around a runtime
-  bug), inputs with a dynamic batch; its user outputs are ``(loss, logits)``, then the
+  kernels (:mod:`.portable_kernels` says which ops are rewritten around a wrong or slow
+  kernel), inputs with a dynamic batch; its user outputs are ``(loss, logits)``, then the
   runtime's gradients and parameters. ``prepare`` (inference, XNNPACK) computes the frozen
   tensors the program reads, once per row; ``model_card`` is the card as a uint8 constant.
 * ``personal_init.safetensors``: the weights the stage starts from, named as the client state.
@@ -33,6 +33,7 @@ import torch
 from pflkit.export.contract import EXAMPLE_BATCH, ExportError
 from pflkit.export.device_trainer import PREPARE_METHOD, TRAIN_METHOD, DeviceTrainer
 from pflkit.export.formats import CARD_METHOD, PTE_MAX_BATCH
+from pflkit.export.portable_kernels import convolutions_as_matmul, joint_decompositions
 from pflkit.export.source import Source
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, RoundContext, make_algorithm
 from pflkit.sdk.algorithms.personal import EagerSession, PersonalTraining, run_plan
@@ -43,11 +44,6 @@ SCHEMA = "pflkit.training/1"
 PROGRAM_FILE = "personal_train.pte"
 WEIGHTS_FILE = "personal_init.safetensors"
 PROGRAM_FORMAT = "executorch-training"
-# Backward ops whose ExecuTorch 1.5.1 portable kernel is wrong, lowered as PyTorch's own
-# decomposition instead: max_pool2d_with_indices_backward adds into its output buffer without
-# zeroing it first, so the gradient of every layer before a max pool is garbage plus the true
-# one (and grows with each call); decomposed, it is a scatter of zeros and a scatter_add.
-DECOMPOSE_FOR_RUNTIME = (torch.ops.aten.max_pool2d_with_indices_backward.default,)
 VERIFY_STEPS = 20
 RELATIVE_TOLERANCE = 1e-4
 
@@ -148,28 +144,43 @@ def _example(part: PersonalTraining, images: torch.Tensor, labels: torch.Tensor
     return (*prepared, labels, *lam)
 
 
+def _example_rows(images: torch.Tensor, labels: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:data:`EXAMPLE_BATCH` rows to trace with (repeated when fewer are given)."""
+    reps = -(-EXAMPLE_BATCH // len(images))
+    return (images.repeat(reps, *([1] * (images.dim() - 1)))[:EXAMPLE_BATCH],
+            labels.repeat(reps)[:EXAMPLE_BATCH])
+
+
+def train_graph(trainer: TrainerExport, images: torch.Tensor, labels: torch.Tensor
+                ) -> torch.export.ExportedProgram:
+    """The ``train`` method before lowering: the joint forward + backward graph.
+
+    Rewritten for the portable kernels (:mod:`.portable_kernels`); the batch is dynamic.
+    """
+    from torch.export.experimental import _export_forward_backward
+
+    part, section = trainer.part, trainer.section
+    images, labels = _example_rows(images, labels)
+    batch = torch.export.Dim("batch", min=1, max=section["max_batch"])
+    dynamic = tuple({0: batch} if spec["shape"][:1] == ["batch"] else None
+                    for spec in section["inputs"])
+    program = convolutions_as_matmul(copy.deepcopy(part.program).train())
+    joint = _export_forward_backward(torch.export.export(
+        program, _example(part, images, labels), dynamic_shapes=dynamic))
+    return joint.run_decompositions(joint_decompositions())
+
+
 def program_bytes(trainer: TrainerExport, images: torch.Tensor, labels: torch.Tensor,
                   card_json: str) -> bytes:
     """Lower the stage to one ``.pte``: ``train`` (joint graph), ``prepare``, ``model_card``."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
-    from torch._decomp import get_decompositions
-    from torch.export.experimental import _export_forward_backward
 
-    part, section = trainer.part, trainer.section
-    reps = -(-EXAMPLE_BATCH // len(images))
-    images = images.repeat(reps, *([1] * (images.dim() - 1)))[:EXAMPLE_BATCH]
-    labels = labels.repeat(reps)[:EXAMPLE_BATCH]
-    batch = torch.export.Dim("batch", min=1, max=section["max_batch"])
-    example = _example(part, images, labels)
-    dynamic = tuple({0: batch} if spec["shape"][:1] == ["batch"] else None
-                    for spec in section["inputs"])
-    program = copy.deepcopy(part.program).train()
+    part = trainer.part
+    images, labels = _example_rows(images, labels)
     try:
-        joint = _export_forward_backward(torch.export.export(program, example,
-                                                             dynamic_shapes=dynamic))
-        joint = joint.run_decompositions(get_decompositions(list(DECOMPOSE_FOR_RUNTIME)))
-        methods = {TRAIN_METHOD: joint}
+        methods = {TRAIN_METHOD: train_graph(trainer, images, labels)}
         partitioners: dict[str, list[Any]] = {TRAIN_METHOD: []}
         if part.prepare is not None:
             prepare_batch = torch.export.Dim("batch", min=1, max=PTE_MAX_BATCH)
