@@ -27,6 +27,7 @@ from pflkit.sdk.registry import ExtensionError, check_call, known_names, resolve
 from pflkit.sdk.seeding import seeded_torch
 
 Shape = tuple[int, ...]  # one input without the batch dimension
+_WIDTH_CHECKED: set[tuple[object, Shape, int]] = set()  # builds whose body width was checked
 
 
 class SplitModel(nn.Module):
@@ -157,7 +158,10 @@ def build_model(ref: str, input_shape: Shape, num_classes: int, seed: int = 0) -
     if not isinstance(model, SplitModel):
         raise ExtensionError(f"model '{ref}' built a {type(model).__name__}, not a SplitModel "
                              "(body + head, see docs/extending.md)")
-    check_feature_width(ref, model, input_shape)
+    checked = (info.build, tuple(input_shape), num_classes)
+    if checked not in _WIDTH_CHECKED:  # once per builder and input: a mobilenet check is 130 ms
+        check_feature_width(ref, model, input_shape)
+        _WIDTH_CHECKED.add(checked)
     return model
 
 

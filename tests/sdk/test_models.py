@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from pflkit.sdk.models import MODELS, ModelInfo, SplitModel, build_model
+from pflkit.sdk.models import MODELS, ModelInfo, SplitModel, build_model, check_feature_width
 from pflkit.sdk.registry import ExtensionError
 
 SHAPES = {"lenet5": (1, 32, 32), "mobilenet": (3, 32, 32)}
@@ -99,11 +99,10 @@ def test_a_body_whose_width_is_not_feature_dim_is_refused_when_built(monkeypatch
 
 
 def test_the_width_check_leaves_weights_buffers_and_rng_unchanged():
+    model = build_model("mobilenet", (3, 32, 32), 10, seed=0)  # BatchNorm: running statistics
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     torch.manual_seed(5)
-    before = torch.get_rng_state()
-    model = build_model("mobilenet", (3, 32, 32), 10, seed=0)
-    again = torch.nn.Module.state_dict(build_model("mobilenet", (3, 32, 32), 10, seed=0))
-    assert torch.equal(torch.get_rng_state(), before)
-    state = model.state_dict()
-    assert all(torch.equal(state[k], again[k]) for k in state)
-    assert all(int(v) == 0 for k, v in state.items() if k.endswith("num_batches_tracked"))
+    rng = torch.get_rng_state()
+    check_feature_width("mobilenet", model, (3, 32, 32))
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
