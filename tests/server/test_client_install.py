@@ -50,7 +50,7 @@ torch.set_num_threads(1)
 from pflkit.sdk.client import FederatedClient, RetryPolicy, load_client_data
 url, token, data = sys.argv[1:4]
 client = FederatedClient(url, Path(data) / ".state", load_client_data(Path(data)), token=token,
-                         retry=RetryPolicy(cap=1.0, max_elapsed=GUARD))
+                         retry=RetryPolicy(cap=1.0, max_elapsed=float(sys.argv[5])))
 trained = client.run()
 logits = client.personalized_model()(torch.zeros(2, 1, 28, 28))
 print(json.dumps({
@@ -143,8 +143,8 @@ def test_the_base_install_trains_a_round_without_the_server_stack(make_server, t
                             "tokens", "create"], capture_output=True, text=True, timeout=GUARD)
     assert admin.returncode == 0, admin.stderr
     run = subprocess.run([python, "-c", DEVICE, server.url, admin.stdout.strip(), str(data),
-                          ",".join(SERVER_STACK)], capture_output=True, text=True, timeout=GUARD,
-                         cwd=tmp_path)
+                          ",".join(SERVER_STACK), str(GUARD)],
+                         capture_output=True, text=True, timeout=GUARD, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert report["trained"] == 1 and report["logits"] == [2, 10]
