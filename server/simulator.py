@@ -34,7 +34,7 @@ from pflkit.sdk.device import federation_to, resolve_device
 from pflkit.sdk.evaluation import ClientReport, evaluate_client, summarize
 from pflkit.sdk.metrics import scores_from_logits
 from pflkit.sdk.run_config import ExecutionConfig, SimConfig
-from pflkit.sdk.rundir import RunDir, check_creatable
+from pflkit.sdk.rundir import RunDir, check_creatable, checkpoint_round
 from pflkit.sdk.scoring import ScoringCache
 from pflkit.sdk.state_store import client_state_to_bytes
 from pflkit.sdk.tensorio import atomic_write_bytes, load_state, save_json, save_state
@@ -65,9 +65,10 @@ class Simulation:
         self.files = RunDir(self.run_dir)
         self.progress = progress
         if not resume and self.files.latest.exists():
-            raise FileExistsError(
-                f"{self.run_dir} already holds a run; use --resume or another --out"
-            )
+            done = checkpoint_round(self.files.latest)
+            rounds = "" if done is None else f" ({done} round{'' if done == 1 else 's'} done)"
+            raise FileExistsError(f"{self.run_dir} already holds a run{rounds}: continue it "
+                                  f"with --resume {self.run_dir}, or choose another --out")
         device = resolve_device(config.execution.device)  # fail before loading any data
         dataset = load_data(config)
         self.algorithm = build_algorithm(config, dataset.spec)
@@ -266,10 +267,21 @@ class Simulation:
         return RunResult(self.run_dir, coord.global_state, final)
 
     def _discard(self) -> None:
-        """A fresh run that failed leaves no folder that ``--out`` would refuse."""
-        if self._existing is not None:
-            self.files.discard(self._existing)
-            log.warning("the run failed: removed what it wrote to %s", self.run_dir)
+        """A fresh run that failed leaves no folder that ``--out`` would refuse for nothing.
+
+        Before its first committed round it is removed (down to the folder that existed). Once
+        a round is committed its checkpoints are worth more than a free ``--out``: they stay,
+        and ``--resume`` continues from them once the cause is fixed (``--out`` says so).
+        """
+        if self._existing is None:
+            return
+        if self.files.latest.exists():
+            log.error("the run failed after round %d: its checkpoints stay in %s; continue "
+                      "with pfl-sim --resume %s once the cause is fixed, or delete it",
+                      checkpoint_round(self.files.latest), self.run_dir, self.run_dir)
+            return
+        self.files.discard(self._existing)
+        log.warning("the run failed: removed what it wrote to %s", self.run_dir)
 
     def final_evaluation(self) -> dict[str, Any]:
         """Personalize (if the method has a stage) and score every client, old and new.

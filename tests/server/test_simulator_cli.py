@@ -49,17 +49,17 @@ SMALL_RUN = ["--dataset", "digits", "--clients", "3", "--model", "twonn", "--rou
              "--epochs", "1", "--quiet"]
 
 
-def test_a_run_that_fails_after_training_leaves_an_out_the_next_run_accepts(tmp_path,
-                                                                             monkeypatch):
+def test_a_run_that_fails_before_its_first_round_leaves_an_out_the_next_run_accepts(
+        tmp_path, monkeypatch):
     def crash(self):
-        raise RuntimeError("evaluation crashed")
+        raise RuntimeError("training crashed")
 
     kept = tmp_path / "kept"  # an --out that exists: the user's files in it stay
     kept.mkdir()
     (kept / "notes.txt").write_text("mine")
     new = tmp_path / "new" / "run"  # an --out whose parent is created too
     with monkeypatch.context() as patch:
-        patch.setattr(Simulation, "final_evaluation", crash)
+        patch.setattr(Simulation, "run_round", crash)
         for out in (kept, new):
             failed = runner.invoke(app, ["--out", str(out), *SMALL_RUN])
             assert isinstance(failed.exception, RuntimeError)
@@ -70,6 +70,27 @@ def test_a_run_that_fails_after_training_leaves_an_out_the_next_run_accepts(tmp_
         assert again.exit_code == 0, again.output
         assert (out / "report.md").is_file()
     assert (kept / "notes.txt").read_text() == "mine"
+
+
+def test_a_run_that_fails_after_training_keeps_its_rounds_and_resume_finishes_it(
+        tmp_path, monkeypatch):
+    def crash(self):
+        raise RuntimeError("evaluation crashed")
+
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr(Simulation, "final_evaluation", crash)
+        failed = runner.invoke(app, ["--out", str(out), *SMALL_RUN])
+    assert isinstance(failed.exception, RuntimeError)
+    assert (out / "global" / "latest.safetensors").is_file()  # the trained round is not lost
+    refused = runner.invoke(app, ["--out", str(out), *SMALL_RUN])
+    assert refused.exit_code == 2
+    assert refused.output.strip() == (f"error: {out} already holds a run (1 round done): "
+                                      f"continue it with --resume {out}, or choose another "
+                                      "--out")
+    resumed = runner.invoke(app, ["--resume", str(out), "--quiet"])
+    assert resumed.exit_code == 0, resumed.output
+    assert (out / "report.md").is_file()
 
 
 def test_a_stopped_run_keeps_its_rounds_for_resume(tmp_path, monkeypatch):
