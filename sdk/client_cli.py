@@ -27,7 +27,7 @@ from pflkit.sdk.client import (
     load_client_data,
 )
 from pflkit.sdk.console import entry_point
-from pflkit.sdk.registry import ImportRefused, add_project_path
+from pflkit.sdk.registry import ImportPolicy, ImportRefused, add_project_path
 
 app = typer.Typer(add_completion=False, help=__doc__)
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -37,6 +37,15 @@ def _log_level(value: str) -> str:
     if value.lower() not in LOG_LEVELS:
         raise typer.BadParameter(f"{value!r} is not one of {', '.join(LOG_LEVELS)}")
     return value.lower()
+
+
+def _allow_imports(values: list[str] | None) -> list[str] | None:
+    """Checked before any data is read: a malformed entry is a usage error (exit 2)."""
+    try:
+        ImportPolicy.allowing(values or (), "--allow-imports")
+    except ValueError as err:
+        raise typer.BadParameter(str(err).removeprefix("--allow-imports: ")) from None
+    return values
 
 
 @app.command()
@@ -54,6 +63,7 @@ def main(
     give_up_after: Annotated[float, typer.Option(help="seconds of failed retries")] = 600.0,
     max_backoff: Annotated[float, typer.Option(help="longest wait between retries")] = 10.0,
     allow_imports: Annotated[list[str] | None, typer.Option(
+        callback=_allow_imports,
         help="a package (or package.module:attr) whose import paths a run may name; "
              "repeat it or separate with commas")] = None,
     log_level: Annotated[str, typer.Option(

@@ -34,3 +34,13 @@ def test_help_still_shows_the_usage():
     done = subprocess.run([BIN / "pfl-sim", "--help"], capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0 and "Usage: pfl-sim" in done.stdout
+
+
+def test_a_malformed_allow_imports_entry_is_a_usage_error_before_the_data_is_read(tmp_path):
+    done = subprocess.run([BIN / "pfl-client", "--server", "http://127.0.0.1:9", "--data",
+                           str(tmp_path / "no-data"), "--allow-imports", "my app"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2  # was exit 1, after 'no data.safetensors'
+    assert done.stderr.splitlines() == [
+        "pfl-client: Invalid value for '--allow-imports': 'my app' is neither a package name "
+        "nor an import path 'package.module:attr' (see 'pfl-client --help')"]
