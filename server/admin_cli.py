@@ -33,7 +33,7 @@ from pflkit.sdk.config_toml import apply_overrides, dump_toml, read_toml
 from pflkit.sdk.config_types import ConfigError
 from pflkit.server.admin_client import AdminClient, AdminError
 from pflkit.server.admin_settings import SettingsError, resolve
-from pflkit.server.api.schemas import RunPublic
+from pflkit.server.api.schemas import MAX_TOKEN_TTL, RunPublic
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 tokens_app = typer.Typer(no_args_is_help=True, help="One-time enrollment tokens for devices.")
@@ -101,6 +101,14 @@ def _finite(value: float | None) -> float | None:
     return value
 
 
+def _ttl(value: float | None) -> float | None:
+    """A token's lifetime in (0, MAX_TOKEN_TTL] seconds, as the server accepts it."""
+    if value is not None and not 0 < _finite(value) <= MAX_TOKEN_TTL:  # type: ignore[operator]
+        raise typer.BadParameter(f"must be in (0, {MAX_TOKEN_TTL}] seconds (ten years), "
+                                 f"got {value:g}")
+    return value
+
+
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
@@ -126,7 +134,7 @@ def create_tokens(
         show_default=False)] = None,
     ttl: Annotated[float | None, typer.Option(help="seconds until the tokens expire "
                                               "(default: never)", show_default=False,
-                                              callback=_finite)] = None,
+                                              callback=_ttl)] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create one-time enrollment tokens: one per line, or a JSON list with their ids.

@@ -62,11 +62,14 @@ class RunPublic(BaseModel):
     history: list[RoundHistoryPublic]
 
 
+MAX_TOKEN_TTL = 10 * 365 * 86400  # seconds: ten years
+
+
 class TokenCreateIn(JsonIn):
     """Options of a new enrollment token."""
 
     client_id: int | None = Field(None, ge=0, le=MAX_ID)  # reserve this client id
-    ttl_seconds: float | None = Field(None, gt=0, le=10 * 365 * 86400)
+    ttl_seconds: float | None = Field(None, gt=0, le=MAX_TOKEN_TTL)
 
 
 class TokenPublic(BaseModel):

@@ -126,8 +126,9 @@ def test_failures_are_one_line_and_change_nothing(make_server, tmp_path):
     assert "404" in one_line_error(admin(tmp_path, *conn, "status", "9", "--once"))
     assert "409: cannot resume run 1: it is active" in one_line_error(
         admin(tmp_path, *conn, "runs", "resume"))
-    line = one_line_error(admin(tmp_path, *conn, "tokens", "create", "--ttl", "-1"))
-    assert line.endswith("422: ttl_seconds: Input should be greater than 0")
+    line = one_line_error(admin(tmp_path, *conn, "tokens", "create", "--client-id",
+                                str(2**31)))
+    assert line.endswith("422: client_id: Input should be less than or equal to 2147483647")
 
     # a bad run config: the server's 422 reason on one line, no run created; a good one while
     # run 1 is active: 409
@@ -248,6 +249,9 @@ BAD_INPUTS = {  # each refused before any request, in one line, exit 2, the toke
     "ttl nan": (["--token", SECRET, "tokens", "create", "--ttl", "nan"],
                 "Invalid value for '--ttl': nan is not a finite number of seconds"),
     "ttl inf": (["--token", SECRET, "tokens", "create", "--ttl", "inf"], "'--ttl': inf is not"),
+    "ttl past ten years": (["--token", SECRET, "tokens", "create", "--ttl", "1e12"],
+                           "'--ttl': must be in (0, 315360000] seconds (ten years), got 1e+12"),
+    "ttl 0": (["--token", SECRET, "tokens", "create", "--ttl", "0"], "must be in (0, "),
     "interval inf": (["--token", SECRET, "status", "--interval", "inf"], "'--interval'"),
     "interval nan": (["--token", SECRET, "status", "--interval", "nan"], "'--interval'"),
     "count 0": (["--token", SECRET, "tokens", "create", "--count", "0"],
