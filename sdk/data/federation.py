@@ -82,7 +82,7 @@ class Federation:
         """(num_clients, num_classes) train counts, rows ordered by client id."""
         every = self.all_clients
         c = self.spec.num_classes
-        return np.stack([every[k].class_counts(c).numpy() for k in sorted(every)])
+        return np.stack([every[k].class_counts(c).cpu().numpy() for k in sorted(every)])
 
 
 @dataclass(frozen=True)
