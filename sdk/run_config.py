@@ -59,6 +59,7 @@ from pflkit.sdk.config_types import ConfigError as ConfigError  # re-exported: c
 from pflkit.sdk.data.datasets import dataset_source
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.device import check_device, check_precision
+from pflkit.sdk.lr_schedule import Decay, LearningRateSchedule
 from pflkit.sdk.models import model_builder
 from pflkit.sdk.registry import OWN_CONFIG, ExtensionError, ImportPolicy
 
@@ -83,14 +84,17 @@ class Schedule:
             raise ValueError(f"cannot sample {k} of {num_clients} clients per round")
         return k
 
+    @property
+    def lr_schedule(self) -> LearningRateSchedule:
+        """The clients' learning-rate schedule (the object the server sends to devices)."""
+        return LearningRateSchedule(self.lr, self.lr_decay)
+
     def lr_at(self, round_index: int) -> float:
         """The decayed learning rate of a round."""
-        return self.lr * self.lr_decay**round_index
+        return self.lr_schedule.at(round_index)
 
 
 PERSONALIZE_ENGINES = ("eager", "executorch")  # executorch: docs/on-device.md
-# the last round's lr may not fall below float32's smallest normal: SGD would round it to 0
-MIN_LR = 2.0**-126
 
 
 _schema = pydantic.dataclasses.dataclass(frozen=True, config=STRICT_CONFIG)
@@ -118,7 +122,7 @@ class TrainingConfig:
     epochs: Epochs = 5
     batch_size: BatchSize = 40
     lr: LearningRate = 0.01
-    lr_decay: Annotated[float, Strict(), in_range(0.0, 1.0, open_low=True)] = 0.99
+    lr_decay: Decay = 0.99
     momentum: Momentum = 0.9
     weight_decay: WeightDecay = 1e-5
 
@@ -175,12 +179,10 @@ class SimConfig:
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
 
     def __post_init__(self) -> None:
-        t = self.training
-        last_lr = t.lr * t.lr_decay**self.rounds  # ranges above: no overflow, maybe 0
-        if last_lr < MIN_LR:
-            raise _KeyedError("training.lr_decay", f"lr x lr_decay ** rounds = {t.lr:g} x "
-                              f"{t.lr_decay:g} ** {self.rounds} = {last_lr:g} is below "
-                              f"{MIN_LR:.3g} (float32's smallest normal)")
+        try:
+            self.schedule().lr_schedule.check_until(self.rounds)
+        except ValueError as err:
+            raise _KeyedError("training.lr_decay", str(err)) from None
         part, per_round = self.data.partition, self.training.clients_per_round
         trainers = part.num_clients - part.num_new_clients
         if per_round is not None and per_round > trainers:
