@@ -36,7 +36,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import torch
 from torch import nn
 
 from pflkit.sdk.algorithms.base import (
@@ -54,11 +52,13 @@ from pflkit.sdk.algorithms.base import (
     RoundContext,
     State,
 )
-from pflkit.sdk.algorithms.state_layout import add_prefix, strip_prefix
 from pflkit.sdk.client_data import DATA_FILE, data_problem, load_client_data, save_client_data
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import check_precision, data_to, resolve_device, state_to
-from pflkit.sdk.protocol import MAX_ID, METRICS_KEY
+from pflkit.sdk.device_files import CACHE, CREDENTIALS, DeviceFiles
+from pflkit.sdk.pending_round import FILE as PENDING_FILE
+from pflkit.sdk.pending_round import PendingRound
+from pflkit.sdk.protocol import METRICS_KEY
 from pflkit.sdk.registry import ImportPolicy
 from pflkit.sdk.seeding import numpy_rng
 from pflkit.sdk.state_store import DeviceStateStore
@@ -66,7 +66,6 @@ from pflkit.sdk.task_config import TaskConfig
 from pflkit.sdk.tensorio import (
     CorruptStateError,
     atomic_write_bytes,
-    read_metadata,
     state_from_bytes,
     state_to_bytes,
 )
@@ -83,11 +82,8 @@ log = logging.getLogger(__name__)
 __all__ = ["DATA_FILE", "FederatedClient", "RetryPolicy", "ServerRefused", "ServerUnavailable",
            "StepResult", "load_client_data", "save_client_data"]
 
-_PENDING_META = "pflkit.pending"
 ALLOW_IMPORTS = ("the device's allow_imports (FederatedClient(allow_imports=...), "
                  "pfl-client --allow-imports)")
-_UPLOAD = "upload"
-_STATE_PREFIX = "state/"
 
 
 @dataclass
@@ -120,49 +116,17 @@ class FederatedClient:
             raise ValueError(f"data: {problem}")
         self.data = data_to(data, self.device)
         self.store = DeviceStateStore(self.state_dir)
+        self.files = DeviceFiles(self.state_dir)
         self.connection = ServerConnection(
             self.server, retry or RetryPolicy(), timeout,
             numpy_rng(0, "retry-jitter", str(self.state_dir.resolve())))
         self._algorithms: dict[str, Algorithm] = {}
-        self._credentials = self._read_credentials()
+        self._credentials = self.files.read_credentials()
         if self._credentials.get("server") not in (None, self.server):
             raise ValueError(f"{self.state_dir} is enrolled with {self._credentials['server']}, "
                              f"not {self.server}")
         if not self._credentials and token is not None:
             self.enroll(token)
-
-    # -- small files ------------------------------------------------------------------------------
-    def _read_json(self, name: str) -> dict[str, Any]:
-        """One of the device's JSON files ({} if absent); damaged: a ValueError naming it."""
-        path = self.state_dir / name
-        if not path.is_file():
-            return {}
-        try:
-            obj = json.loads(path.read_bytes())
-        except (ValueError, RecursionError) as err:
-            raise ValueError(f"{path}: not valid JSON ({type(err).__name__}: "
-                             f"{str(err)[:80]})") from None
-        if not isinstance(obj, dict):
-            raise ValueError(f"{path}: a JSON object was expected, found {type(obj).__name__}")
-        return obj
-
-    def _read_credentials(self) -> dict[str, Any]:
-        """credentials.json as :meth:`enroll` wrote it ({} if not enrolled yet)."""
-        creds = self._read_json("credentials.json")
-        client_id = creds.get("client_id")
-        if creds and not (isinstance(creds.get("server"), str)
-                          and type(client_id) is int and 0 <= client_id <= MAX_ID
-                          and isinstance(creds.get("secret"), str) and creds["secret"]):
-            raise ValueError(f"{self.state_dir / 'credentials.json'}: not the credentials "
-                             f"enrollment writes (server, client_id in 0..{MAX_ID}, secret); "
-                             f"move it away and enroll with a new token")
-        return creds
-
-    def _write_json(self, name: str, obj: dict[str, Any], private: bool = False) -> None:
-        path = self.state_dir / name
-        atomic_write_bytes(path, json.dumps(obj, sort_keys=True).encode())
-        if private:
-            os.chmod(path, 0o600)
 
     @property
     def client_id(self) -> int:
@@ -191,13 +155,13 @@ class FederatedClient:
         body = response.json()
         self._credentials = {"server": self.server, "client_id": body["client_id"],
                              "secret": body["secret"]}
-        self._write_json("credentials.json", self._credentials, private=True)
+        self.files.write_json(CREDENTIALS, self._credentials, private=True)
         return self.client_id
 
     # -- the round --------------------------------------------------------------------------------
     def global_state(self, digest: str) -> State:
         """Return the global state with this hash: cached, else downloaded and verified."""
-        cache = self._read_json("cache.json")
+        cache = self.files.read_json(CACHE)
         path = self.state_dir / "global.safetensors"
         if cache.get("global_hash") == digest and path.is_file():
             return state_from_bytes(path.read_bytes(), str(path))
@@ -205,7 +169,7 @@ class FederatedClient:
         if hashlib.sha256(data).hexdigest() != digest:
             raise CorruptStateError(f"downloaded global state does not hash to {digest}")
         atomic_write_bytes(path, data)
-        self._write_json("cache.json", {**cache, "global_hash": digest})
+        self.files.write_json(CACHE, {**cache, "global_hash": digest})
         return state_from_bytes(data, f"global {digest}")
 
     def _algorithm(self, run_id: int, config: TaskConfig) -> Algorithm:
@@ -220,11 +184,11 @@ class FederatedClient:
     def _client_state(self, run_id: int, algorithm: Algorithm, seed: int) -> ClientState:
         """Return the stored private state of this run (a new run starts from ``init_client``)."""
         stored = self.store.load()
-        if stored is not None and self._read_json("cache.json").get("state_run") == run_id:
+        if stored is not None and self.files.read_json(CACHE).get("state_run") == run_id:
             return ClientState(state_to(stored.tensors, self.device), stored.meta)
         return algorithm.init_client(self.client_id, seed, self.data)
 
-    def _train(self, task: dict[str, Any]) -> bytes:
+    def _train(self, task: dict[str, Any]) -> PendingRound:
         """Fit one round and persist the result as the pending file; return it."""
         cfg = TaskConfig.from_wire(task["config"], self.imports)
         algorithm = self._algorithm(task["run_id"], cfg)
@@ -235,32 +199,24 @@ class FederatedClient:
                                    self.data, ctx)
         metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(v)}
         upload = state_to_bytes(result.update, {METRICS_KEY: json.dumps(metrics)})
-        tensors = {_UPLOAD: torch.frombuffer(bytearray(upload), dtype=torch.uint8),
-                   **add_prefix(result.client_state.tensors, _STATE_PREFIX)}
-        meta = {"run_id": task["run_id"], "round": task["round"],
-                "num_samples": result.num_samples, "metrics": metrics,
-                "client_meta": result.client_state.meta}
-        pending = state_to_bytes(tensors, {_PENDING_META: json.dumps(meta)})
-        atomic_write_bytes(self.state_dir / "pending.safetensors", pending)
+        pending = PendingRound(task["run_id"], task["round"], result.num_samples, metrics,
+                               upload, result.client_state)
+        atomic_write_bytes(self.state_dir / PENDING_FILE, pending.to_bytes())
         return pending
 
-    def _commit_pending(self, pending: bytes) -> None:
+    def _commit(self, pending: PendingRound) -> None:
         """Make the round's client state the device's state (the server has answered)."""
-        meta = json.loads(read_metadata(pending)[_PENDING_META])
-        tensors = state_from_bytes(pending, "pending round")
-        self.store.save(ClientState(strip_prefix(tensors, _STATE_PREFIX), meta["client_meta"]))
-        self._write_json("cache.json", {**self._read_json("cache.json"),
-                                        "state_run": meta["run_id"]})
-        (self.state_dir / "pending.safetensors").unlink(missing_ok=True)
+        self.store.save(pending.client_state)
+        self.files.write_json(CACHE, {**self.files.read_json(CACHE), "state_run": pending.run_id})
+        (self.state_dir / PENDING_FILE).unlink(missing_ok=True)
 
     def step(self) -> StepResult:
         """Poll once; if this device is sampled, train and upload (one call per round)."""
         task = self._request("GET", "/v1/task").json()
-        path = self.state_dir / "pending.safetensors"
-        pending = path.read_bytes() if path.is_file() else None
-        if pending is not None and _round_is_over(json.loads(
-                read_metadata(pending)[_PENDING_META]), task):
-            self._commit_pending(pending)  # counted or late: keep the trained state
+        path = self.state_dir / PENDING_FILE
+        pending = PendingRound.from_bytes(path.read_bytes()) if path.is_file() else None
+        if pending is not None and pending.is_over(task):
+            self._commit(pending)  # counted or late: keep the trained state
             pending = None
         retry = float(task["retry_after"])
         if task["status"] == "finished" and task.get("config"):
@@ -269,27 +225,25 @@ class FederatedClient:
             return StepResult(task["status"], retry, task.get("round"))
         if pending is None:
             pending = self._train(task)
-        meta = json.loads(read_metadata(pending)[_PENDING_META])
-        upload = state_from_bytes(pending, "pending round")[_UPLOAD].numpy().tobytes()
         status = "trained"
         try:
-            self._request("PUT", f"/v1/runs/{meta['run_id']}/rounds/{meta['round']}/update",
-                          params={"num_samples": meta["num_samples"]}, content=upload,
+            self._request("PUT", f"/v1/runs/{pending.run_id}/rounds/{pending.round}/update",
+                          params={"num_samples": pending.num_samples}, content=pending.upload,
                           headers={"Content-Type": "application/octet-stream"})
         except ServerRefused as err:
             if err.status == 409:  # e.g. paused meanwhile: keep the pending round, poll again
-                log.warning("round %s: upload deferred: %s", meta["round"], err.detail)
-                return StepResult("wait", retry, meta["round"])
+                log.warning("round %s: upload deferred: %s", pending.round, err.detail)
+                return StepResult("wait", retry, pending.round)
             if err.status != 410:
                 raise
             status = "late"
-            log.warning("round %s closed before the upload: %s", meta["round"], err.detail)
-        self._commit_pending(pending)
-        return StepResult(status, retry, meta["round"], meta["metrics"])
+            log.warning("round %s closed before the upload: %s", pending.round, err.detail)
+        self._commit(pending)
+        return StepResult(status, retry, pending.round, pending.metrics)
 
     def _finish(self, task: dict[str, Any]) -> None:
         """Keep the final config and run the post-federation stage, if any (once per run)."""
-        cache = self._read_json("cache.json")
+        cache = self.files.read_json(CACHE)
         if cache.get("finished_run") == task["run_id"]:
             return
         cfg = TaskConfig.from_wire(task["config"], self.imports)
@@ -301,13 +255,12 @@ class FederatedClient:
             state = self._client_state(task["run_id"], algorithm, cfg.seed)
             with autocast_training(self.autocast):
                 self.store.save(algorithm.personalize(global_state, state, self.data, ctx))
-        self._write_json("cache.json", {**self._read_json("cache.json"), "state_run":
-                                        task["run_id"], "finished_run": task["run_id"],
-                                        "config": task["config"]})
+        self.files.write_json(CACHE, {**self.files.read_json(CACHE), "state_run": task["run_id"],
+                                      "finished_run": task["run_id"], "config": task["config"]})
 
     def personalized_model(self, choice: Choice | None = None) -> nn.Module:
         """Build the device's inference model from the finished run, on the client's device."""
-        cache = self._read_json("cache.json")
+        cache = self.files.read_json(CACHE)
         if "finished_run" not in cache:
             raise RuntimeError("no finished run yet: keep calling step()")
         config = TaskConfig.from_wire(cache["config"], self.imports)
@@ -333,16 +286,3 @@ class FederatedClient:
         """Close the HTTP connection pool."""
         self.connection.close()
 
-
-def _round_is_over(pending: dict[str, Any], task: dict[str, Any]) -> bool:
-    """Whether the task shows that the server is done with the pending round's upload.
-
-    Only then is the trained state committed; until then (a pause, a wait while the round
-    closes or reopens) the pending bytes are kept and re-sent, so a round is never trained
-    twice.
-    """
-    if task["status"] in ("finished", "stopped") or task.get("run_id") != pending["run_id"]:
-        return True
-    current = task.get("round")
-    return current is not None and (current > pending["round"] or (
-        current == pending["round"] and task["status"] == "uploaded"))

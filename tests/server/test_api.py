@@ -317,8 +317,7 @@ def test_device_killed_after_training_resends_the_same_bytes(api, tmp_path):
     data = LabeledTensors(torch.rand(30, 1, 28, 28), torch.arange(30) % 10)
     first = FederatedClient(server.url, state_dir, data)
     task = httpx.get(f"{server.url}/v1/task", headers=auth(secrets[cid])).json()
-    pending = first._train(task)  # the app dies here, before uploading
-    upload_bytes = state_from_bytes(pending)["upload"].numpy().tobytes()
+    upload_bytes = first._train(task).upload  # the app dies here, before uploading
     step = FederatedClient(server.url, state_dir, data).step()  # the app restarts
     assert (step.status, step.round) == ("trained", rnd["round"])
     assert not (state_dir / "pending.safetensors").exists()
