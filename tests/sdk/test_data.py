@@ -13,7 +13,8 @@ from pflkit.sdk.data import (
     partition_table,
     plot_partition,
 )
-from pflkit.sdk.data.datasets import FMNIST_DEBIAN_DIR, Preprocessing, read_idx
+from pflkit.sdk.data.datasets import Preprocessing
+from pflkit.sdk.data.image_files import FMNIST_DEBIAN_DIR, read_idx
 from pflkit.sdk.registry import ExtensionError
 
 

@@ -1,0 +1,227 @@
+"""The file-backed image datasets: the MNIST family (IDX files) and CIFAR (binary version).
+
+Nothing is downloaded. Files come from, in order: the ``root`` argument, the dataset's
+environment variable (``PFLKIT_FMNIST_DIR`` ...), ``$PFLKIT_DATA_DIR``, and for Fashion-MNIST
+the Debian package ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``). A missing
+file is a :class:`DatasetNotFoundError` that says which files to put where.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pflkit.sdk.data.spec import (
+    Dataset,
+    DatasetNotFoundError,
+    DatasetSource,
+    DatasetSpec,
+    Preprocessing,
+)
+from pflkit.sdk.data.tensors import LabeledTensors
+
+FMNIST_DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
+
+
+FMNIST_CLASSES = (
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+)  # fmt: skip
+DIGIT_CLASSES = tuple(str(i) for i in range(10))
+CIFAR10_CLASSES = (
+    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
+)  # fmt: skip
+
+
+def _find_file(folder: Path, stem: str) -> Path | None:
+    for candidate in (folder / stem, folder / f"{stem}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Read an IDX file (optionally gzipped): the MNIST family's format."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as handle:
+            data = handle.read()
+    except (OSError, EOFError) as err:
+        raise DatasetNotFoundError(f"{path} is unreadable or truncated ({err})") from err
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
+        raise DatasetNotFoundError(f"{path} is not an unsigned-byte IDX file")
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    offset = 4 + 4 * ndim
+    expected = int(np.prod(dims))
+    if len(data) - offset != expected:
+        raise DatasetNotFoundError(
+            f"{path} holds {len(data) - offset} bytes of data, header says {expected}"
+        )
+    return np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(dims)
+
+
+def _search_dirs(root: Path | None, env: str | None, default: Path | None) -> list[Path]:
+    dirs: list[Path] = []
+    if root is not None:
+        dirs.append(Path(root))
+    if env and os.environ.get(env):
+        dirs.append(Path(os.environ[env]))
+    if os.environ.get("PFLKIT_DATA_DIR"):
+        dirs.append(Path(os.environ["PFLKIT_DATA_DIR"]))
+    if default is not None:
+        dirs.append(default)
+    return dirs
+
+
+def _idx_quadruple(
+    name: str, dirs: list[Path], subdir: str, stems: dict[str, str], hint: str
+) -> dict[str, np.ndarray]:
+    """Find the four IDX files in the first folder that has them all."""
+    tried = []
+    for base in dirs:
+        for folder in (base / subdir, base) if subdir else (base,):
+            found = {key: _find_file(folder, stem) for key, stem in stems.items()}
+            tried.append(str(folder))
+            if all(found.values()):
+                return {key: read_idx(p) for key, p in found.items() if p is not None}
+    files = ", ".join(f"{s}[.gz]" for s in stems.values())
+    looked = "; ".join(tried) or "nowhere (no folder given)"
+    raise DatasetNotFoundError(
+        f"dataset '{name}': files not found. Put {files} in a folder and pass it with "
+        f"--data-root (or set {hint}). Looked in: {looked}."
+    )
+
+
+_MNIST_STEMS = {
+    "train_x": "train-images-idx3-ubyte",
+    "train_y": "train-labels-idx1-ubyte",
+    "test_x": "t10k-images-idx3-ubyte",
+    "test_y": "t10k-labels-idx1-ubyte",
+}
+
+
+def from_uint8(
+    spec: DatasetSpec, train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
+    test_y: np.ndarray,
+) -> Dataset:
+    """Preprocess raw uint8 images (N, C, H, W) with the spec's own recipe."""
+    pre = spec.preprocessing
+
+    def prep(raw: np.ndarray) -> torch.Tensor:
+        return pre.apply(torch.from_numpy(np.array(raw, copy=True)))
+
+    return Dataset(
+        spec,
+        LabeledTensors(prep(train_x), torch.from_numpy(train_y.astype(np.int64))),
+        LabeledTensors(prep(test_x), torch.from_numpy(test_y.astype(np.int64))),
+    )
+
+
+def _load_fmnist(root: Path | None, seed: int, size: tuple[int, int] | None = None) -> Dataset:
+    dirs = _search_dirs(root, "PFLKIT_FMNIST_DIR", FMNIST_DEBIAN_DIR)
+    raw = _idx_quadruple("fmnist", dirs, "FashionMNIST/raw", _MNIST_STEMS,
+                         "PFLKIT_FMNIST_DIR, or apt-get install dataset-fashion-mnist")
+    spec = _file_spec("fmnist", size)
+    return from_uint8(spec, raw["train_x"][:, None], raw["train_y"], raw["test_x"][:, None],
+                       raw["test_y"])
+
+
+def _load_mnist(root: Path | None, seed: int, size: tuple[int, int] | None = None) -> Dataset:
+    dirs = _search_dirs(root, "PFLKIT_MNIST_DIR", None)
+    raw = _idx_quadruple("mnist", dirs, "MNIST/raw", _MNIST_STEMS, "PFLKIT_MNIST_DIR")
+    spec = _file_spec("mnist", size)
+    return from_uint8(spec, raw["train_x"][:, None], raw["train_y"], raw["test_x"][:, None],
+                       raw["test_y"])
+
+
+def _load_emnist(root: Path | None, seed: int, size: tuple[int, int] | None = None) -> Dataset:
+    """EMNIST 'digits' split; the raw images are stored transposed, as torchvision notes."""
+    dirs = _search_dirs(root, "PFLKIT_EMNIST_DIR", None)
+    stems = {k: f"emnist-digits-{v.replace('t10k', 'test')}" for k, v in _MNIST_STEMS.items()}
+    raw = _idx_quadruple("emnist", dirs, "EMNIST/raw", stems, "PFLKIT_EMNIST_DIR")
+    spec = _file_spec("emnist", size)
+
+    def fix(images: np.ndarray) -> np.ndarray:
+        return images.transpose(0, 2, 1)[:, None]
+
+    return from_uint8(spec, fix(raw["train_x"]), raw["train_y"], fix(raw["test_x"]),
+                       raw["test_y"])
+
+
+def _read_cifar_binary(paths: list[Path], label_bytes: int, label_index: int
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    record = label_bytes + 3072
+    chunks = [np.frombuffer(p.read_bytes(), dtype=np.uint8) for p in paths]
+    data = np.concatenate(chunks)
+    if data.size % record:
+        raise DatasetNotFoundError(f"{paths[0].parent}: CIFAR binary files have a torn record")
+    rows = data.reshape(-1, record)
+    return rows[:, label_bytes:].reshape(-1, 3, 32, 32), rows[:, label_index].astype(np.int64)
+
+
+def _cifar(name: str, root: Path | None, size: tuple[int, int] | None, env: str, subdir: str,
+           train_files: list[str], test_files: list[str], label_bytes: int) -> Dataset:
+    """CIFAR from the *binary* version (plain bytes); the python version is pickles: refused."""
+    for base in _search_dirs(root, env, None):
+        folder = base / subdir
+        if all((folder / f).is_file() for f in train_files + test_files):
+            tx, ty = _read_cifar_binary([folder / f for f in train_files], label_bytes,
+                                        label_bytes - 1)
+            sx, sy = _read_cifar_binary([folder / f for f in test_files], label_bytes,
+                                        label_bytes - 1)
+            return from_uint8(_file_spec(name, size), tx, ty, sx, sy)
+    raise DatasetNotFoundError(
+        f"dataset '{name}': put the CIFAR *binary version* files "
+        f"({', '.join(train_files + test_files)}) in ROOT/{subdir}/ and pass --data-root ROOT "
+        f"(or set {env}). The python/pickle version is not read: pflkit never unpickles files."
+    )
+
+
+def _load_cifar10(root: Path | None, seed: int, size: tuple[int, int] | None = None) -> Dataset:
+    return _cifar("cifar10", root, size, "PFLKIT_CIFAR10_DIR", "cifar-10-batches-bin",
+                  [f"data_batch_{i}.bin" for i in range(1, 6)], ["test_batch.bin"], 1)
+
+
+def _load_cifar100(root: Path | None, seed: int, size: tuple[int, int] | None = None) -> Dataset:
+    return _cifar("cifar100", root, size, "PFLKIT_CIFAR100_DIR", "cifar-100-binary",
+                  ["train.bin"], ["test.bin"], 2)
+
+
+def _file_spec(name: str, size: tuple[int, int] | None = None) -> DatasetSpec:
+    classes, channels, native, mean, std = _FILE_SPECS[name]
+    return DatasetSpec(name, classes, Preprocessing(channels, size or (native, native), mean, std))
+
+
+# Specs of the file-backed datasets, for callers that need shapes but not data (the aggregation
+# server builds models and validates updates from these); tests check them against the loaders.
+_FILE_SPECS: dict[str, tuple[tuple[str, ...], int, int, tuple[float, ...], tuple[float, ...]]] = {
+    # name: (classes, channels, native side, mean, std); the file loaders take their spec here
+    "fmnist": (FMNIST_CLASSES, 1, 28, (0.2860,), (0.3530,)),
+    "mnist": (DIGIT_CLASSES, 1, 28, (0.1307,), (0.3081,)),
+    "emnist": (DIGIT_CLASSES, 1, 28, (0.1733,), (0.3317,)),
+    "cifar10": (CIFAR10_CLASSES, 3, 32, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": (tuple(f"class_{i}" for i in range(100)), 3, 32,
+                 (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+}
+
+
+def _files(loader: object, name: str, doc: str) -> DatasetSource:
+    return DatasetSource(loader, partial(_file_spec, name), doc)  # type: ignore[arg-type]
+
+
+FILE_DATASETS: dict[str, DatasetSource] = {
+    "fmnist": _files(_load_fmnist, "fmnist",
+                     "Fashion-MNIST (Debian dataset-fashion-mnist, or PFLKIT_FMNIST_DIR)"),
+    "mnist": _files(_load_mnist, "mnist", "MNIST from ROOT/MNIST/raw (PFLKIT_MNIST_DIR)"),
+    "emnist": _files(_load_emnist, "emnist",
+                     "EMNIST digits from ROOT/EMNIST/raw (PFLKIT_EMNIST_DIR)"),
+    "cifar10": _files(_load_cifar10, "cifar10", "CIFAR-10 binary version (PFLKIT_CIFAR10_DIR)"),
+    "cifar100": _files(_load_cifar100, "cifar100",
+                       "CIFAR-100 binary version (PFLKIT_CIFAR100_DIR)"),
+}
