@@ -14,9 +14,9 @@ from typing import Any
 
 from pflkit.sdk.algorithms.base import Algorithm, LocalTraining, ModelFactory, make_algorithm
 from pflkit.sdk.data.datasets import dataset_spec, load_dataset
-from pflkit.sdk.data.federation import Federation, Partition, deal
+from pflkit.sdk.data.federation import Federation, Partition, deal_dataset
 from pflkit.sdk.data.spec import Dataset, DatasetSpec
-from pflkit.sdk.run_config import SimConfig
+from pflkit.sdk.run_config import ConfigError, SimConfig
 
 
 def image_size(config: SimConfig) -> tuple[int, int] | None:
@@ -55,9 +55,19 @@ def build_algorithm(config: SimConfig, spec: DatasetSpec) -> Algorithm:
 
 
 def partition_of(config: SimConfig, dataset: Dataset) -> Partition:
-    """The seeded deal of the dataset's train rows to the config's clients."""
-    return deal(dataset.train.y.numpy(), dataset.spec.num_classes, config.data.partition,
-                config.seed)
+    """The seeded deal of the dataset's train rows to the config's clients.
+
+    A natural partition's clients are the users its data holds, known only now: a round
+    sample larger than them is refused here, before a run writes anything.
+    """
+    partition = deal_dataset(dataset, config.data.partition, config.seed)
+    trainers = len(partition.train) - len(partition.new_clients)
+    try:
+        config.schedule().sample_size(trainers)
+    except ValueError as err:
+        raise ConfigError(f"training.clients_per_round: {err} ({partition.users.describe()})"
+                          if partition.users else f"training: {err}") from None
+    return partition
 
 
 def build_run(config: SimConfig) -> tuple[Federation, Algorithm]:

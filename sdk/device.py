@@ -9,6 +9,7 @@ once per client fit. A precision of "bf16" runs training forward passes under au
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import torch
@@ -75,5 +76,6 @@ def federation_to(federation: Federation, device: torch.device | str) -> Federat
         return {cid: ClientData(cid, data_to(c.train, device), data_to(c.test, device))
                 for cid, c in group.items()}
 
-    return Federation(federation.spec, move(federation.clients), move(federation.new_clients),
-                      data_to(federation.test, device))
+    return dataclasses.replace(federation, clients=move(federation.clients),
+                               new_clients=move(federation.new_clients),
+                               test=data_to(federation.test, device))

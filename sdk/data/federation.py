@@ -1,7 +1,9 @@
 """From a dataset and a partition recipe to the clients' data: the simulator's data side.
 
 A :class:`PartitionConfig` is the whole recipe (kind, clients, alpha, test split, new
-clients, label noise); with the run seed it fixes every client's train and test rows.
+clients, label noise); with the run seed it fixes every client's train and test rows. The
+kinds iid, shards and dirichlet deal rows by label (sdk/data/partition.py); natural keeps the
+dataset's own users as the clients (sdk/data/natural.py).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import pydantic
 import torch
 from pydantic import Strict
 
-from pflkit.sdk.config_types import MAX_CLIENTS, STRICT_CONFIG, Fraction, in_range
+from pflkit.sdk.config_types import MAX_CLIENTS, STRICT_CONFIG, ConfigError, Fraction, in_range
 from pflkit.sdk.data import partition
+from pflkit.sdk.data.natural import Users, natural
 from pflkit.sdk.data.noise import apply_label_noise
 from pflkit.sdk.data.spec import Dataset, DatasetSpec
 from pflkit.sdk.data.tensors import LabeledTensors
@@ -27,12 +30,14 @@ from pflkit.sdk.seeding import numpy_rng
 class PartitionConfig:
     """How the training set is dealt to clients (the partition keys of a config's [data])."""
 
-    kind: Literal["iid", "shards", "dirichlet"] = "dirichlet"  # shards: pathological non-IID
+    # shards: pathological non-IID; natural: the dataset's users are the clients
+    kind: Literal["iid", "shards", "dirichlet", "natural"] = "dirichlet"
+    # natural: the most users kept (a seeded draw when more qualify)
     num_clients: Annotated[int, Strict(), in_range(1, MAX_CLIENTS)] = 100
     # Dirichlet concentration (kind = dirichlet); 1e6 is already an IID deal
     alpha: Annotated[float, Strict(), in_range(0.0, 1e6, open_low=True)] = 0.3
     shards_per_client: Annotated[int, Strict(), in_range(1, 1000)] = 2  # kind = shards
-    # smallest client allowed (kind = dirichlet)
+    # smallest client allowed (dirichlet redraws; natural drops smaller users)
     min_size: Annotated[int, Strict(), in_range(0, 1_000_000)] = 10
     # share of each client's rows kept as its own test split
     test_fraction: Annotated[float, Strict(), in_range(0.0, 1.0, open_high=True)] = 0.0
@@ -72,6 +77,7 @@ class Federation:
     clients: dict[int, ClientData]  # clients that take part in training
     new_clients: dict[int, ClientData]  # clients that never train
     test: LabeledTensors  # the dataset's global test set
+    users: Users | None = None  # natural partition: the dataset user each client is
 
     @property
     def all_clients(self) -> dict[int, ClientData]:
@@ -97,6 +103,7 @@ class Partition:
     test: dict[int, np.ndarray]  # client id -> rows kept as the client's own test split
     labels: dict[int, np.ndarray]  # client id -> noisy train labels (label noise only)
     new_clients: tuple[int, ...]  # clients that never train
+    users: Users | None = None  # natural partition: the dataset user each client is
 
     def client(self, dataset: Dataset, client_id: int) -> ClientData:
         """One client's data, without building anyone else's."""
@@ -111,11 +118,12 @@ class Partition:
         clients = {cid: self.client(dataset, cid) for cid in sorted(self.train)}
         new = set(self.new_clients)
         return Federation(dataset.spec, {c: d for c, d in clients.items() if c not in new},
-                          {c: clients[c] for c in self.new_clients}, dataset.test)
+                          {c: clients[c] for c in self.new_clients}, dataset.test, self.users)
 
     def to_state(self) -> dict[str, torch.Tensor]:
         """Named int64 tensors (``train.<id>``, ``test.<id>``, ``labels.<id>``) for safetensors."""
-        out = {"new_clients": torch.tensor(self.new_clients, dtype=torch.int64)}
+        out = {"new_clients": torch.tensor(self.new_clients, dtype=torch.int64),
+               **(self.users.to_state() if self.users else {})}
         for name, table in (("train", self.train), ("test", self.test), ("labels", self.labels)):
             out.update({f"{name}.{cid}": torch.from_numpy(rows.astype(np.int64))
                         for cid, rows in sorted(table.items())})
@@ -130,47 +138,80 @@ class Partition:
             if name in tables:
                 tables[name][int(cid)] = value.numpy()
         return cls(tables["train"], tables["test"], tables["labels"],
-                   tuple(int(c) for c in state["new_clients"].tolist()))
+                   tuple(int(c) for c in state["new_clients"].tolist()), Users.from_state(state))
 
 
-def deal(labels: np.ndarray, num_classes: int, config: PartitionConfig, seed: int) -> Partition:
-    """Deal train rows with ``labels`` to clients as ``config`` says, seeded by ``seed``."""
-    rng = numpy_rng(seed, "partition", config.kind)
-    if config.kind == "iid":
-        parts = partition.iid(labels, config.num_clients, rng)
-    elif config.kind == "shards":
-        parts = partition.shards(labels, config.num_clients, rng, config.shards_per_client)
+def _natural(users: np.ndarray | None, config: PartitionConfig, seed: int
+             ) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray], Users]:
+    if users is None:
+        raise ConfigError('data.kind: "natural" needs a dataset that names the user of each '
+                          "train row (Dataset users=..., or the folder dataset's train_users.npy "
+                          "or 'users' tensor); this one has none")
+    got = natural(users, config.min_size, config.num_clients, config.test_fraction,
+                  numpy_rng(seed, "partition", "natural"), numpy_rng(seed, "client-split"))
+    if config.num_new_clients >= len(got.train):
+        raise ConfigError(f"data.num_new_clients: {config.num_new_clients} leaves no user to "
+                          f"train ({got.users.describe()})")
+    return dict(enumerate(got.train)), dict(enumerate(got.test)), got.users
+
+
+def deal(labels: np.ndarray, num_classes: int, config: PartitionConfig, seed: int,
+         users: np.ndarray | None = None) -> Partition:
+    """Deal train rows with ``labels`` (and ``users``, for natural) to clients, seeded."""
+    who: Users | None = None
+    if config.kind == "natural":
+        train, test, who = _natural(users, config, seed)
     else:
-        parts = partition.dirichlet(labels, config.num_clients, config.alpha, rng,
-                                    config.min_size)
-    _, new_ids = partition.split_new_clients(
-        config.num_clients, config.num_new_clients, numpy_rng(seed, "new-clients")
-    )
-    train, test, noisy = {}, {}, {}
-    for cid, rows in enumerate(parts):
-        train[cid], test[cid] = partition.train_test_split(rows, config.test_fraction,
-                                                           numpy_rng(seed, "client-split", cid))
-        if config.noise is not None and config.noise_rate > 0:
-            noisy[cid] = apply_label_noise(labels[train[cid]], config.noise, config.noise_rate,
+        rng = numpy_rng(seed, "partition", config.kind)
+        if config.kind == "iid":
+            parts = partition.iid(labels, config.num_clients, rng)
+        elif config.kind == "shards":
+            parts = partition.shards(labels, config.num_clients, rng, config.shards_per_client)
+        else:
+            parts = partition.dirichlet(labels, config.num_clients, config.alpha, rng,
+                                        config.min_size)
+        train, test = {}, {}
+        for cid, rows in enumerate(parts):
+            train[cid], test[cid] = partition.train_test_split(
+                rows, config.test_fraction, numpy_rng(seed, "client-split", cid))
+    _, new_ids = partition.split_new_clients(len(train), config.num_new_clients,
+                                             numpy_rng(seed, "new-clients"))
+    noisy = {}
+    if config.noise is not None and config.noise_rate > 0:
+        for cid, rows in train.items():
+            noisy[cid] = apply_label_noise(labels[rows], config.noise, config.noise_rate,
                                            num_classes, numpy_rng(seed, "label-noise", cid))
-    return Partition(train, test, noisy, tuple(int(c) for c in new_ids))
+    return Partition(train, test, noisy, tuple(int(c) for c in new_ids), who)
+
+
+def deal_dataset(dataset: Dataset, config: PartitionConfig, seed: int) -> Partition:
+    """Deal ``dataset.train`` (with its users, if it names them) as ``config`` says."""
+    users = None if dataset.users is None else dataset.users.numpy()
+    return deal(dataset.train.y.numpy(), dataset.spec.num_classes, config, seed, users)
 
 
 def build_federation(dataset: Dataset, config: PartitionConfig, seed: int) -> Federation:
     """Deal ``dataset.train`` to clients as ``config`` says, seeded by ``seed``."""
-    return deal(dataset.train.y.numpy(), dataset.spec.num_classes, config, seed
-                ).federation(dataset)
+    return deal_dataset(dataset, config, seed).federation(dataset)
 
 
 def partition_table(federation: Federation, max_rows: int = 20) -> str:
-    """A plain-text per-client class histogram (first ``max_rows`` clients)."""
+    """A plain-text per-client class histogram (first ``max_rows`` clients).
+
+    A natural partition adds the user id of each client and a line on the users left out.
+    """
     hist = federation.class_histogram()
     new = set(federation.new_clients)
-    head = "client  " + " ".join(f"{c:>5d}" for c in range(hist.shape[1])) + "   total"
-    lines = [head]
+    users = federation.users
+    head = "client  " + ("        user  " if users else "") + \
+        " ".join(f"{c:>5d}" for c in range(hist.shape[1])) + "   total"
+    lines = [users.describe()] if users else []
+    lines.append(head)
     for cid, row in enumerate(hist[:max_rows]):
         tag = "*" if cid in new else " "
-        lines.append(f"{cid:>5d}{tag}  " + " ".join(f"{v:>5d}" for v in row) + f"  {row.sum():>6d}")
+        user = f"{users.ids[cid]:>12d}  " if users else ""
+        lines.append(f"{cid:>5d}{tag}  {user}" + " ".join(f"{v:>5d}" for v in row) +
+                     f"  {row.sum():>6d}")
     if len(hist) > max_rows:
         lines.append(f"... {len(hist) - max_rows} more clients")
     if new:
@@ -178,14 +219,15 @@ def partition_table(federation: Federation, max_rows: int = 20) -> str:
     return "\n".join(lines)
 
 
-def plot_partition(federation: Federation, path: Path) -> Path:
-    """Stacked bars of each client's class counts: the partition at a glance."""
+def plot_partition(federation: Federation, path: Path, max_bars: int = 200) -> Path:
+    """Stacked bars of each client's class counts (the first ``max_bars`` clients)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    hist = federation.class_histogram()
+    full = federation.class_histogram()
+    hist = full[:max_bars]  # 10,000 users would make a figure 1,200 inches wide
     fig, ax = plt.subplots(figsize=(max(6, hist.shape[0] * 0.12), 3.5))
     bottom = np.zeros(hist.shape[0])
     cmap = plt.get_cmap("tab10" if hist.shape[1] <= 10 else "tab20")
@@ -193,9 +235,11 @@ def plot_partition(federation: Federation, path: Path) -> Path:
         ax.bar(np.arange(hist.shape[0]), hist[:, c], bottom=bottom, width=0.9,
                color=cmap(c % cmap.N), label=federation.spec.classes[c])
         bottom += hist[:, c]
-    ax.set_xlabel("client")
+    shown = f" (first {len(hist)} of {len(full)})" if len(hist) < len(full) else ""
+    ax.set_xlabel("client = a dataset user (partition.txt names it)" if federation.users
+                  else "client")
     ax.set_ylabel("train samples")
-    ax.set_title(f"{federation.spec.name}: samples per client, coloured by class")
+    ax.set_title(f"{federation.spec.name}: samples per client{shown}, coloured by class")
     if hist.shape[1] <= 10:
         ax.legend(fontsize=6, ncol=5, loc="upper right")
     fig.tight_layout()

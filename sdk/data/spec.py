@@ -6,6 +6,9 @@ class names, and the preprocessing that turns a raw input into ``x``, which the 
 records so that a device applies the same steps). Inputs may have any shape: images
 (C, H, W), feature vectors (F,), sequences (T, F).
 
+A dataset may also say which user each train row belongs to (``users``, (N,) int64 ids):
+``partition.kind = "natural"`` then keeps those users as the clients (sdk/data/natural.py).
+
 A user's dataset is a :class:`DatasetSource`, or just its ``load`` function
 ``(root, seed) -> Dataset`` (see docs/extending.md).
 """
@@ -13,7 +16,7 @@ A user's dataset is a :class:`DatasetSource`, or just its ``load`` function
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,12 +159,18 @@ class Dataset:
     spec: DatasetSpec
     train: LabeledTensors
     test: LabeledTensors
+    # (len(train),) int64: the user each train row belongs to (any ids); None: no users
+    users: torch.Tensor | None = None
 
     @classmethod
     def from_raw(cls, name: str, classes: list[str] | tuple[str, ...],
                  train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor],
-                 preprocessing: Preprocessing | Standardize | None = None) -> Dataset:
-        """Build from raw (x, y) pairs; ``preprocessing`` (default: none) is applied to x."""
+                 preprocessing: Preprocessing | Standardize | None = None,
+                 users: torch.Tensor | None = None) -> Dataset:
+        """Build from raw (x, y) pairs; ``preprocessing`` (default: none) is applied to x.
+
+        ``users`` (optional) names the user of each train row, as a user column would.
+        """
         pre = preprocessing or Standardize(tuple(train[0].shape[1:]))
 
         def split(pair: tuple[torch.Tensor, torch.Tensor]) -> LabeledTensors:
@@ -169,7 +178,22 @@ class Dataset:
             return LabeledTensors(pre.apply(torch.as_tensor(x)),
                                   torch.as_tensor(y).to(torch.int64))
 
-        return cls(DatasetSpec(name, tuple(classes), pre), split(train), split(test))
+        ids = None if users is None else torch.as_tensor(users).to(torch.int64)
+        return cls(DatasetSpec(name, tuple(classes), pre), split(train), split(test), ids)
+
+    @classmethod
+    def from_users(cls, name: str, classes: list[str] | tuple[str, ...],
+                   per_user: Mapping[int, tuple[torch.Tensor, torch.Tensor]],
+                   test: tuple[torch.Tensor, torch.Tensor],
+                   preprocessing: Preprocessing | Standardize | None = None) -> Dataset:
+        """Build from one raw (x, y) pair per user id: the train split is their concatenation."""
+        if not per_user:
+            raise DatasetError(f"dataset '{name}': from_users needs at least one user")
+        pairs = [(torch.as_tensor(x), torch.as_tensor(y)) for x, y in per_user.values()]
+        users = torch.repeat_interleave(torch.tensor([int(u) for u in per_user]),
+                                        torch.tensor([len(y) for _, y in pairs]))
+        train = (torch.cat([x for x, _ in pairs]), torch.cat([y for _, y in pairs]))
+        return cls.from_raw(name, classes, train, test, preprocessing, users)
 
 
 def check_dataset(ref: str, dataset: object) -> Dataset:
@@ -191,6 +215,13 @@ def check_dataset(ref: str, dataset: object) -> Dataset:
                                f"({c} classes)")
     if len(dataset.train) == 0:
         raise DatasetError(f"dataset '{ref}': the train split is empty")
+    users = dataset.users
+    if users is not None and (not isinstance(users, torch.Tensor) or users.dtype != torch.int64
+                              or tuple(users.shape) != (len(dataset.train),)):
+        got = f"{users.dtype} {tuple(users.shape)}" if isinstance(users, torch.Tensor) else \
+            type(users).__name__
+        raise DatasetError(f"dataset '{ref}': users must be int64 ({len(dataset.train)},), one "
+                           f"per train row, got {got}")
     return dataset
 
 
