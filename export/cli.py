@@ -2,10 +2,10 @@
 
 Examples::
 
-    pfl-export --run runs/demo --client 17 --lambda 0.3          # SuPerFed, baked lambda
-    pfl-export --run RUN --client 3 --lambda runtime             # lambda as a 2nd input
-    pfl-export --run RUN --head generic                          # FedRoD generic model
-    pfl-export --run RUN --class-counts 5,0,12,0,0,3,0,0,9,1     # FedRoD new client
+    pfl-export --run runs/demo --client 17 --choice lam=0.3      # SuPerFed, baked lambda
+    pfl-export --run RUN --client 3 --lambda runtime             # the alias: lam as an input
+    pfl-export --run RUN --head generic                          # the generic (global) model
+    pfl-export --run RUN --choice class_distribution=5,0,12,0,0,3,0,0,9,1   # FedRoD new client
     pfl-export --state-dir APP_STATE --global global.safetensors --config run.toml
     pfl-export --run RUN --client 3 --trainer                    # + the on-device trainer
     pfl-export classify runs/demo/exports/client17               # run the files on real images
@@ -43,13 +43,18 @@ def main(
     global_file: Annotated[Path | None, typer.Option(
         "--global", help="global state file (with --state-dir)")] = None,
     config: Annotated[Path | None, typer.Option(help="run TOML config (with --state-dir)")] = None,
+    choice: Annotated[list[str] | None, typer.Option(
+        help="NAME=VALUE: a choice the run's method declares (repeatable; see "
+             "docs/export.md)")] = None,
     lam: Annotated[str | None, typer.Option(
-        "--lambda", help="SuPerFed: a number in [0, 1], 'best' or 'runtime'")] = None,
+        "--lambda", help="alias of the choice that declares it (SuPerFed's lam, APFL's alpha)")
+                   ] = None,
     head: Annotated[str, typer.Option(help="personalized | generic")] = "personalized",
     class_counts: Annotated[str | None, typer.Option(
-        help="FedRoD new client: comma-separated counts per class")] = None,
+        help="alias: counts per class, comma-separated (FedRoD's class_distribution)")] = None,
     proportions: Annotated[str | None, typer.Option(
-        help="FedRoD new client: comma-separated class proportions")] = None,
+        help="alias: class proportions, comma-separated (FedRoD's class_distribution)")
+                           ] = None,
     fmt: Annotated[list[str] | None, typer.Option(
         "--format", help="onnx and/or executorch (default: both)")] = None,
     int8: Annotated[bool, typer.Option(help="also write int8 (PTQ on the client's train data)")
@@ -85,7 +90,6 @@ def main(
         if trainer_param and not trainer:
             raise ExportError("--trainer-param sets the training program's hyperparameters: "
                               "give --trainer too")
-        choice = parse_choice(lam, head, class_counts, proportions)
         if run is not None and state_dir is None:
             source = load_run_source(run, client, round_done)
             default_out = run / "exports" / (f"client{client}" if client is not None
@@ -98,7 +102,12 @@ def main(
         else:
             raise ExportError("give --run RUN_DIR, or --state-dir DIR --global FILE "
                               "--config TOML")
-        result = export_model(source, choice, out or default_out,
+        aliases = [(option, text) for option, text in (
+            ("--lambda", lam), ("--class-counts", class_counts), ("--proportions", proportions))
+                   if text is not None]
+        algorithm = source.algorithm
+        chosen = parse_choice(algorithm.name, algorithm.choices, choice or [], aliases, head)
+        result = export_model(source, chosen, out or default_out,
                               fmt or ("onnx", "executorch"), int8=int8, force_int8=force_int8,
                               max_int8_drop_points=max_int8_drop,
                               golden=golden_samples if golden else 0, force=force,

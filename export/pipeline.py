@@ -27,7 +27,7 @@ from typing import Any
 from pflkit.export.contract import Exportable, ExportError
 from pflkit.export.formats import FORMATS, Format
 from pflkit.export.golden import golden_document
-from pflkit.export.selection import build_exportable
+from pflkit.export.selection import build_exportable, for_new_client
 from pflkit.export.source import Source
 from pflkit.export.training_program import (
     PROGRAM_FILE,
@@ -39,7 +39,7 @@ from pflkit.export.verify import verify
 from pflkit.sdk.algorithms.inference import Choice
 from pflkit.sdk.tensorio import save_json
 
-SCHEMA = "pflkit.model-card/1"
+SCHEMA = "pflkit.model-card/2"
 CARD_FILE = "model_card.json"
 GOLDEN_FILE = "golden.json"
 MAX_INT8_DROP_POINTS = 1.0  # points of test top-1 lost above which int8 is refused
@@ -129,12 +129,13 @@ def export_model(source: Source, choice: Choice, out_dir: Path,
     if int8 and not ex.quantizable:
         name = ex.runtime.name if ex.runtime else "its input"
         raise ExportError(f"int8 needs constant weights, but this model computes its weights "
-                          f"from {name!r} in the graph; fix the choice (e.g. --lambda 0.3) to "
+                          f"from {name!r} in the graph; fix the choice (--choice {name}=VALUE) to "
                           f"quantize")
     card = base_card(source, ex, mixture)
-    if choice.class_distribution is not None:  # known only by its classes: a new client
+    new_client = for_new_client(source.algorithm.choices, choice)
+    if new_client:  # known only by its choice (e.g. its classes): a new client
         card["source"]["new_client"] = True
-    if trainer and (choice.head == "generic" or choice.class_distribution is not None
+    if trainer and (choice.head == "generic" or new_client
                     or ("run" in source.info and source.info.get("client") is None)):
         raise ExportError("--trainer trains one client's personal part: give --client N "
                           "(not --head generic or a class distribution)")
@@ -154,8 +155,8 @@ def export_model(source: Source, choice: Choice, out_dir: Path,
                 entry = verify(ex, fmt.load(tmp / file), source.test, file, precision)
                 drop = entry.get("accuracy_drop_points", 0.0)
                 if drop > max_int8_drop_points and not force_int8:
-                    at = f" at lam = {entry['accuracy_drop_lam']}" \
-                        if "accuracy_drop_lam" in entry else ""
+                    at = f" at {entry['runtime_input']} = {entry['accuracy_drop_value']}" \
+                        if "accuracy_drop_value" in entry else ""
                     raise ExportError(
                         f"{file}: int8 loses {drop:.2f} points of test top-1{at} "
                         f"on {len(source.test)} rows, more than {max_int8_drop_points:.2f}; "

@@ -1,49 +1,72 @@
 """From the user's choice to an :class:`Exportable`, without knowing any algorithm.
 
 The command line's text becomes a :class:`~pflkit.sdk.algorithms.inference.Choice`
-(:func:`parse_choice`); the algorithm resolves it
+(:func:`parse_choice`) read through the method's declaration (``Algorithm.choices``): each
+``--choice NAME=VALUE`` names a declared choice, and an alias such as ``--lambda`` sets the
+choice that declares it. The algorithm resolves the choice
 (:meth:`~pflkit.sdk.algorithms.base.Algorithm.inference_model`: the module, its outputs, an
-optional runtime input, the card's mixture) and checks it: its errors name the method. Only
-the checks a command line needs before any tensor exists are made here.
+optional runtime input, the card's mixture) and checks it: its errors name the method.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
-
-import torch
 
 from pflkit.export.contract import Exportable, ExportError, TensorSpec
 from pflkit.export.source import Source
-from pflkit.sdk.algorithms.inference import Choice
-from pflkit.sdk.class_distribution import ClassDistributionError, parse_class_distribution
-
-LAMBDA_WORDS = ("best", "runtime")
+from pflkit.sdk.algorithms.inference import Choice, ChoiceSpec
 
 
-def parse_choice(lam: str | None, head: str = "personalized", counts: str | None = None,
-                 proportions: str | None = None) -> Choice:
-    """Build from command-line text (``--lambda 0.3``, ``--class-counts 5,0,12``)."""
-    if counts and proportions:
-        raise ExportError("give --class-counts or --proportions, not both")
-    value: float | str | None = lam
-    if lam is not None and lam not in LAMBDA_WORDS:
+def _declared(method: str, specs: Sequence[ChoiceSpec]) -> str:
+    return f"{method}'s choices: " + (", ".join(s.name for s in specs) or "none")
+
+
+def parse_choice(method: str, specs: Sequence[ChoiceSpec], pairs: Sequence[str] = (),
+                 aliases: Sequence[tuple[str, str]] = (), head: str = "personalized"
+                 ) -> Choice:
+    """``--choice NAME=VALUE`` texts and ``(alias option, text)`` pairs -> a checked choice.
+
+    A name or alias the method does not declare, a value it refuses, or one choice set twice
+    is an :class:`ExportError` naming the declared choices.
+    """
+    declared = {s.name: s for s in specs}
+    texts: dict[str, tuple[str, str, str]] = {}  # name -> (text, form, the option that gave it)
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name.strip():
+            raise ExportError(f"--choice expects NAME=VALUE, got {pair!r}")
+        if name.strip() not in declared:
+            raise ExportError(f"--choice {name.strip()}: {method} declares no such choice "
+                              f"({_declared(method, specs)})")
+        texts.setdefault(name.strip(), (text, "", f"--choice {name.strip()}"))
+    for option, text in aliases:
+        found = [(s, form) for s in specs for alias, form in s.aliases if alias == option]
+        if not found:
+            raise ExportError(f"{option}: {method} declares no choice it sets "
+                              f"({_declared(method, specs)})")
+        spec, form = found[0]
+        if spec.name in texts:
+            raise ExportError(f"{option} and {texts[spec.name][2]} both set {spec.name}: "
+                              f"give one")
+        texts[spec.name] = (text, form, option)
+    if len(pairs) != len({p.partition("=")[0].strip() for p in pairs}):
+        raise ExportError("a --choice is given twice")
+    values = {}
+    for name, (text, form, option) in texts.items():
         try:
-            value = float(lam)
-        except ValueError as err:
-            raise ExportError(f"--lambda must be a number, 'best' or 'runtime', got "
-                              f"{lam!r}") from err
-    dist = None
-    if counts or proportions:
-        try:
-            dist = torch.tensor(parse_class_distribution(counts or proportions or "",
-                                                         bool(proportions)))
-        except ClassDistributionError as err:
-            raise ExportError(str(err)) from err
+            values[name] = declared[name].parse(text, form)
+        except ValueError as err:  # the distribution parser names its option already
+            raise ExportError(str(err) if option in str(err) else f"{option}: {err}") from err
     try:
-        return Choice(value, dist, head)
+        return Choice(values, head)
     except ValueError as err:
         raise ExportError(str(err)) from err
+
+
+def for_new_client(specs: Sequence[ChoiceSpec], choice: Choice) -> bool:
+    """Whether ``choice`` describes a client known only by it (its state is not used)."""
+    return any(s.new_client and s.name in choice.values for s in specs)
 
 
 def build_exportable(source: Source, choice: Choice

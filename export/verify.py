@@ -3,11 +3,12 @@
 fp32: max |artifact - eager| <= :data:`FP32_TOLERANCE` on every output at several batch sizes,
 and the same top-1 accuracy on the test rows. int8 reports its accuracy drop in points of
 test top-1 (the caller refuses it above a threshold in the same unit). A model with a runtime
-input (SuPerFed's ``lam``) is checked at both ends of the input's range, at :data:`INTERIOR`
-of the way between them and at its default, with the test top-1 of each value in the card
-(an int8 file that ignored lambda shows up at the other values); and out-of-range values must
-give exactly the output of the clamped value in the artifact itself (NaN: the input's ``nan``
-value).
+input (a method's runtime choice, e.g. SuPerFed's ``lam``) is checked at both ends of the
+input's range, at :data:`INTERIOR` of the way between them and at its default, with the test
+top-1 of each value in the card (an int8 file that ignored the input shows up at the other
+values); and out-of-range values must give exactly the output of the clamped value in the
+artifact itself (NaN: the input's ``nan`` value). The card's entries are keyed by the input's
+name (``runtime_input``), never by a method's.
 """
 
 from __future__ import annotations
@@ -92,19 +93,20 @@ def verify(ex: Exportable, run: Runner, test: LabeledTensors, file: str, precisi
     per_value = []
     for value in values:
         eager = predict(lambda feeds: ex.eager(*feeds), ex, test.x, value)
-        per_value.append({"lam": value, **_scores(predict(run, ex, test.x, value), eager,
+        per_value.append({"value": value, **_scores(predict(run, ex, test.x, value), eager,
                                                   test.y)})
     headline = next(p for p in per_value
-                    if p["lam"] == (ex.runtime.default if ex.runtime else None))
+                    if p["value"] == (ex.runtime.default if ex.runtime else None))
     entry: dict[str, Any] = {
         "file": file, "precision": precision, "batch_sizes": list(BATCH_SIZES),
-        "max_abs_diff": diff, **{k: v for k, v in headline.items() if k != "lam"},
+        "max_abs_diff": diff, **{k: v for k, v in headline.items() if k != "value"},
         "test_rows": len(test),
     }
     if ex.runtime is not None:
-        entry["lam"] = ex.runtime.default
-        entry["lams_checked"] = values
-        entry["per_lambda"] = per_value
+        entry["runtime_input"] = ex.runtime.name
+        entry["runtime_value"] = ex.runtime.default
+        entry["values_checked"] = values
+        entry["per_value"] = per_value
         entry["clamp_checked"] = _check_clamping(ex, run, _rows(test.x, BATCH_SIZES[-1]), file)
     if precision == "fp32":
         if diff > FP32_TOLERANCE:
@@ -112,7 +114,7 @@ def verify(ex: Exportable, run: Runner, test: LabeledTensors, file: str, precisi
                               f"(batch sizes {list(BATCH_SIZES)})")
         for p in per_value:
             if p["test_top1_artifact"] != p["test_top1_eager"]:
-                at = "" if p["lam"] is None else f" at lam = {p['lam']}"
+                at = "" if p["value"] is None else f" at {ex.inputs[1].name} = {p['value']}"
                 raise ExportError(f"{file}: test top-1 {p['test_top1_artifact']:.4f} differs "
                                   f"from eager {p['test_top1_eager']:.4f}{at} on {len(test)} "
                                   f"rows")
@@ -120,6 +122,6 @@ def verify(ex: Exportable, run: Runner, test: LabeledTensors, file: str, precisi
         worst = max(per_value, key=lambda p: p["test_top1_eager"] - p["test_top1_artifact"])
         entry["accuracy_drop_points"] = 100 * (worst["test_top1_eager"]
                                                - worst["test_top1_artifact"])
-        if worst["lam"] is not None:
-            entry["accuracy_drop_lam"] = worst["lam"]
+        if worst["value"] is not None:
+            entry["accuracy_drop_value"] = worst["value"]
     return entry

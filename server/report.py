@@ -77,8 +77,21 @@ def plot_client_distribution(final: dict[str, Any], plots: Path) -> Path | None:
     return _save(fig, ax, plots / "clients.png", grid=False)
 
 
-def plot_choice_sweep(final: dict[str, Any], plots: Path) -> Path | None:
-    """Accuracy vs a numeric choice (SuPerFed's lambda) with a +-1 std band across clients."""
+def swept_choice(algorithm: str) -> str:
+    """The name of the numeric choice a method's evaluation sweeps (its declaration's first)."""
+    from pflkit.sdk.algorithms.base import algorithm_class
+    from pflkit.sdk.algorithms.inference import NUMBER
+
+    try:
+        specs = algorithm_class(algorithm).choices
+    except (ValueError, ImportError):  # a method this process cannot import: a plain label
+        return "choice"
+    return next((s.name for s in specs if s.kind == NUMBER), "choice")
+
+
+def plot_choice_sweep(final: dict[str, Any], plots: Path, name: str = "choice"
+                      ) -> Path | None:
+    """Accuracy vs the numeric choice ``name`` with a +-1 std band across clients."""
     by_choice = final.get("clients", {}).get("by_choice", {})
     points = []
     for label, summary in by_choice.items():
@@ -93,9 +106,9 @@ def plot_choice_sweep(final: dict[str, Any], plots: Path) -> Path | None:
     ax.plot(xs, mean, marker="o", markersize=3, label="mean over clients")
     ax.fill_between(xs, [m - s for m, s in zip(mean, std, strict=True)],
                     [m + s for m, s in zip(mean, std, strict=True)], alpha=0.25, label="+-1 std")
-    ax.set(xlabel="lambda (0: federated model, 1: local model)",
-           ylabel="top-1, clients' own test", title="personalized accuracy vs lambda")
-    return _save(fig, ax, plots / "lambda.png")
+    ax.set(xlabel=name, ylabel="top-1, clients' own test",
+           title=f"personalized accuracy vs {name}")
+    return _save(fig, ax, plots / f"{name}.png")
 
 
 def _fmt(value: Any) -> str:
@@ -127,8 +140,9 @@ def write_report(run_dir: Path) -> Path:
     lines += ["## Curves", "", "![accuracy](plots/accuracy.png)", "", "![loss](plots/loss.png)", ""]
     if dist:
         lines += ["## Clients", "", "![clients](plots/clients.png)", ""]
-    if plot_choice_sweep(final, plots):
-        lines += ["## Accuracy vs lambda", "", "![lambda](plots/lambda.png)", ""]
+    swept = swept_choice(title)
+    if plot_choice_sweep(final, plots, swept):
+        lines += [f"## Accuracy vs {swept}", "", f"![{swept}](plots/{swept}.png)", ""]
     if (plots / "partition.png").is_file():
         lines += ["## Partition", "", "![partition](plots/partition.png)", "",
                   "Per-client class counts: `partition.txt`.", ""]

@@ -32,11 +32,16 @@ from pflkit.sdk.algorithms.base import (
     State,
     register,
 )
+from pflkit.sdk.algorithms.inference import NUMBER, ChoiceSpec
 from pflkit.sdk.algorithms.paramcheck import require
 from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.training import sgd
+
+ALPHA = ChoiceSpec("alpha", NUMBER, "the weight of v in alpha v + (1 - alpha) w_global, in "
+                   "place of the client's learned alpha (to sweep the mixture, as SuPerFed's "
+                   "appendix does for APFL)", 0.0, 1.0, aliases=(("--lambda", ""),))
 
 
 def alpha_mixture(local: State, global_: State, alpha: torch.Tensor | float) -> State:
@@ -66,6 +71,7 @@ class APFL(Algorithm):
     name = "apfl"
     Params = APFLParams
     params: APFLParams
+    choices = (ALPHA,)
 
     def alpha_of(self, client_state: ClientState) -> float:
         """Return the client's current mixing weight."""
@@ -114,17 +120,11 @@ class APFL(Algorithm):
                            choice: Choice | None = None) -> nn.Module:
         """Build alpha * v + (1 - alpha) * w_global (the global model if the client never trained).
 
-        ``choice.lam`` overrides the client's alpha (to sweep the mixture, as SuPerFed's
-        appendix does for APFL).
+        A chosen :data:`ALPHA` overrides the client's alpha.
         """
-        if choice is not None and choice.class_distribution is not None:
-            raise ValueError("apfl: takes no class distribution")
+        alpha = self._reject_choice(choice).get(ALPHA.name)
         local = personal_of(client_state)
         if not local:
             return self.global_model(global_state)
-        alpha = self.alpha_of(client_state)
-        if choice is not None and isinstance(choice.lam, float | int):
-            alpha = float(choice.lam)
-        elif choice is not None and choice.lam is not None:
-            raise ValueError(f"apfl: lam must be a number in [0, 1], got {choice.lam!r}")
+        alpha = self.alpha_of(client_state) if alpha is None else alpha
         return self.global_model(alpha_mixture(local, global_state, alpha))

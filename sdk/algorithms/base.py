@@ -25,7 +25,13 @@ from torch import nn
 from pflkit.sdk.algorithms.aggregators import Aggregator as Aggregator
 from pflkit.sdk.algorithms.aggregators import State as State
 from pflkit.sdk.algorithms.aggregators import WeightedMean as WeightedMean
-from pflkit.sdk.algorithms.inference import Choice, InferenceModel, describe_choice
+from pflkit.sdk.algorithms.inference import (
+    Choice,
+    ChoiceSpec,
+    InferenceModel,
+    check_choice,
+    describe_choice,
+)
 
 # HyperparameterError is re-exported: methods raise it from their Params' __post_init__
 from pflkit.sdk.algorithms.paramcheck import HyperparameterError as HyperparameterError
@@ -126,11 +132,13 @@ class FitJob:
 class Algorithm(ABC):
     """Base class: FedAvg's behaviour where a method does not say otherwise.
 
-    Subclasses set ``name`` and, if they have hyperparameters, a frozen dataclass ``Params``.
+    Subclasses set ``name`` and, if they have hyperparameters, a frozen dataclass ``Params``;
+    if their inference model takes options (a mixing weight, a class distribution), ``choices``.
     """
 
     name: ClassVar[str]
     Params: ClassVar[type] = type(None)
+    choices: ClassVar[tuple[ChoiceSpec, ...]] = ()  # what inference_model's Choice may hold
 
     def __init__(self, model: ModelFactory, local: LocalTraining, params: Any = None) -> None:
         check_finite(self.name, params)
@@ -249,11 +257,11 @@ class Algorithm(ABC):
         """Export's hook: the module for a user's choice, its outputs, the card's description.
 
         Default: ``head="generic"`` is :meth:`global_model`, anything else
-        :meth:`personalized_model` with one ``logits`` output, described by the fields the
-        choice sets. Override it to add outputs, a runtime input or a richer description
-        (docs/algorithms.md, "The algorithm contract").
+        :meth:`personalized_model` with one ``logits`` output, described by the values the
+        choice sets (checked against :attr:`choices`). Override it to add outputs, a runtime
+        input or a richer description (docs/algorithms.md, "The algorithm contract").
         """
-        choice = choice or Choice()
+        choice = self.check_choice(choice)
         module = self.global_model(global_state) if choice.head == "generic" else \
             self.personalized_model(global_state, client_state, choice if choice.given else None)
         return InferenceModel(module, mixture=describe_choice(self.name, choice))
@@ -280,13 +288,17 @@ class Algorithm(ABC):
         self._template.train()
         return self._template
 
-    def _reject_choice(self, choice: Choice | None) -> None:
-        if choice is not None and (choice.lam is not None
-                                   or choice.class_distribution is not None):
-            raise ValueError(f"{self.name}: takes no lambda or class distribution")
-        if choice is not None and choice.head != "personalized":
+    def check_choice(self, choice: Choice | None) -> Choice:
+        """``choice`` checked against :attr:`choices` (ValueError names the declared ones)."""
+        return check_choice(self.name, self.choices, choice)
+
+    def _reject_choice(self, choice: Choice | None) -> Choice:
+        """Refuse what :attr:`choices` does not declare and the generic head; the checked choice."""
+        choice = self.check_choice(choice)
+        if choice.head != "personalized":
             raise ValueError(f"{self.name}: personalized_model builds the personalized head; "
                              f"the generic one is global_model")
+        return choice
 
 
 def _defining_class(cls: type, attribute: str) -> type:

@@ -21,10 +21,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from pflkit.sdk.algorithms.base import State
+from pflkit.sdk.algorithms.inference import DISTRIBUTION, Choice, ChoiceSpec, check_choice
 from pflkit.sdk.algorithms.state_layout import strip_prefix
 from pflkit.sdk.class_distribution import class_proportions
 
 HYPER = "hyper."  # global-state prefix of the hypernetwork nu
+CLASS_DISTRIBUTION = ChoiceSpec(
+    "class_distribution", DISTRIBUTION, "the class counts or proportions of a client known "
+    "only by them: its personal head is generated from them (fedrod_linear's is zero)",
+    aliases=(("--class-counts", "counts"), ("--proportions", "proportions")), new_client=True)
 
 
 def _canonical_order(names: Sequence[str]) -> list[str]:
@@ -79,10 +84,12 @@ def zero_shot_head(global_state: State, class_distribution: torch.Tensor | Seque
 
 
 def head_query(global_state: State, body: Any) -> State:
-    """The server's ``head`` query: ``{"class_distribution": [...]}`` -> :func:`zero_shot_head`."""
-    if not isinstance(body, dict) or set(body) != {"class_distribution"}:
-        raise ValueError('the body must be {"class_distribution": [counts or proportions]}')
-    return zero_shot_head(global_state, body["class_distribution"])
+    """The server's ``head`` query: the choice ``{"class_distribution": [...]}`` -> the head."""
+    if not isinstance(body, dict) or CLASS_DISTRIBUTION.name not in body:
+        raise ValueError(f'the body must be {{"{CLASS_DISTRIBUTION.name}": '
+                         f'[{CLASS_DISTRIBUTION.accepted}]}}')
+    choice = check_choice("the head query", (CLASS_DISTRIBUTION,), Choice(body))
+    return zero_shot_head(global_state, choice.values[CLASS_DISTRIBUTION.name])
 
 
 def _num_classes(head: State) -> int:

@@ -63,18 +63,13 @@ from pflkit.sdk.algorithms.mixing import float_buffers
 from pflkit.sdk.algorithms.personal import (  # noqa: F401 (LAMBDA_GRID, choose_lambda: API)
     LAMBDA_GRID,
     TRAIN_ROWS,
-    EagerSession,
     LambdaInput,
     Optimizer,
-    PersonalTraining,
     Phase,
     Plan,
     Split,
-    choose_lambda,
-    choose_lambda_from,
-    personalize_with,
 )
-from pflkit.sdk.algorithms.superfed_inference import LOCAL, SuPerFedInference
+from pflkit.sdk.algorithms.superfed_inference import LAMBDA, LOCAL, SuPerFedInference
 from pflkit.sdk.algorithms.superfed_inference import lambda_sweep as lambda_sweep
 from pflkit.sdk.algorithms.superfed_objective import (
     FlatLayout,
@@ -267,7 +262,8 @@ class SuPerFed(SuPerFedInference):
         _, held_out = self.split(data, ctx.seed, ctx.client_id)
         chosen = choose_lambda_from(
             lambda lam: predict(self.personalized_model(global_state, client_state,
-                                                        Choice(lam=lam)), held_out), held_out.y)
+                                                        Choice({LAMBDA.name: lam})), held_out),
+            held_out.y)
         return ClientState(client_state.tensors, {**client_state.meta, **chosen})
 
     def personal_training(self, global_state: State, client_state: ClientState,
@@ -311,7 +307,8 @@ class SuPerFed(SuPerFedInference):
     def evaluation_choices(self, client_state: ClientState) -> dict[str, Choice | None]:
         """Score the chosen lambda first (the headline), then every lambda of the grid."""
         grid = LAMBDA_GRID if self.params.sweep else ()
-        return {"best": Choice(lam="best")} | {f"{lam:.1f}": Choice(lam=lam) for lam in grid}
+        return {"best": Choice({LAMBDA.name: "best"})} | {
+            f"{lam:.1f}": Choice({LAMBDA.name: lam}) for lam in grid}
 
 
 @register

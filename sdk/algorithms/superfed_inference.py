@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, State
-from pflkit.sdk.algorithms.inference import Choice, InferenceModel, Mixture, RuntimeInput
+from pflkit.sdk.algorithms.inference import NUMBER, Choice, ChoiceSpec, InferenceModel, Mixture
 from pflkit.sdk.algorithms.mixing import RuntimeMixture, mix_states
 from pflkit.sdk.algorithms.personal import LAMBDA_GRID
 from pflkit.sdk.algorithms.state_layout import strip_prefix
@@ -22,12 +22,18 @@ from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.metrics import Scores, predict, scores_from_logits
 
 LOCAL = "local."  # client-state key prefix of w_l and the client's own running statistics
+LAMBDA = ChoiceSpec(
+    "lam", NUMBER, "the mixing weight of W(lambda) = (1 - lambda) w_f + lambda w_l: 'best' is "
+    "the client's chosen one, 'runtime' makes it an input of the model (not given: the "
+    "client's chosen one, else 0.5 once it has mixed, else 0)", 0.0, 1.0, ("best",),
+    runtime=True, default="best", aliases=(("--lambda", ""),))
 
 
 class SuPerFedInference(Algorithm):
     """W(lambda) for a client; ``mixing`` (model or layer) only names the variant on the card."""
 
     mixing: ClassVar[str] = "model"
+    choices = (LAMBDA,)
 
     def default_lambda(self, client_state: ClientState) -> float:
         """The client's chosen lambda, else 0.5 once it has mixed, else 0 (w_f alone)."""
@@ -36,7 +42,7 @@ class SuPerFedInference(Algorithm):
 
     def resolve_lambda(self, client_state: ClientState, lam: float | str | None
                        ) -> float | str:
-        """The one place a lambda choice is checked: a number in [0, 1] or "runtime".
+        """A checked lambda choice (:data:`LAMBDA`) as a number in [0, 1] or "runtime".
 
         None is :meth:`default_lambda`; "best" the chosen lambda (an error before one is).
         """
@@ -47,13 +53,7 @@ class SuPerFedInference(Algorithm):
                 raise ValueError(f"{self.name}: no lambda chosen yet for this client (run "
                                  f"personalize first, or give a lambda)")
             return float(client_state.meta["lambda"])
-        if lam == "runtime":
-            return lam
-        if isinstance(lam, bool) or not isinstance(lam, int | float) or \
-                not 0.0 <= lam <= 1.0:
-            raise ValueError(f"{self.name}: lambda must be in [0, 1], 'best' or 'runtime', "
-                             f"got {lam!r}")
-        return float(lam)
+        return lam if lam == "runtime" else float(lam)
 
     def personalized_model(self, global_state: State, client_state: ClientState,
                            choice: Choice | None = None) -> nn.Module:
@@ -67,12 +67,11 @@ class SuPerFedInference(Algorithm):
     def inference_model(self, global_state: State, client_state: ClientState,
                         choice: Choice | None = None) -> InferenceModel:
         """W(lambda) with lambda baked in, or as the runtime input ``lam``; the card's mixture."""
-        choice = choice or Choice()
+        choice = self.check_choice(choice)
         if choice.head == "generic":
             return super().inference_model(global_state, client_state, choice)
-        if choice.class_distribution is not None:
-            raise ValueError(f"{self.name}: takes no class distribution")
-        lam = self.resolve_lambda(client_state, choice.lam)
+        asked = choice.get(LAMBDA.name)
+        lam = self.resolve_lambda(client_state, asked)
         federated, local, names = self._endpoints(global_state, client_state)
         chosen = client_state.meta.get("lambda")
         details = {"mode": "mm" if self.mixing == "model" else "lm", "chosen_lambda": chosen}
@@ -81,17 +80,17 @@ class SuPerFedInference(Algorithm):
             default = self.default_lambda(client_state)
             module = RuntimeMixture(federated, local, names, default)
             return InferenceModel(
-                module, runtime_input=RuntimeInput("lam", 0.0, 1.0, default, default),
+                module, runtime_input=LAMBDA.runtime_input(default),
                 quantizable=module.two_endpoint, mixture=Mixture(
                     "superfed", f"{formula}, lambda an input in [0, 1] (default {default:g})",
-                    {"lambda": "runtime"}, details))
+                    {LAMBDA.name: "runtime"}, details))
         lam_t = torch.tensor([float(lam)], dtype=torch.float32, device=self.device)
         with torch.no_grad():
             federated.load_state_dict(mix_states(federated, local, names, lam_t), strict=False)
-        origin = "the client's choice" if lam == chosen and choice.lam in (None, "best") else \
-            "given" if choice.lam is not None else "default: no lambda chosen yet"
+        origin = "the client's choice" if lam == chosen and asked in (None, "best") else \
+            "given" if asked is not None else "default: no lambda chosen yet"
         return InferenceModel(federated, mixture=Mixture(
-            "superfed", f"{formula} at lambda = {lam:g} ({origin})", {"lambda": lam}, details))
+            "superfed", f"{formula} at lambda = {lam:g} ({origin})", {LAMBDA.name: lam}, details))
 
     def _endpoints(self, global_state: State, client_state: ClientState
                    ) -> tuple[nn.Module, nn.Module, list[str]]:
@@ -110,4 +109,5 @@ def lambda_sweep(algorithm: SuPerFedInference, global_state: State, client_state
                  data: LabeledTensors) -> dict[float, Scores]:
     """Scores of W(lambda) on ``data`` for every lambda of the grid (choice, oracle, plots)."""
     return {lam: scores_from_logits(predict(algorithm.personalized_model(
-        global_state, client_state, Choice(lam=lam)), data), data.y) for lam in LAMBDA_GRID}
+        global_state, client_state, Choice({LAMBDA.name: lam})), data), data.y)
+        for lam in LAMBDA_GRID}

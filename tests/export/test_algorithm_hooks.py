@@ -71,7 +71,7 @@ def test_a_method_unknown_to_pflkit_exports_with_parity_and_a_card(tmp_path):
                                "details": {"temperature_range": [LOW, HIGH]}}
     for entry in card["parity"]:
         assert entry["max_abs_diff"] <= 1e-4
-        assert entry["lams_checked"] == sorted([LOW, LOW + 0.37 * (HIGH - LOW), DEFAULT, HIGH])
+        assert entry["values_checked"] == sorted([LOW, LOW + 0.37 * (HIGH - LOW), DEFAULT, HIGH])
     x = data.test.x[:16]
     plain = algorithm.global_model(fit.update)
     for fmt in FORMATS.values():

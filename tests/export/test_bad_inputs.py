@@ -134,3 +134,25 @@ def test_executorch_export_prints_no_torch_or_runtime_noise(make_run, tmp_path):
                           capture_output=True, text=True, env=env, timeout=GUARD, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--lambda", "0.3"], "--lambda: fedavg declares no choice it sets (fedavg's choices: none)"),
+    (["--choice", "lam=0.3"], "--choice lam: fedavg declares no such choice"),
+    (["--class-counts", COUNTS], "--class-counts: fedavg declares no choice it sets"),
+    (["--choice", "lam"], "--choice expects NAME=VALUE, got 'lam'"),
+])
+def test_a_choice_the_method_does_not_declare_is_refused(make_run, tmp_path, args, message):
+    one_line_error(*export("--run", str(make_run("fedavg")), "--client", "1", *args,
+                           "--out", str(tmp_path / "o")), message)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--lambda", "1.5"], "--lambda: lam must be a number in [0, 1], 'best', 'runtime'"),
+    (["--choice", "lam=x"], "--choice lam: lam must be a number in [0, 1]"),
+    (["--lambda", "0.3", "--choice", "lam=0.4"], "--lambda and --choice lam both set lam"),
+])
+def test_a_declared_choice_with_a_bad_value_is_refused(make_run, tmp_path, args, message):
+    one_line_error(*export("--run", str(make_run("superfed_mm")), "--client", "1", *args,
+                           "--out", str(tmp_path / "o")), message)

@@ -31,7 +31,7 @@ def eager_outputs(module: torch.nn.Module, *inputs: torch.Tensor) -> list[torch.
 
 def check_card(card: dict, out_dir) -> None:
     assert REQUIRED <= set(card)
-    assert card["schema_version"] == "pflkit.model-card/1"
+    assert card["schema_version"] == "pflkit.model-card/2"
     assert card["inputs"][0] == {"name": "image", "shape": ["batch", 1, 8, 8],
                                  "dtype": "float32", "layout": "NCHW"}
     assert card["outputs"][0]["name"] == "logits" and card["outputs"][0]["meaning"] == "logits"
@@ -66,7 +66,7 @@ def test_every_algorithm_exports_to_every_format_with_parity(algorithm, make_run
               if hasattr(source.algorithm, "generic_and_personalized_model")
               else source.algorithm.personalized_model)(source.global_state, source.client_state,
                                                          None if algorithm[:8] != "superfed"
-                                                         else Choice(lam="best"))
+                                                         else Choice({"lam": "best"}))
     x = source.test.x[:20]
     expected = eager_outputs(module.eval(), x)
     assert [o["name"] for o in card["outputs"]] == \
@@ -89,13 +89,13 @@ def test_every_algorithm_exports_to_every_format_with_parity(algorithm, make_run
 def test_superfed_runtime_lambda_equals_baked_lambda(make_run, tmp_path):
     run = make_run("superfed_mm")
     source = load_run_source(run, CLIENT)
-    card = export_model(source, Choice(lam="runtime"), tmp_path / "rt").card
+    card = export_model(source, Choice({"lam": "runtime"}), tmp_path / "rt").card
     assert [i["name"] for i in card["inputs"]] == ["image", "lam"]
-    assert card["mixture"]["choice"] == {"lambda": "runtime"}
+    assert card["mixture"]["choice"] == {"lam": "runtime"}
     assert card["mixture"]["details"]["mode"] == "mm"
-    assert card["parity"][0]["lams_checked"][0] == 0.0
-    baked_card = export_model(source, Choice(lam=0.3), tmp_path / "baked", ["onnx"]).card
-    assert baked_card["mixture"]["choice"] == {"lambda": 0.3}
+    assert card["parity"][0]["values_checked"][0] == 0.0
+    baked_card = export_model(source, Choice({"lam": 0.3}), tmp_path / "baked", ["onnx"]).card
+    assert baked_card["mixture"]["choice"] == {"lam": 0.3}
     assert len(baked_card["inputs"]) == 1
     baked_onnx = FORMATS["onnx"].load(tmp_path / "baked" / "model.onnx")
     x = source.test.x[:16]
@@ -103,7 +103,7 @@ def test_superfed_runtime_lambda_equals_baked_lambda(make_run, tmp_path):
         runtime = fmt.load(tmp_path / "rt" / f"model.{fmt.suffix}")
         for lam in (0.0, 0.3, 1.0):
             baked = source.algorithm.personalized_model(source.global_state,
-                                                        source.client_state, Choice(lam=lam))
+                                                        source.client_state, Choice({"lam": lam}))
             got = runtime((x, torch.tensor([lam])))[0]
             torch.testing.assert_close(got, eager_outputs(baked, x)[0], atol=1e-4, rtol=0)
         torch.testing.assert_close(runtime((x, torch.tensor([0.3])))[0], baked_onnx((x,))[0],
@@ -112,9 +112,9 @@ def test_superfed_runtime_lambda_equals_baked_lambda(make_run, tmp_path):
 
 def test_superfed_best_lambda_is_the_clients_choice(make_run, tmp_path):
     source = load_run_source(make_run("superfed_lm"), CLIENT)
-    card = export_model(source, Choice(lam="best"), tmp_path / "out", ["onnx"]).card
+    card = export_model(source, Choice({"lam": "best"}), tmp_path / "out", ["onnx"]).card
     chosen = source.client_state.meta["lambda"]
-    assert card["mixture"]["choice"] == {"lambda": chosen}
+    assert card["mixture"]["choice"] == {"lam": chosen}
     assert card["mixture"]["details"] == {"mode": "lm", "chosen_lambda": chosen}
     assert "the client's choice" in card["mixture"]["summary"]
 
@@ -122,12 +122,12 @@ def test_superfed_best_lambda_is_the_clients_choice(make_run, tmp_path):
 def test_fedrod_new_client_export_equals_zero_shot_model(make_run, tmp_path):
     source = load_run_source(make_run("fedrod_hyper"), None)
     counts = (5, 0, 12, 0, 0, 3, 0, 0, 9, 1)
-    card = export_model(source, Choice(class_distribution=torch.tensor(counts)),
+    card = export_model(source, Choice({"class_distribution": torch.tensor(counts)}),
                         tmp_path / "out").card
     assert card["mixture"]["choice"] == {"class_distribution": [float(c) for c in counts]}
     assert card["source"]["new_client"] is True
     zero_shot = source.algorithm.generic_and_personalized_model(
-        source.global_state, ClientState(), Choice(class_distribution=torch.tensor(counts)))
+        source.global_state, ClientState(), Choice({"class_distribution": torch.tensor(counts)}))
     x = source.test.x[:16]
     expected = eager_outputs(zero_shot, x)
     for fmt in FORMATS.values():

@@ -23,13 +23,13 @@ def runtime_export(make_run, tmp_path_factory):
     """fp32 and int8 runtime-lambda files of one SuPerFed-MM client, in both formats."""
     source = load_run_source(make_run("superfed_mm"), CLIENT)
     out = tmp_path_factory.mktemp("runtime") / "out"
-    card = export_model(source, Choice(lam="runtime"), out, int8=True, force_int8=True).card
+    card = export_model(source, Choice({"lam": "runtime"}), out, int8=True, force_int8=True).card
     return source, out, card
 
 
 def baked(source, lam: float, x: torch.Tensor) -> torch.Tensor:
     module = source.algorithm.personalized_model(source.global_state, source.client_state,
-                                                 Choice(lam=lam))
+                                                 Choice({"lam": lam}))
     with torch.no_grad():
         return module(x)
 
@@ -54,11 +54,11 @@ def test_the_card_records_int8_accuracy_at_every_checked_lambda(runtime_export):
     int8 = [p for p in card["parity"] if p["precision"] == "int8"]
     assert [p["file"] for p in int8] == ["model_int8.onnx", "model_int8.pte"]
     for entry in int8:
-        assert entry["lams_checked"] == wanted
-        assert [p["lam"] for p in entry["per_lambda"]] == wanted
-        drops = [p["test_top1_eager"] - p["test_top1_artifact"] for p in entry["per_lambda"]]
+        assert entry["values_checked"] == wanted
+        assert [p["value"] for p in entry["per_value"]] == wanted
+        drops = [p["test_top1_eager"] - p["test_top1_artifact"] for p in entry["per_value"]]
         assert entry["accuracy_drop_points"] == pytest.approx(100 * max(drops))
-        assert all(p["top1_agreement"] >= 0.9 for p in entry["per_lambda"])
+        assert all(p["top1_agreement"] >= 0.9 for p in entry["per_value"])
 
 
 def test_the_card_describes_the_lambda_input(runtime_export):
@@ -91,7 +91,7 @@ def test_lambda_outside_the_range_is_clamped_and_nan_is_the_default(runtime_expo
 def test_eager_runtime_module_clamps_like_the_files(make_run):
     source = load_run_source(make_run("superfed_mm"), CLIENT)
     module = source.algorithm.personalized_model(source.global_state, source.client_state,
-                                                 Choice(lam="runtime"))
+                                                 Choice({"lam": "runtime"}))
     x = source.test.x[:8]
     with torch.no_grad():
         for value, same_as in ((2.0, 1.0), (-3.0, 0.0), (math.nan, module.nan_lambda)):

@@ -156,3 +156,40 @@ def test_server_with_two_workers_and_two_sdk_clients_with_import_paths(on_path, 
     assert model(torch.zeros(3, 12)).shape == (3, 4)
     assert "bias" in dict(model.named_buffers())
     device.close()
+
+
+def test_a_method_with_its_own_choice_exports_it_as_a_runtime_input(on_path, tmp_path):
+    """scaled_prior declares ``strength`` (no pflkit file names it): --choice, card, parity."""
+    (tmp_path / "run.toml").write_text(SIM_CONFIG.replace('name = "prior_shift"',
+                                                          'name = "scaled_prior"'))
+    sim = subprocess.run([str(BIN / "pfl-sim"), "--config", "run.toml", "--out", "run",
+                          "--quiet"], cwd=tmp_path, capture_output=True, text=True, timeout=GUARD)
+    assert sim.returncode == 0, sim.stderr
+
+    def export(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(BIN / "pfl-export"), "--run", "run", "--client", "1", *args],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=GUARD)
+
+    done = export("--choice", "strength=runtime", "--out", "rt")
+    assert done.returncode == 0, done.stderr
+    card = json.loads((tmp_path / "rt" / "model_card.json").read_text())
+    assert card["inputs"][1] == {"name": "strength", "shape": [1], "dtype": "float32",
+                                 "range": [0.0, 2.0], "default": 1.0, "nan": 1.0}
+    assert card["mixture"]["choice"] == {"strength": "runtime"}
+    assert {p["file"] for p in card["parity"]} == {"model.onnx", "model.pte"}
+    for entry in card["parity"]:
+        assert entry["runtime_input"] == "strength" and entry["runtime_value"] == 1.0
+        assert entry["values_checked"] == [0.0, 0.74, 1.0, 2.0]
+        assert entry["clamp_checked"] == ["-0.5", "2.5", "-inf", "inf", "nan"]
+    baked = export("--choice", "strength=0.5", "--format", "onnx", "--out", "baked")
+    assert baked.returncode == 0, baked.stderr
+    card = json.loads((tmp_path / "baked" / "model_card.json").read_text())
+    assert len(card["inputs"]) == 1 and card["mixture"]["choice"] == {"strength": 0.5}
+    for args, message in ((["--choice", "strength=3"], "strength must be a number in [0, 2]"),
+                          (["--choice", "lam=0.3"], "scaled_prior declares no such choice "
+                                                    "(scaled_prior's choices: strength)"),
+                          (["--lambda", "0.3"], "--lambda: scaled_prior declares no choice")):
+        refused = export(*args, "--format", "onnx", "--out", "x")
+        assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0, refused
+        assert message in refused.stderr, refused.stderr
+    assert not (tmp_path / "x").exists()

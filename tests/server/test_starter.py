@@ -38,7 +38,7 @@ def test_init_writes_a_project_that_simulates_and_exports(tmp_path):
     assert export.returncode == 0, export.stderr
     card = json.loads((project / "runs/first/exports/client0/model_card.json").read_text())
     assert card["classes"] == ["idle", "walking", "running", "cycling"]
-    assert card["mixture"]["choice"] == {"lambda": 0.5}
+    assert card["mixture"]["choice"] == {"lam": 0.5}
 
     again = CliRunner().invoke(app, ["init", str(project)])
     assert again.exit_code == 2 and "not an empty folder" in again.output

@@ -86,7 +86,6 @@ class PriorShift(Algorithm):
     def personalized_model(self, global_state: State, client_state: ClientState,
                            choice: Choice | None = None) -> nn.Module:
         """The shared model plus this client's bias (there is nothing to choose)."""
-        if choice is not None and (choice.lam is not None or choice.class_distribution is not None):
-            raise ValueError("prior_shift: takes no lambda or class distribution")
+        self.check_choice(choice)  # declares no choices: any is refused, naming none
         bias = client_state.tensors.get(BIAS, torch.zeros(self.model_factory.num_classes))
         return Biased(self.global_model(global_state), bias).eval()

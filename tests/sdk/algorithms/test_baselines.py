@@ -295,8 +295,9 @@ def test_apfl_alpha_moves_and_the_personal_model_is_the_alpha_mixture():
     x = tiny_data().x[:8]
     got = model_out(a.personalized_model(new_global, result.client_state), x)
     assert torch.allclose(got, model_out(a.global_model(mixed), x), atol=1e-5)
-    # lam sweeps the mixture: 0 is the global model
-    at_zero = model_out(a.personalized_model(new_global, result.client_state, Choice(lam=0.0)), x)
+    # the alpha choice sweeps the mixture: 0 is the global model
+    at_zero = model_out(a.personalized_model(new_global, result.client_state,
+                                             Choice({"alpha": 0.0})), x)
     assert torch.allclose(at_zero, model_out(a.global_model(new_global), x), atol=1e-5)
 
 

@@ -139,5 +139,5 @@ def test_personalized_model_rejects_a_lambda_for_methods_without_one():
     from pflkit.sdk.algorithms import Choice
 
     algo = make_algorithm("fedavg", FACTORY, LocalTraining())
-    with pytest.raises(ValueError, match="fedavg: takes no lambda"):
-        algo.personalized_model(algo.init_global(0), ClientState(), Choice(lam=0.3))
+    with pytest.raises(ValueError, match="fedavg declares no choice 'lam'; its choices: none"):
+        algo.personalized_model(algo.init_global(0), ClientState(), Choice({"lam": 0.3}))

@@ -25,7 +25,7 @@ from pflkit.sdk.algorithms.fedrod import (
     zero_shot_head,
 )
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.fedrod_head_cli import app
+from pflkit.sdk.fedrod_head_cli import DEPRECATED, app
 from pflkit.sdk.models import build_model
 from pflkit.sdk.state_store import client_state_from_bytes
 from pflkit.sdk.tensorio import save_state
@@ -182,7 +182,7 @@ def test_new_client_zero_shot_model_from_its_class_distribution():
     glob = alg.init_global(0)
     x = tiny_data().x
     counts = torch.tensor([5, 0, 12, 3, 0, 0, 7, 1, 0, 2])
-    model = alg.personalized_model(glob, ClientState(), Choice(class_distribution=counts))
+    model = alg.personalized_model(glob, ClientState(), Choice({"class_distribution": counts}))
     phi = zero_shot_head(glob, counts)
     z = alg.global_model(glob).body(x)
     expected = alg.global_model(glob)(x) + F.linear(z, phi["weight"], phi["bias"])
@@ -219,7 +219,7 @@ def test_zero_shot_head_does_not_depend_on_the_order_of_state_keys(model, shape,
 def test_linear_zero_shot_model_is_the_generic_model():
     alg = algo("fedrod_linear")
     glob, x = alg.init_global(0), tiny_data().x
-    model = alg.personalized_model(glob, ClientState(), Choice(class_distribution=[1.0] * 10))
+    model = alg.personalized_model(glob, ClientState(), Choice({"class_distribution": [1.0] * 10}))
     assert torch.allclose(model(x), alg.global_model(glob)(x), atol=1e-6)
 
 
@@ -253,8 +253,8 @@ def test_bad_hyperparameters_and_lambda_are_refused():
     with pytest.raises(HyperparameterError, match="hidden"):
         algo("fedrod_linear", hidden=16)
     alg = algo("fedrod_linear")
-    with pytest.raises(ValueError, match="lambda"):
-        alg.personalized_model(alg.init_global(0), ClientState(), Choice(lam=0.5))
+    with pytest.raises(ValueError, match="declares no choice 'lam'; its choices: class_distr"):
+        alg.personalized_model(alg.init_global(0), ClientState(), Choice({"lam": 0.5}))
 
 
 # -- command line ----------------------------------------------------------------------------------
@@ -277,6 +277,7 @@ def test_cli_writes_the_zero_shot_head_as_a_client_state(hyper_run):
     phi = zero_shot_head(glob, [5, 0, 12, 3, 0, 0, 7, 1, 0, 2])
     assert torch.allclose(state.tensors["phi.weight"], phi["weight"])
     assert state.meta["class_counts"] == [5, 0, 12, 3, 0, 0, 7, 1, 0, 2]
+    assert result.output.splitlines()[0] == DEPRECATED  # one line on stderr, kept one release
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -338,7 +339,8 @@ def test_cli_refuses_an_output_that_cannot_be_a_file(hyper_run):
                          (tmp / "plain.txt" / "head.safetensors", "is not a folder")):
         result = CliRunner().invoke(app, [str(tmp / "run"), *counts, "--out", str(out)])
         assert result.exit_code == 2 and message in result.output, result.output
-        assert len(result.output.strip().splitlines()) == 1
+        lines = result.output.strip().splitlines()
+        assert lines[0] == DEPRECATED and len(lines) == 2  # the deprecation note, the error
     assert list((tmp / "folder").iterdir()) == [] and (tmp / "plain.txt").read_text() == "x"
 
 

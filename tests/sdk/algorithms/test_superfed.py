@@ -178,17 +178,17 @@ def trained(factory=SMALL, name="superfed_mm", shape=(1, 8, 8)):
 def test_runtime_module_equals_the_baked_module_at_every_lambda(model):
     a, glob, state, _ = trained(ModelFactory(model, (1, 32, 32), 10), shape=(1, 32, 32))
     x = tiny_data(4, seed=9, shape=(1, 32, 32)).x
-    runtime = a.personalized_model(glob, state, Choice(lam="runtime"))
+    runtime = a.personalized_model(glob, state, Choice({"lam": "runtime"}))
     assert isinstance(runtime, RuntimeMixture) and not runtime.training
     assert runtime.two_endpoint  # every registry layer runs with constant weights
     with torch.no_grad():
         for lam in (0.0, 0.3, 0.75, 1.0):
-            baked = a.personalized_model(glob, state, Choice(lam=lam))
+            baked = a.personalized_model(glob, state, Choice({"lam": lam}))
             assert isinstance(baked, type(a.global_model(glob)))
             # outputs blended per layer equal blended weights up to float rounding
             torch.testing.assert_close(runtime(x, torch.tensor([lam])), baked(x),
                                        rtol=1e-5, atol=1e-5)
-        assert torch.equal(a.personalized_model(glob, state, Choice(lam=0.0))(x),
+        assert torch.equal(a.personalized_model(glob, state, Choice({"lam": 0.0}))(x),
                            a.global_model(glob)(x))
 
 
@@ -223,8 +223,9 @@ def test_personalize_picks_a_grid_lambda_on_held_out_train_rows():
     assert sweep[chosen.meta["lambda"]].top1 == max(s.top1 for s in sweep.values())
     x = data.x[:5]
     with torch.no_grad():
-        assert torch.equal(a.personalized_model(glob, chosen, Choice(lam="best"))(x),
-                           a.personalized_model(glob, chosen, Choice(lam=chosen.meta["lambda"]))(x))
+        assert torch.equal(a.personalized_model(glob, chosen, Choice({"lam": "best"}))(x),
+                           a.personalized_model(glob, chosen,
+                                                Choice({"lam": chosen.meta["lambda"]}))(x))
     choices = list(a.evaluation_choices(chosen))
     assert choices[0] == "best" and choices[1:] == [f"{lam:.1f}" for lam in LAMBDA_GRID]
     assert list(algo(sweep=False).evaluation_choices(chosen)) == ["best"]
@@ -244,18 +245,18 @@ def test_holdout_split_is_fixed_per_client_and_disjoint():
 @pytest.mark.parametrize("lam", [1.5, -0.1, "middle"])
 def test_bad_lambda_is_refused(lam):
     a, glob, state, _ = trained()
-    with pytest.raises(ValueError, match="lambda must be in"):
-        a.personalized_model(glob, state, Choice(lam=lam))
+    with pytest.raises(ValueError, match=r"lam must be a number in \[0, 1\], 'best', 'runtime'"):
+        a.personalized_model(glob, state, Choice({"lam": lam}))
 
 
 def test_best_before_personalize_and_class_distribution_are_refused():
     a, glob, state, _ = trained()
     with pytest.raises(ValueError, match="run personalize first"):
-        a.personalized_model(glob, state, Choice(lam="best"))
-    with pytest.raises(ValueError, match="class distribution"):
-        a.personalized_model(glob, state, Choice(class_distribution=torch.ones(10)))
+        a.personalized_model(glob, state, Choice({"lam": "best"}))
+    with pytest.raises(ValueError, match="declares no choice 'class_distribution'"):
+        a.personalized_model(glob, state, Choice({"class_distribution": torch.ones(10)}))
     with pytest.raises(ValueError, match="does not match"):
-        a.personalized_model(glob, type(state)({}, {}), Choice(lam=0.5))
+        a.personalized_model(glob, type(state)({}, {}), Choice({"lam": 0.5}))
 
 
 @pytest.mark.parametrize("params, word", [({"mu": -1.0}, "mu"), ({"nu": -0.5}, "nu"),
@@ -273,5 +274,5 @@ def test_fit_with_batchnorm_keeps_the_clients_running_statistics():
     assert stats and all(torch.equal(state.tensors[LOCAL + k], glob[k]) for k in stats)
     assert not any(k.endswith("num_batches_tracked") for k in state.tensors)
     with torch.no_grad():
-        out = a.personalized_model(glob, state, Choice(lam=0.5))(torch.zeros(1, 1, 32, 32))
+        out = a.personalized_model(glob, state, Choice({"lam": 0.5}))(torch.zeros(1, 1, 32, 32))
     assert not math.isnan(float(out.sum()))
