@@ -38,9 +38,14 @@ from typing import Any
 from common import RESULTS, pct, run, save, set_threads, subset
 
 from pflkit.sdk.builder import build_run
-from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.evaluation import evaluate_client, summarize
-from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.tensorio import load_state
 from pflkit.server.coordinator import UpdateRejected
@@ -81,10 +86,9 @@ def config(method: str, rounds: int, setting: str = DEFAULT_SETTING, seed: int =
     model, clients, _ = SETTINGS[setting]
     return SimConfig(
         seed=seed, rounds=rounds, eval_interval=max(10, rounds // 10), checkpoint_interval=rounds,
-        data=DataConfig("fmnist", partition=PartitionConfig("shards", clients,
-                                                            shards_per_client=2,
-                                                            test_fraction=0.2)),
-        model=model, algorithm=method,
+        data=DataConfig(dataset="fmnist", kind="shards", num_clients=clients, shards_per_client=2,
+                        test_fraction=0.2),
+        model=ModelConfig(model), algorithm=AlgorithmConfig(method),
         training=TrainingConfig(clients_per_round=5, epochs=10, batch_size=10, lr=0.01,
                                 lr_decay=0.99, momentum=0.9, weight_decay=1e-4),
     )

@@ -25,8 +25,13 @@ from common import RUNS, pct, save, set_threads
 
 from pflkit.export import Choice, build_exportable, export_model, load_run_source
 from pflkit.export.formats import FORMATS
-from pflkit.sdk.data.federation import PartitionConfig
-from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.state_store import client_state_to_bytes
 from pflkit.sdk.tensorio import atomic_write_bytes
@@ -53,9 +58,9 @@ def config(algorithm: str, model: str, params: dict, rounds: int) -> SimConfig:
     """A short Fashion-MNIST run: 20 clients, Dir(0.3), 20% of each client's rows as its test."""
     return SimConfig(
         seed=0, rounds=rounds, eval_interval=rounds, checkpoint_interval=rounds,
-        data=DataConfig("fmnist", partition=PartitionConfig("dirichlet", 20, 0.3,
-                                                            test_fraction=0.2)),
-        model=model, algorithm=algorithm, params=params,
+        data=DataConfig(dataset="fmnist", kind="dirichlet", num_clients=20, alpha=0.3,
+                        test_fraction=0.2),
+        model=ModelConfig(model), algorithm=AlgorithmConfig(algorithm, params),
         training=TrainingConfig(clients_per_round=5, epochs=1, batch_size=40, lr=0.05,
                                 lr_decay=0.99, momentum=0.9, weight_decay=1e-5),
     )

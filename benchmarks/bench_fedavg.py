@@ -18,16 +18,22 @@ from pathlib import Path
 
 from common import RESULTS, pct, run, save, set_threads
 
-from pflkit.sdk.data.federation import PartitionConfig
-from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 
 
 def config(alpha: float, rounds: int, seed: int = 0) -> SimConfig:
     """The FedRoD Table 1 FMNIST setting with FedAvg + a final local pass."""
     return SimConfig(
         seed=seed, rounds=rounds, eval_interval=5, checkpoint_interval=rounds,
-        data=DataConfig("fmnist", partition=PartitionConfig("dirichlet", 100, alpha)),
-        model="fedrod_convnet", algorithm="fedavg_ft", params={"ft_epochs": 5},
+        data=DataConfig(dataset="fmnist", kind="dirichlet", num_clients=100, alpha=alpha),
+        model=ModelConfig("fedrod_convnet"),
+        algorithm=AlgorithmConfig("fedavg_ft", {"ft_epochs": 5}),
         training=TrainingConfig(fraction=0.2, epochs=5, batch_size=40, lr=0.01, lr_decay=0.99,
                                 momentum=0.9, weight_decay=1e-5),
     )

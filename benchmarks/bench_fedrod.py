@@ -86,18 +86,18 @@ def score(run_dir: Path, final: dict[str, Any] | None) -> dict[str, Any]:
     state = load_state(files.latest)
     z, generic = features(algorithm, state, federation.test)
     phi_of: Callable[[int], State | None] = lambda _: None  # noqa: E731  (FedAvg: global model)
-    if cfg.algorithm == "fedrod_hyper":
+    if cfg.algorithm.name == "fedrod_hyper":
         phi_of = hyper_phi(state, federation.clients, c)
-    elif cfg.algorithm == "fedrod_linear":
+    elif cfg.algorithm.name == "fedrod_linear":
         store = files.clients
 
         def phi_of(cid: int) -> State | None:
             kept = store.load(cid, rounds - 1)
             return (strip_prefix(kept.tensors, PHI) or None) if kept is not None else None
-    variant = cfg.algorithm.removeprefix("fedrod_").removesuffix("_ft")
+    variant = cfg.algorithm.name.removeprefix("fedrod_").removesuffix("_ft")
     return {
-        "variant": variant, "alpha": cfg.data.partition.alpha, "rounds": rounds,
-        "name": f"{cfg.algorithm}-dir{cfg.data.partition.alpha}-r{rounds}"
+        "variant": variant, "alpha": cfg.data.alpha, "rounds": rounds,
+        "name": f"{cfg.algorithm.name}-dir{cfg.data.alpha}-r{rounds}"
                 + ("" if final else "-partial"),
         "generic": generic_accuracy(generic, federation.test),
         "personalized_final_pass":

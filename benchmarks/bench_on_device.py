@@ -43,8 +43,13 @@ from pflkit.export import load_run_source
 from pflkit.export.device_trainer import DeviceTrainer
 from pflkit.export.training_program import plan_trainer, program_bytes, relative_difference
 from pflkit.sdk.algorithms.personal import EagerSession
-from pflkit.sdk.data.federation import PartitionConfig
-from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 from pflkit.sdk.state_store import client_state_from_bytes
 from pflkit.server.simulator import Simulation
 
@@ -62,10 +67,10 @@ def superfed_config(ft_lr: float | None) -> SimConfig:
     params: dict[str, Any] = {"start_fraction": 0.4, "ft_epochs": 2, "sweep": False}
     return SimConfig(
         seed=0, rounds=ROUNDS, eval_interval=ROUNDS, checkpoint_interval=ROUNDS,
-        data=DataConfig("fmnist", partition=PartitionConfig("shards", CLIENTS,
-                                                             test_fraction=0.2)),
-        model="twonn", algorithm="superfed_mm",
-        params=params | ({} if ft_lr is None else {"ft_lr": ft_lr}),
+        data=DataConfig(dataset="fmnist", kind="shards", num_clients=CLIENTS, test_fraction=0.2),
+        model=ModelConfig("twonn"),
+        algorithm=AlgorithmConfig("superfed_mm",
+                                  params | ({} if ft_lr is None else {"ft_lr": ft_lr})),
         training=TrainingConfig(clients_per_round=5, epochs=1, batch_size=40, lr=0.05,
                                 lr_decay=0.99, momentum=0.9, weight_decay=1e-4))
 
@@ -73,9 +78,10 @@ def superfed_config(ft_lr: float | None) -> SimConfig:
 CONFIGS: dict[str, tuple[str, str, SimConfig]] = {  # method -> (label, headline key, config)
     "fedrod": ("FedRoD (hyper), personal head", "class_weighted_mean", SimConfig(
         seed=0, rounds=ROUNDS, eval_interval=ROUNDS, checkpoint_interval=ROUNDS,
-        data=DataConfig("fmnist", partition=PartitionConfig("dirichlet", CLIENTS, 0.3)),
-        model="fedrod_convnet", algorithm="fedrod_hyper",
-        params={"hidden": 16, "ft_epochs": 5, "ft_scope": "personal_head"},
+        data=DataConfig(dataset="fmnist", kind="dirichlet", num_clients=CLIENTS, alpha=0.3),
+        model=ModelConfig("fedrod_convnet"),
+        algorithm=AlgorithmConfig("fedrod_hyper", {"hidden": 16, "ft_epochs": 5,
+                                                   "ft_scope": "personal_head"}),
         training=TrainingConfig(fraction=0.25, epochs=1, batch_size=40, lr=0.01, lr_decay=0.99,
                                 momentum=0.9, weight_decay=1e-5))),
     "superfed": ("SuPerFed-MM, local model, ft_lr 0.01", "own_top1_mean",
@@ -84,9 +90,10 @@ CONFIGS: dict[str, tuple[str, str, SimConfig]] = {  # method -> (label, headline
                           superfed_config(None)),
     "pflmoe": ("PFL-MFE, stage 2", "class_weighted_mean", SimConfig(
         seed=0, rounds=ROUNDS, eval_interval=ROUNDS, checkpoint_interval=ROUNDS,
-        data=DataConfig("fmnist", resize=32,
-                        partition=PartitionConfig("dirichlet", CLIENTS, 0.5)),
-        model="lenet5", algorithm="pflmoe", params={"variant": "mfe", "epochs": PER_EPOCHS},
+        data=DataConfig(dataset="fmnist", resize=32, kind="dirichlet", num_clients=CLIENTS,
+                        alpha=0.5),
+        model=ModelConfig("lenet5"),
+        algorithm=AlgorithmConfig("pflmoe", {"variant": "mfe", "epochs": PER_EPOCHS}),
         training=TrainingConfig(fraction=0.2, epochs=1, batch_size=10, lr=0.01, lr_decay=1.0,
                                 momentum=0.5, weight_decay=0.0))),
 }

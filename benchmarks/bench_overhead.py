@@ -21,8 +21,13 @@ import torch
 import torch.nn.functional as F
 from common import RESULTS, save, set_threads
 
-from pflkit.sdk.data.federation import PartitionConfig
-from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 from pflkit.server.simulator import Simulation
 
 ROUNDS = 10
@@ -32,8 +37,8 @@ REPEATS = 5
 def config() -> SimConfig:
     return SimConfig(
         seed=0, rounds=ROUNDS + 1, eval_interval=10_000, checkpoint_interval=10_000,
-        data=DataConfig("fmnist", partition=PartitionConfig("dirichlet", 100, 0.3)),
-        model="twonn", algorithm="fedavg",
+        data=DataConfig(dataset="fmnist", kind="dirichlet", num_clients=100, alpha=0.3),
+        model=ModelConfig("twonn"), algorithm=AlgorithmConfig("fedavg"),
         training=TrainingConfig(clients_per_round=10, epochs=1, batch_size=40, lr=0.01),
     )
 

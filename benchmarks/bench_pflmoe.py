@@ -39,10 +39,15 @@ from common import RESULTS, RUNS, pct, save, set_threads
 
 from pflkit.sdk.algorithms import ClientState, make_algorithm
 from pflkit.sdk.algorithms.pflmoe import PERSONAL
-from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.evaluation import evaluate_client
 from pflkit.sdk.metrics import class_weighted_accuracy, predict, top_k_accuracy
-from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.seeding import torch_generator
 from pflkit.server.simulator import Simulation
@@ -64,8 +69,9 @@ def config(alpha: float, rounds: int, seed: int = 0) -> SimConfig:
     """Stage 1 (FedAvg) as PFL-MoE runs it: V.A.4 b."""
     return SimConfig(
         seed=seed, rounds=rounds, eval_interval=rounds, checkpoint_interval=rounds,
-        data=DataConfig("fmnist", resize=32, partition=PartitionConfig("dirichlet", 100, alpha)),
-        model="lenet5", algorithm="pflmoe", params={"variant": "mfe"},
+        data=DataConfig(dataset="fmnist", resize=32, kind="dirichlet", num_clients=100,
+                        alpha=alpha),
+        model=ModelConfig("lenet5"), algorithm=AlgorithmConfig("pflmoe", {"variant": "mfe"}),
         training=TrainingConfig(fraction=0.1, epochs=5, batch_size=10, lr=0.01, lr_decay=1.0,
                                 momentum=0.5, weight_decay=0.0),
     )
@@ -75,8 +81,9 @@ def local_config(alpha: float, epochs: int, seed: int = 0) -> SimConfig:
     """Local-only: every client every round, lr 0.1 -> 0.01 -> 0.001 (V.A.4 a, compressed)."""
     return SimConfig(
         seed=seed, rounds=3, eval_interval=3, checkpoint_interval=3,
-        data=DataConfig("fmnist", resize=32, partition=PartitionConfig("dirichlet", 100, alpha)),
-        model="lenet5", algorithm="local",
+        data=DataConfig(dataset="fmnist", resize=32, kind="dirichlet", num_clients=100,
+                        alpha=alpha),
+        model=ModelConfig("lenet5"), algorithm=AlgorithmConfig("local"),
         training=TrainingConfig(fraction=1.0, epochs=epochs, batch_size=64, lr=0.1,
                                 lr_decay=0.1, momentum=0.9, weight_decay=5e-4),
     )

@@ -22,10 +22,16 @@ from common import RESULTS, RUNS
 
 from pflkit.sdk.algorithms.base import Algorithm, State
 from pflkit.sdk.algorithms.fedrod import zero_shot_head
-from pflkit.sdk.data.federation import ClientData, PartitionConfig
+from pflkit.sdk.data.federation import ClientData
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.metrics import class_weighted_accuracy
-from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.tensorio import load_state, save_json
 from pflkit.server.simulator import Simulation
@@ -42,9 +48,9 @@ def config(algorithm: str, alpha: float, rounds: int, *, new_clients: int = 0,
         params["hidden"] = 16  # App. C: 16 for FMNIST
     return SimConfig(
         seed=seed, rounds=rounds, eval_interval=5, checkpoint_interval=5,
-        data=DataConfig("fmnist", partition=PartitionConfig(
-            "dirichlet", 100, alpha, test_fraction=0.0, num_new_clients=new_clients)),
-        model="fedrod_convnet", algorithm=algorithm, params=params,
+        data=DataConfig(dataset="fmnist", kind="dirichlet", num_clients=100, alpha=alpha,
+                        test_fraction=0.0, num_new_clients=new_clients),
+        model=ModelConfig("fedrod_convnet"), algorithm=AlgorithmConfig(algorithm, params),
         training=TrainingConfig(clients_per_round=clients_per_round,
                                 fraction=0.2, epochs=5, batch_size=40, lr=0.01, lr_decay=0.99,
                                 momentum=0.9, weight_decay=1e-5),

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from pflkit.sdk.data.federation import PartitionConfig
-from pflkit.sdk.run_config import DataConfig, ExecutionConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ExecutionConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 
 # Rounds planned in the configs: the learning-rate schedule and SuPerFed's start round follow
 # them; bench-scale times only the first few.
@@ -14,8 +20,8 @@ def fedavg_config(execution: ExecutionConfig | None = None) -> SimConfig:
     """(a) FedAvg, FMNIST Dir(0.3), 100 clients, 20 per round, E=5, B=40, FedRoD's ConvNet."""
     return SimConfig(
         seed=0, rounds=PLANNED_ROUNDS, eval_interval=10_000, checkpoint_interval=10_000,
-        data=DataConfig("fmnist", partition=PartitionConfig("dirichlet", 100, 0.3)),
-        model="fedrod_convnet", algorithm="fedavg",
+        data=DataConfig(dataset="fmnist", kind="dirichlet", num_clients=100, alpha=0.3),
+        model=ModelConfig("fedrod_convnet"), algorithm=AlgorithmConfig("fedavg"),
         training=TrainingConfig(clients_per_round=20, epochs=5, batch_size=40, lr=0.01,
                                 lr_decay=0.99, momentum=0.9, weight_decay=1e-5),
         execution=execution or ExecutionConfig(),
@@ -30,9 +36,10 @@ def superfed_config(execution: ExecutionConfig | None = None) -> SimConfig:
     """
     return SimConfig(
         seed=0, rounds=PLANNED_ROUNDS, eval_interval=10_000, checkpoint_interval=10_000,
-        data=DataConfig("fmnist", partition=PartitionConfig("shards", 50, shards_per_client=2,
-                                                            test_fraction=0.2)),
-        model="twonn", algorithm="superfed_mm", params={"start_fraction": 0.0},
+        data=DataConfig(dataset="fmnist", kind="shards", num_clients=50, shards_per_client=2,
+                        test_fraction=0.2),
+        model=ModelConfig("twonn"),
+        algorithm=AlgorithmConfig("superfed_mm", {"start_fraction": 0.0}),
         training=TrainingConfig(clients_per_round=5, epochs=10, batch_size=10, lr=0.01,
                                 lr_decay=0.99, momentum=0.9, weight_decay=1e-4),
         execution=execution or ExecutionConfig(),

@@ -14,7 +14,13 @@ from pflkit.sdk.algorithms.superfed import LAMBDA_GRID, SuPerFed, choose_lambda,
 from pflkit.sdk.builder import build_run
 from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.metrics import Scores, mean_std
-from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.state_store import client_state_from_bytes
 from pflkit.sdk.tensorio import load_state
@@ -28,8 +34,8 @@ def config(method: str, model: str, partition: PartitionConfig, rounds: int,
     """The SuPerFed paper's client settings (A.1): 5 clients/round, E=10, B=10, SGD m=0.9."""
     return SimConfig(
         seed=seed, rounds=rounds, eval_interval=max(1, rounds // 10), checkpoint_interval=rounds,
-        data=DataConfig("fmnist", partition=partition), model=model, algorithm=method,
-        params=params or {},
+        data=DataConfig(dataset="fmnist", **partition.to_dict()),
+        model=ModelConfig(model), algorithm=AlgorithmConfig(method, params or {}),
         training=TrainingConfig(clients_per_round=5, epochs=10, batch_size=10, lr=0.01,
                                 lr_decay=0.99, momentum=0.9, weight_decay=1e-4),
     )

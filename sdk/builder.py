@@ -50,8 +50,8 @@ def algorithm_for(algorithm: str, params: Mapping[str, Any], model: str,
 
 def build_algorithm(config: SimConfig, spec: DatasetSpec) -> Algorithm:
     """The config's algorithm for a dataset of this spec."""
-    return algorithm_for(config.algorithm, config.params, config.model, spec.input_shape,
-                         spec.num_classes, config.training.local())
+    return algorithm_for(config.algorithm.name, config.algorithm.params, config.model.name,
+                         spec.input_shape, spec.num_classes, config.training.local())
 
 
 def partition_of(config: SimConfig, dataset: Dataset) -> Partition:
@@ -60,7 +60,7 @@ def partition_of(config: SimConfig, dataset: Dataset) -> Partition:
     A natural partition's clients are the users its data holds, known only now: a round
     sample larger than them is refused here, before a run writes anything.
     """
-    partition = deal_dataset(dataset, config.data.partition, config.seed)
+    partition = deal_dataset(dataset, config.data, config.seed)
     trainers = len(partition.train) - len(partition.new_clients)
     try:
         config.schedule().sample_size(trainers)

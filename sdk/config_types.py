@@ -134,6 +134,8 @@ def describe(err: ValidationError, key: Callable[[Sequence[Any]], str] = ".".joi
             reason += f" (did you mean {key([*loc[:-1], guess])}?)"
     elif kind == "value_error":
         reason = str(first.get("ctx", {}).get("error", first["msg"]))
+    elif kind == "dataclass_type":  # a value where a section belongs
+        reason = f"must be a [{key(loc)}] table"
     else:
         msg = first["msg"]
         reason = msg[0].lower() + msg[1:]

@@ -10,14 +10,19 @@ checkpoint_interval = 10
 [algorithm]   name, and [algorithm.params] for its hyperparameters
 [training]    clients_per_round | fraction, epochs, batch_size, lr, lr_decay, momentum,
               weight_decay
-[execution]   executor, device, precision, and the Ray settings (ExecutionConfig)
+[aggregation] rule, trim_fraction, clip_norm (sdk/aggregation_rules.py)
+[execution]   executor, device, precision, and the Ray settings (sdk/execution_config.py)
 
-The schema is typed (pydantic dataclasses, strict: see sdk/config_types.py) and the whole
-config is validated before anything starts, including the model, dataset and algorithm names
-(built-in, ``package.module:attr`` or an entry point) and the algorithm's hyperparameters: a
-bad config is one :class:`ConfigError` line naming the key, and no run directory, database row
-or client work exists yet. ``--set KEY=VALUE`` overrides address the same dotted TOML keys
-(sdk/config_toml.py).
+The Python layout is the TOML layout: each section is one typed class, and each setting is
+declared once, by the component that uses it (``[training]`` *is* the algorithms'
+:class:`LocalTraining`, the Coordinator's :class:`Sampling` and the devices'
+:class:`LearningRateSchedule` settings; ``[data]`` *is* the :class:`PartitionConfig`). So
+loading is one strict validation (pydantic dataclasses: see sdk/config_types.py) whose error
+locations are the TOML keys, and ``--set KEY=VALUE`` overrides address the same dotted keys
+(sdk/config_toml.py). The whole config is validated before anything starts, including the
+model, dataset, algorithm and executor names (built-in, ``package.module:attr`` or an entry
+point) and the algorithm's hyperparameters: a bad config is one :class:`ConfigError` line
+naming the key, and no run directory, database row or client work exists yet.
 
 Also the round :class:`Schedule` the Coordinator follows. They live in the SDK because the
 simulator, the server and ``pfl-export`` all read them: server -> sdk, export -> sdk.
@@ -33,24 +38,20 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pydantic
-from pydantic import AfterValidator, Strict, TypeAdapter, ValidationError
+from pydantic import Strict, TypeAdapter, ValidationError
 
+from pflkit.sdk.aggregation_rules import AggregationConfig as AggregationConfig
 from pflkit.sdk.algorithms.base import LocalTraining, algorithm_class, check_algorithm
 from pflkit.sdk.config_toml import apply_overrides, dump_toml, parse_toml, read_toml
 from pflkit.sdk.config_types import (
     MAX_CLIENTS,
     STRICT_CONFIG,
-    BatchSize,
-    Epochs,
     Fraction,
     LearningRate,
-    Momentum,
     Name,
     Rounds,
     Seed,
     Text,
-    WeightDecay,
-    closest,
     describe,
     fields_at,
     in_range,
@@ -58,21 +59,22 @@ from pflkit.sdk.config_types import (
 from pflkit.sdk.config_types import ConfigError as ConfigError  # re-exported: callers catch it
 from pflkit.sdk.data.datasets import dataset_source
 from pflkit.sdk.data.federation import PartitionConfig
-from pflkit.sdk.device import check_device, check_precision
+from pflkit.sdk.execution_config import ExecutionConfig as ExecutionConfig
 from pflkit.sdk.lr_schedule import Decay, LearningRateSchedule
 from pflkit.sdk.models import model_builder
 from pflkit.sdk.registry import OWN_CONFIG, ExtensionError, ImportPolicy
 
+_schema = pydantic.dataclasses.dataclass(frozen=True, config=STRICT_CONFIG)
+_DEFAULT_LR = LearningRateSchedule()  # [training]'s lr and lr_decay default to the schedule's
 
-@dataclass(frozen=True)
-class Schedule:
-    """Round-level settings: how many rounds, who takes part, the learning-rate decay."""
 
-    rounds: int = 100
-    clients_per_round: int | None = None  # a count; or use fraction
-    fraction: float = 0.2  # share of clients sampled when clients_per_round is None
-    lr: float = 0.01  # round-0 client learning rate
-    lr_decay: float = 0.99  # lr of round r = lr * lr_decay ** r
+@_schema
+class Sampling:
+    """Who takes part in a round: a count, or a share of the clients."""
+
+    # a count (at most data.num_clients), or None to use fraction
+    clients_per_round: Annotated[int, Strict(), in_range(1, MAX_CLIENTS)] | None = None
+    fraction: Fraction = 0.2  # share of clients sampled when clients_per_round is None
 
     def sample_size(self, num_clients: int) -> int:
         """Clients per round for a federation of ``num_clients``."""
@@ -84,83 +86,66 @@ class Schedule:
             raise ValueError(f"cannot sample {k} of {num_clients} clients per round")
         return k
 
-    @property
-    def lr_schedule(self) -> LearningRateSchedule:
-        """The clients' learning-rate schedule (the object the server sends to devices)."""
-        return LearningRateSchedule(self.lr, self.lr_decay)
+
+@dataclass(frozen=True)
+class Schedule:
+    """The Coordinator's part: how many rounds, who takes part, the learning-rate schedule."""
+
+    rounds: int
+    sampling: Sampling = field(default_factory=Sampling)
+    lr_schedule: LearningRateSchedule = field(default_factory=LearningRateSchedule)
+
+    def sample_size(self, num_clients: int) -> int:
+        """Clients per round for a federation of ``num_clients``."""
+        return self.sampling.sample_size(num_clients)
 
     def lr_at(self, round_index: int) -> float:
         """The decayed learning rate of a round."""
         return self.lr_schedule.at(round_index)
 
 
-PERSONALIZE_ENGINES = ("eager", "executorch")  # executorch: docs/on-device.md
-
-
-_schema = pydantic.dataclasses.dataclass(frozen=True, config=STRICT_CONFIG)
-
-
-@_schema
-class DataConfig:
-    """Which dataset, where its files are, and how it is dealt to clients."""
+@pydantic.dataclasses.dataclass(frozen=True, config=STRICT_CONFIG, kw_only=True)
+class DataConfig(PartitionConfig):
+    """Which dataset, where its files are, and how it is dealt to clients (the partition keys)."""
 
     dataset: Name = "fmnist"  # built-in name, package.module:attr, or an entry point
     root: Text | None = None  # folder with the dataset files (None: the dataset's defaults)
     # square side to resize images to (e.g. 32 for LeNet-5); 512 is the most: 3 x 512 x 512
     # inputs already give a two-layer MLP 157 M weights
     resize: Annotated[int, Strict(), in_range(1, 512)] | None = None
-    partition: PartitionConfig = field(default_factory=PartitionConfig)
 
 
 @_schema
-class TrainingConfig:
-    """Round schedule and client-side SGD."""
+class ModelConfig:
+    """The architecture (sdk/models.py)."""
 
-    # a count (at most data.num_clients), or None to use fraction
-    clients_per_round: Annotated[int, Strict(), in_range(1, MAX_CLIENTS)] | None = None
-    fraction: Fraction = 0.2
-    epochs: Epochs = 5
-    batch_size: BatchSize = 40
-    lr: LearningRate = 0.01
-    lr_decay: Decay = 0.99
-    momentum: Momentum = 0.9
-    weight_decay: WeightDecay = 1e-5
+    name: Name = "fedrod_convnet"  # built-in name, package.module:attr, or an entry point
+
+
+@_schema
+class AlgorithmConfig:
+    """The method and its hyperparameters (checked against the method's own ``Params``)."""
+
+    name: Name = "fedavg"  # built-in name, package.module:attr, or an entry point
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@pydantic.dataclasses.dataclass(frozen=True, config=STRICT_CONFIG, kw_only=True)
+class TrainingConfig(LocalTraining, Sampling):
+    """Client-side SGD (:class:`LocalTraining`), the round's sample, the learning rate."""
+
+    lr: LearningRate = _DEFAULT_LR.lr  # round 0's client learning rate
+    lr_decay: Decay = _DEFAULT_LR.decay  # the rate of round r is lr * lr_decay ** r
 
     def local(self) -> LocalTraining:
-        """The client-side part."""
-        return LocalTraining(self.epochs, self.batch_size, self.momentum, self.weight_decay)
+        """The algorithms' part (what a device's task carries)."""
+        return LocalTraining(**{f.name: getattr(self, f.name)
+                                for f in dataclasses.fields(LocalTraining)})
 
-
-def _precision(name: str) -> str:
-    check_precision(name)
-    return name
-
-
-def _engine(name: str) -> str:
-    if name not in PERSONALIZE_ENGINES:
-        raise ValueError(f"personalize_on must be one of {', '.join(PERSONALIZE_ENGINES)}, "
-                         f"got {name!r}")
-    return name
-
-
-@_schema
-class ExecutionConfig:
-    """Where client work runs; only device, precision and personalize_on move the numbers."""
-
-    executor: Name = "sequential"  # sequential | batched | ray: see server/executors.py
-    device: Annotated[str, Strict(), AfterValidator(check_device)] = "cpu"  # auto | cpu | cuda:N
-    precision: Annotated[str, Strict(), AfterValidator(_precision)] = "fp32"  # fp32 | bf16
-    ray_address: Text | None = None  # None: start a local Ray on this machine's cores
-    # Ray: seconds ray_address may take to accept a connection before the run is refused
-    ray_connect_timeout: Annotated[float, Strict(), in_range(0.0, 3600.0, open_low=True)] = 10.0
-    # Ray: CPUs per client fit (= torch threads of a worker)
-    num_cpus: Annotated[float, Strict(), in_range(0.0, 1024.0, open_low=True)] = 1.0
-    # Ray: GPUs per client fit (fractions share one GPU)
-    num_gpus: Annotated[float, Strict(), in_range(0.0, 64.0)] = 0.0
-    # Ray: worker processes (None: as many as fit)
-    workers: Annotated[int, Strict(), in_range(1, 1024)] | None = None
-    # the post-federation stage: eager | executorch (docs/on-device.md)
-    personalize_on: Annotated[str, Strict(), AfterValidator(_engine)] = "eager"
+    @property
+    def lr_schedule(self) -> LearningRateSchedule:
+        """The clients' learning-rate schedule (the object the server sends to devices)."""
+        return LearningRateSchedule(self.lr, self.lr_decay)
 
 
 @_schema
@@ -172,51 +157,42 @@ class SimConfig:
     eval_interval: Rounds = 10  # evaluate every this many rounds (and after the last)
     checkpoint_interval: Rounds = 10  # keep a global checkpoint every this many rounds
     data: DataConfig = field(default_factory=DataConfig)
-    model: Name = "fedrod_convnet"  # built-in name, package.module:attr, or an entry point
-    algorithm: Name = "fedavg"  # idem
-    params: dict[str, Any] = field(default_factory=dict)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
+    aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
 
     def __post_init__(self) -> None:
         try:
-            self.schedule().lr_schedule.check_until(self.rounds)
+            self.training.lr_schedule.check_until(self.rounds)
         except ValueError as err:
             raise _KeyedError("training.lr_decay", str(err)) from None
-        part, per_round = self.data.partition, self.training.clients_per_round
-        trainers = part.num_clients - part.num_new_clients
+        data, per_round = self.data, self.training.clients_per_round
+        trainers = data.num_clients - data.num_new_clients
         if per_round is not None and per_round > trainers:
             raise _KeyedError("training.clients_per_round",
                               f"{per_round} is more than the {trainers} training clients")
-        for key, check in (("model.name", lambda: model_builder(self.model)),
+        for key, check in (("model.name", lambda: model_builder(self.model.name)),
                            ("data.dataset", lambda: dataset_source(self.data.dataset)),
-                           ("algorithm.name", lambda: algorithm_class(self.algorithm))):
+                           ("algorithm.name", lambda: algorithm_class(self.algorithm.name))):
             try:
                 check()
             except ExtensionError as err:
                 raise _KeyedError(key, str(err)) from None
         try:
-            check_algorithm(self.algorithm, self.params)
+            check_algorithm(self.algorithm.name, self.algorithm.params)
         except ValueError as err:
             raise _KeyedError("algorithm.params", str(err)) from None
 
     def schedule(self) -> Schedule:
         """The Coordinator's part."""
-        t = self.training
-        return Schedule(self.rounds, t.clients_per_round, t.fraction, t.lr, t.lr_decay)
+        return Schedule(self.rounds, self.training, self.training.lr_schedule)
 
     # -- TOML -------------------------------------------------------------------------------------
     def to_mapping(self) -> dict[str, Any]:
         """The TOML layout as nested dicts (None values left out)."""
-        data = {"dataset": self.data.dataset, "root": self.data.root,
-                "resize": self.data.resize, **dataclasses.asdict(self.data.partition)}
-        out = {"seed": self.seed, "rounds": self.rounds, "eval_interval": self.eval_interval,
-               "checkpoint_interval": self.checkpoint_interval, "data": data,
-               "model": {"name": self.model},
-               "algorithm": {"name": self.algorithm, "params": dict(self.params)},
-               "training": dataclasses.asdict(self.training),
-               "execution": dataclasses.asdict(self.execution)}
-        return _drop_none(out)
+        return _drop_none(dataclasses.asdict(self))
 
     def to_toml(self) -> str:
         """Canonical TOML (what ``config.toml`` in a run directory holds)."""
@@ -231,12 +207,11 @@ class SimConfig:
         before anything is imported (pfl-server passes its operator's; the default trusts
         the config, as pfl-sim and pfl-export do with their user's own).
         """
-        layout = _python_layout(raw)
-        _check_imports(layout, imports)
+        _check_imports(raw, imports)
         try:
-            return _ADAPTER.validate_python(layout)
+            return _ADAPTER.validate_python(dict(raw))
         except ValidationError as err:
-            raise ConfigError(describe(err, _toml_key, _toml_keys)) from None
+            raise ConfigError(describe(err, known=fields_at(SimConfig))) from None
 
     @classmethod
     def from_toml(cls, text: str, source: str = "config", imports: ImportPolicy = OWN_CONFIG
@@ -264,48 +239,15 @@ class _KeyedError(ValueError):
 
 
 _ADAPTER = TypeAdapter(SimConfig)
-_PARTITION_KEYS = {f.name for f in dataclasses.fields(PartitionConfig)}
-_SECTIONS = {"data", "model", "algorithm", "training", "execution"}
 
 
-def _python_layout(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """TOML sections -> SimConfig's fields ([data]'s partition keys, [model] name, ...)."""
-    out = {k: v for k, v in raw.items() if k not in _SECTIONS}
-    for section in _SECTIONS & set(raw):
-        if not isinstance(raw[section], dict):
-            raise ConfigError(f"{section}: must be a [{section}] table, got {raw[section]!r}")
-    data = dict(raw.get("data", {}))
-    if "partition" in data:
-        raise ConfigError("data.partition: unknown key (the partition keys kind, num_clients, "
-                          "... go directly in [data])")
-    partition = {k: data.pop(k) for k in list(data) if k in _PARTITION_KEYS}
-    if "data" in raw:
-        out["data"] = {**data, "partition": partition}
-    for section, allowed in (("model", {"name"}), ("algorithm", {"name", "params"})):
-        table = dict(raw.get(section, {}))
-        extra = sorted(set(table) - allowed)
-        if extra:
-            guess = closest(extra[0], sorted(allowed))
-            hint = f"did you mean {section}.{guess}?" if guess else \
-                f"known: {', '.join(sorted(allowed))}"
-            raise ConfigError(f"{section}.{extra[0]}: unknown key ({hint})")
-        if "name" in table:
-            out[section] = table["name"]
-    if "params" in raw.get("algorithm", {}):
-        out["params"] = raw["algorithm"]["params"]
-    for section in ("training", "execution"):
-        if section in raw:
-            out[section] = raw[section]
-    return out
-
-
-def _check_imports(layout: Mapping[str, Any], imports: ImportPolicy) -> None:
+def _check_imports(raw: Mapping[str, Any], imports: ImportPolicy) -> None:
     """Refuse an import path ``imports`` does not allow, before validation imports it."""
-    data = layout.get("data")
-    for key, kind, ref in (("model.name", "model", layout.get("model")),
-                           ("data.dataset", "dataset",
-                            data.get("dataset") if isinstance(data, dict) else None),
-                           ("algorithm.name", "algorithm", layout.get("algorithm"))):
+    for key, kind in (("model.name", "model"), ("data.dataset", "dataset"),
+                      ("algorithm.name", "algorithm")):
+        section, name = key.split(".")
+        table = raw.get(section)
+        ref = table.get(name) if isinstance(table, dict) else None
         if isinstance(ref, str):
             try:
                 imports.check(kind, ref)
@@ -319,24 +261,6 @@ def _not_empty(raw: dict[str, Any], source: str) -> dict[str, Any]:
         raise ConfigError(f"{source}: has no keys (an empty run config would start a "
                           f"{SimConfig.rounds}-round run of the defaults)")
     return raw
-
-
-def _toml_keys(table: Sequence[str]) -> list[str]:
-    """The keys the run config allows in a TOML table (pydantic's location of it)."""
-    keys = [k for k in fields_at(SimConfig)(table) if k not in ("params", "partition")]
-    return [*keys, *sorted(_PARTITION_KEYS)] if list(table) == ["data"] else keys
-
-
-def _toml_key(loc: Sequence[str]) -> str:
-    """A pydantic location in SimConfig -> the dotted TOML key the user wrote."""
-    parts = list(loc)
-    if parts[:2] == ["data", "partition"]:
-        parts = ["data", *parts[2:]]
-    elif parts[:1] in (["model"], ["algorithm"]):
-        parts = [parts[0], "name"]
-    elif parts[:1] == ["params"]:
-        parts = ["algorithm", *parts]
-    return ".".join(parts)
 
 
 def _drop_none(mapping: Mapping[str, Any]) -> dict[str, Any]:

@@ -51,7 +51,8 @@ class TaskConfig:
     @classmethod
     def of(cls, config: SimConfig, spec: DatasetSpec, lr: float) -> TaskConfig:
         """The task of a run at a round whose learning rate is ``lr``."""
-        return cls(config.algorithm, dict(config.params), config.model, tuple(spec.input_shape),
+        return cls(config.algorithm.name, dict(config.algorithm.params), config.model.name,
+                   tuple(spec.input_shape),
                    spec.num_classes, config.seed, config.rounds, lr, config.training.local())
 
     @classmethod

@@ -50,7 +50,7 @@ class Coordinator:
         self.round = round_index
         self._schema = algorithm.update_schema(global_state)
         self._open: OpenRound | None = None
-        # the server swaps in clipped or robust rules; None: the algorithm's own aggregator
+        # the config's aggregation rules (sdk/aggregation_rules.py); None: the algorithm's own
         self._new_aggregator = aggregator_factory or algorithm.new_aggregator
 
     @property

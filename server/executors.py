@@ -9,8 +9,9 @@ client's state once per fit (algorithms see every tensor on their device); updat
 states go back to the CPU (aggregation and checkpoint boundaries).
 
 Executors are named in the configuration (``[execution] executor = ...``) and built by
-:func:`make_executor` from :data:`EXECUTORS`, a table of ``module:attr`` paths imported on
-first use (Ray is an optional dependency).
+:func:`make_executor` from :data:`~pflkit.sdk.execution_config.EXECUTORS`, a table of
+``module:attr`` paths imported on first use (Ray is an optional dependency); the config's
+validation refuses a name not in it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pflkit.sdk.algorithms.base import Algorithm, ClientState, FitResult, RoundC
 from pflkit.sdk.data.federation import Federation
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import check_precision, resolve_device, state_to
-from pflkit.sdk.run_config import ExecutionConfig
+from pflkit.sdk.execution_config import EXECUTORS, ExecutionConfig
 from pflkit.sdk.training import autocast_training
 
 CPU = torch.device("cpu")
@@ -97,19 +98,9 @@ class SequentialExecutor(Executor):
             yield result_to_cpu(result)
 
 
-EXECUTORS: dict[str, str] = {
-    "sequential": "pflkit.server.executors:SequentialExecutor",
-    "batched": "pflkit.server.batched_executor:BatchedExecutor",
-    "ray": "pflkit.server.ray_executor:RayExecutor",
-}
-
-
 def make_executor(settings: ExecutionConfig, federation: Federation,
                   algorithm: Algorithm) -> Executor:
-    """Build the executor ``settings.executor`` names (its module is imported on first use)."""
-    if settings.executor not in EXECUTORS:
-        raise ValueError(f"unknown executor '{settings.executor}'; known: "
-                         f"{', '.join(sorted(EXECUTORS))}")
+    """Build the executor ``settings.executor`` names (the config checked the name)."""
     module, _, attr = EXECUTORS[settings.executor].partition(":")
     cls = getattr(importlib.import_module(module), attr)
     return cls(settings, federation, algorithm)

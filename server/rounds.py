@@ -28,8 +28,8 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from pflkit.sdk.aggregation_rules import aggregator_factory
 from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
-from pflkit.server.aggregation import aggregator_factory
 from pflkit.server.coordinator import Coordinator
 from pflkit.server.faults import crash_point
 from pflkit.server.orm import Client, Round, Run, Update
@@ -47,10 +47,10 @@ class RoundKeeper:
         self.store = store
 
     def _coordinator(self, run: Run, rnd: Round) -> Coordinator:
-        """The round's Coordinator, with the server's clipping and robust rules."""
+        """The round's Coordinator, with the run's aggregation rules, at least the server's."""
         setup, s = self.store.setup(run), self.store.settings
-        factory = aggregator_factory(setup.algorithm.new_aggregator, s.aggregation,
-                                     s.clip_norm, s.data_dir / "scratch", s.trim_fraction)
+        rules = setup.config.aggregation.at_least(s.aggregation_floor)
+        factory = aggregator_factory(setup.algorithm.new_aggregator, rules, s.data_dir / "scratch")
         return Coordinator(setup.algorithm, setup.schedule, rnd.roster,
                            self.store.global_states.get(rnd.global_hash), setup.config.seed,
                            rnd.index, aggregator_factory=factory)
@@ -98,7 +98,8 @@ class RoundKeeper:
     def _open_round(self, s: Session, run: Run) -> Round | None:
         setup = self.store.setup(run)
         roster = sorted(s.scalars(select(Client.id).where(Client.revoked_at.is_(None))))
-        needed = max(setup.schedule.clients_per_round or 1, self.store.settings.min_enrolled or 1)
+        needed = max(setup.schedule.sampling.clients_per_round or 1,
+                     self.store.settings.min_enrolled or 1)
         if len(roster) < needed:
             return None
         index = run.rounds_done

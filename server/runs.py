@@ -146,7 +146,7 @@ def plan_of(setup: RunSetup, global_state: State) -> Plan:
     del task["lr"]  # per round: Plan.task_config
     schema = {name: (list(shape), SAFETENSORS_DTYPES[str(dtype).removeprefix("torch.")])
               for name, (shape, dtype) in setup.algorithm.update_schema(global_state).items()}
-    return Plan(cfg.algorithm, cfg.model, task, lrs, schema)
+    return Plan(cfg.algorithm.name, cfg.model.name, task, lrs, schema)
 
 
 def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules) -> tuple[str, int, Plan]:

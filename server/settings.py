@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
@@ -20,6 +20,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from pflkit.sdk.aggregation_rules import AggregationConfig, ClipNorm, Rule, TrimFraction
 from pflkit.sdk.config_toml import read_toml
 from pflkit.sdk.config_types import MAX_CLIENTS, closest, describe, in_range
 from pflkit.sdk.registry import ImportPolicy
@@ -75,11 +76,10 @@ class ServerSettings(BaseSettings):
     keep_alive_timeout: Annotated[float, in_range(0.0, 3600.0, open_low=True)] = 75.0
     # an update's weight in the mean is the sample count its client reports: larger get 422
     max_num_samples: Annotated[int, in_range(1, 10**9)] = 100_000
-    aggregation: Literal["mean", "median", "trimmed_mean"] = "mean"
-    # share cut at each end for trimmed_mean
-    trim_fraction: Annotated[float, in_range(0.0, 0.5, open_high=True)] = 0.1
-    # L2 bound on each update's change to the global
-    clip_norm: Annotated[float, in_range(0.0, 1e6, open_low=True)] | None = None
+    # the floor of every run's [aggregation] (AggregationConfig.at_least: the stricter wins)
+    aggregation: Rule = "mean"
+    trim_fraction: TrimFraction = 0.1
+    clip_norm: ClipNorm | None = None
     # how often deadlines and round opening are checked
     tick_seconds: Annotated[float, in_range(0.0, 60.0, open_low=True)] = 0.5
 
@@ -101,6 +101,11 @@ class ServerSettings(BaseSettings):
     def imports(self) -> ImportPolicy:
         """The import paths run configs may name on this server."""
         return self._policy(self.allow_imports)
+
+    @property
+    def aggregation_floor(self) -> AggregationConfig:
+        """The operator's aggregation settings, the least every run gets."""
+        return AggregationConfig(self.aggregation, self.trim_fraction, self.clip_norm)
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerSettings:

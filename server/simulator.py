@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,24 +23,19 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pflkit.sdk.algorithms.base import (
-    ClientState,
-    RoundContext,
-    State,
-)
+from pflkit.sdk.aggregation_rules import aggregator_factory
+from pflkit.sdk.algorithms.base import ClientState, RoundContext, State
 from pflkit.sdk.builder import build_algorithm, load_data, partition_of
 from pflkit.sdk.data.federation import ClientData, Partition, partition_table, plot_partition
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import federation_to, resolve_device
-from pflkit.sdk.evaluation import ClientReport, evaluate_client, summarize
-from pflkit.sdk.metrics import scores_from_logits
 from pflkit.sdk.run_config import ExecutionConfig, SimConfig
 from pflkit.sdk.rundir import RunDir, check_creatable, checkpoint_round
-from pflkit.sdk.scoring import ScoringCache
 from pflkit.sdk.state_store import client_state_to_bytes
 from pflkit.sdk.tensorio import atomic_write_bytes, load_state, save_json, save_state
-from pflkit.server.coordinator import Coordinator
+from pflkit.server.coordinator import Coordinator, OpenRound
 from pflkit.server.executors import ClientTask, make_executor
+from pflkit.server.sim_evaluation import final_scores, round_scores
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +77,11 @@ class Simulation:
             start_round, global_state = self._committed()
         if global_state is None:
             global_state = self.algorithm.init_global(config.seed)
+        rules = aggregator_factory(self.algorithm.new_aggregator, config.aggregation,
+                                   Path(tempfile.gettempdir()))  # robust rules spill there
         self.coordinator = Coordinator(self.algorithm, config.schedule(),
                                        list(self.federation.clients), global_state, config.seed,
-                                       start_round)
+                                       start_round, aggregator_factory=rules)
         # built before any write: a Ray cluster that cannot be joined leaves the folder as it was
         self.executor = make_executor(config.execution, self.federation, self.algorithm)
         # everything is built: only now does the run directory change
@@ -162,7 +160,7 @@ class Simulation:
             handle.write(json.dumps(row) + "\n")
 
     def _commit(self, round_index: int, global_state: State, saved: list[int]) -> None:
-        meta = {"rounds_done": str(round_index + 1), "algorithm": self.config.algorithm}
+        meta = {"rounds_done": str(round_index + 1), "algorithm": self.config.algorithm.name}
         done = round_index + 1
         if done % self.config.checkpoint_interval == 0 or done == self.config.rounds:
             save_state(self.files.checkpoint(done), global_state, meta)
@@ -189,55 +187,41 @@ class Simulation:
     def run_round(self) -> dict[str, Any]:
         """Train the sampled clients, aggregate, evaluate if due, commit. Returns the row."""
         coord = self.coordinator
-        plan = coord.open_round()
+        current: OpenRound = coord.open_round()
         started = time.perf_counter()
         losses, weights = 0.0, 0
         saved = []
         tasks = [ClientTask(cid, self.client_state(cid), self.federation.clients[cid].train,
-                            self.context(cid, plan.index)) for cid in plan.sampled]
+                            self.context(cid, current.index)) for cid in current.sampled]
         for task, result in zip(tasks, self.executor.fit(coord.global_state, tasks),
                                 strict=True):
             cid, before = task.client_id, task.state
             coord.submit(cid, result.num_samples, result.update)
             self._states[cid] = after = result.client_state
             if before.tensors or before.meta or after.tensors or after.meta:
-                self.store.save(cid, plan.index, after)  # stateless methods write nothing
+                self.store.save(cid, current.index, after)  # stateless methods write nothing
                 saved.append(cid)
             loss = result.metrics.get("train_loss", float("nan"))
             losses += loss * result.num_samples
             weights += result.num_samples
         global_state = coord.close_round()
         row: dict[str, Any] = {
-            "round": plan.index, "lr": self.config.schedule().lr_at(plan.index),
-            "clients": plan.sampled, "train_loss": losses / weights if weights else None,
+            "round": current.index, "lr": self.config.schedule().lr_at(current.index),
+            "clients": current.sampled, "train_loss": losses / weights if weights else None,
             "seconds": time.perf_counter() - started,
         }
-        done = plan.index + 1
+        done = current.index + 1
         if done % self.config.eval_interval == 0 or done == self.config.rounds:
             row.update(self.evaluate_round())
         # the wall time is returned, not written: a run directory depends only on config and seed
         self._append_metrics({k: v for k, v in row.items() if k != "seconds"})
-        self._commit(plan.index, global_state, saved)
+        self._commit(current.index, global_state, saved)
         return row
 
     def evaluate_round(self) -> dict[str, Any]:
         """Generic model on the global test set; personalized models on clients' own tests."""
-        state = self.coordinator.global_state
-        test = self.federation.test
-        scoring = ScoringCache()
-        generic = scores_from_logits(scoring.predict(self.algorithm.global_model(state), test),
-                                     test.y)
-        row: dict[str, Any] = {f"global_{k}": v for k, v in generic.to_dict().items()}
-        if any(len(c.test) for c in self.federation.clients.values()):
-            reports = [
-                evaluate_client(self.algorithm.personalized_model(state, self.client_state(cid)),
-                                client, None, self.federation.spec.num_classes, scoring.predict)
-                for cid, client in self.federation.clients.items()
-            ]
-            summary = summarize(reports)
-            row.update({f"personal_{k}": summary[f"own_{k}_mean"] for k in ("top1", "ece")})
-            row["personal_top1_std"] = summary["own_top1_std"]
-        return row
+        return round_scores(self.algorithm, self.coordinator.global_state, self.federation,
+                            self.client_state)
 
     def run(self) -> RunResult:
         """Train the remaining rounds, then the final per-client evaluation and the report."""
@@ -246,8 +230,8 @@ class Simulation:
                    TextColumn("{task.fields[status]}"), TimeElapsedColumn())
         try:
             with Progress(*columns, disable=not self.progress, transient=False) as bar:
-                task = bar.add_task(f"{self.config.algorithm} rounds", total=self.config.rounds,
-                                    completed=coord.round, status="")
+                task = bar.add_task(f"{self.config.algorithm.name} rounds",
+                                    total=self.config.rounds, completed=coord.round, status="")
                 while not coord.finished:
                     row = self.run_round()
                     status = f"loss {row['train_loss']:.3f}" if row["train_loss"] else ""
@@ -284,40 +268,9 @@ class Simulation:
         log.warning("the run failed: removed what it wrote to %s", self.run_dir)
 
     def final_evaluation(self) -> dict[str, Any]:
-        """Personalize (if the method has a stage) and score every client, old and new.
-
-        Each distinct model is scored once and a body shared by several clients' models runs
-        once per data set (:class:`ScoringCache`): the numbers equal scoring every model alone.
-        """
-        state = self.coordinator.global_state
-        spec = self.federation.spec
-        scoring = ScoringCache()
-        out: dict[str, Any] = {}
-        groups = {"clients": self.federation.clients, "new_clients": self.federation.new_clients}
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      disable=not self.progress) as bar:
-            for group, members in groups.items():
-                if not members:
-                    continue
-                task = bar.add_task(f"evaluating {group}", total=len(members))
-                reports: dict[str, list[ClientReport]] = {}
-                for client, cstate in zip(members.values(), self._final_states(members),
-                                          strict=True):
-                    for label, choice in self.algorithm.evaluation_choices(cstate).items():
-                        model = self.algorithm.personalized_model(state, cstate, choice)
-                        reports.setdefault(label, []).append(
-                            evaluate_client(model, client, self.federation.test,
-                                            spec.num_classes, scoring.predict))
-                    bar.advance(task)
-                headline = next(iter(reports))
-                out[group] = {"summary": summarize(reports[headline]),
-                              "per_client": [r.to_dict() for r in reports[headline]]}
-                if len(reports) > 1:
-                    out[group]["by_choice"] = {k: summarize(v) for k, v in reports.items()}
-        test = self.federation.test
-        generic = scores_from_logits(scoring.predict(self.algorithm.global_model(state), test),
-                                     test.y)
-        out["global_model"] = generic.to_dict()
+        """Personalize (if the method has a stage) and score every client, old and new."""
+        out = final_scores(self.algorithm, self.coordinator.global_state, self.federation,
+                           self._final_states, self.progress)
         out["rounds"] = self.coordinator.round
         return out
 

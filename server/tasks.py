@@ -101,7 +101,7 @@ class Tasks:
         queries = setup.algorithm.server_queries()
         if name not in queries:
             offered = ", ".join(sorted(queries)) or "none"
-            raise NotFound(f"run {run_id} ({setup.config.algorithm}) answers no query "
+            raise NotFound(f"run {run_id} ({setup.config.algorithm.name}) answers no query "
                            f"'{name}'; it answers: {offered}")
         try:
             answer = queries[name](self.store.global_states.get(digest), body)

@@ -6,8 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from pflkit.sdk.data.federation import PartitionConfig
-from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 from pflkit.server.simulator import Simulation
 
 # Keep post-federation stages short; every other algorithm runs with its defaults.
@@ -19,10 +24,10 @@ def run_config(algorithm: str, rounds: int = 2, new_clients: int = 0, **params: 
     """A seconds-long run on scikit-learn's digits with per-client test rows."""
     return SimConfig(
         seed=0, rounds=rounds, eval_interval=rounds, checkpoint_interval=1,
-        data=DataConfig("digits", partition=PartitionConfig(
-            "dirichlet", 4 + new_clients, 1.0, test_fraction=0.25, num_new_clients=new_clients)),
-        model="twonn", algorithm=algorithm,
-        params={**FAST_PARAMS.get(algorithm, {}), **params},
+        data=DataConfig(dataset="digits", kind="dirichlet", num_clients=4 + new_clients,
+                        alpha=1.0, test_fraction=0.25, num_new_clients=new_clients),
+        model=ModelConfig("twonn"),
+        algorithm=AlgorithmConfig(algorithm, {**FAST_PARAMS.get(algorithm, {}), **params}),
         training=TrainingConfig(clients_per_round=4, epochs=1, batch_size=32, lr=0.05),
     )
 

@@ -60,7 +60,8 @@ def test_cli_flag_and_its_errors(tmp_path):
     assert refused.exit_code == 2 and "SGD only" in refused.output
     unknown = CliRunner().invoke(sim_app, [*args, "--personalize-on", "gpu"])
     assert unknown.exit_code == 2
-    assert "personalize_on must be one of eager, executorch" in unknown.output
+    assert "execution.personalize_on: unknown engine 'gpu' (known: eager, executorch)" \
+        in unknown.output
 
 
 def test_clients_without_rows_keep_the_stages_own_rule():

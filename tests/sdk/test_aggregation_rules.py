@@ -1,4 +1,4 @@
-"""Server aggregation rules, checked against numpy/scipy computed independently."""
+"""Aggregation rules shared by pfl-sim and pfl-server, checked against numpy/scipy."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import torch
 from scipy import stats
 
 from pflkit.sdk.algorithms.base import WeightedMean
-from pflkit.server.aggregation import (
+from pflkit.sdk.aggregation_rules import (
+    AggregationConfig,
     ClippedAggregator,
     RobustAggregator,
     aggregator_factory,
@@ -65,7 +66,8 @@ def test_robust_aggregator_streams_chunks_and_cleans_up(tmp_path, rule):
 def test_clipped_mean_equals_numpy_average_of_clipped_updates(tmp_path):
     g, *updates = states(4, seed=2)
     weights = [1.0, 3.0, 2.0]
-    build = aggregator_factory(lambda s, _: WeightedMean(s), "mean", 0.5, tmp_path, 0.1)
+    build = aggregator_factory(lambda s, _: WeightedMean(s), AggregationConfig(clip_norm=0.5),
+                               tmp_path)
     agg = build(g, 3)
     assert isinstance(agg, ClippedAggregator)
     for w, u in zip(weights, updates, strict=True):

@@ -5,9 +5,14 @@ import pytest
 import torch
 
 from pflkit.sdk.data import Dataset, DatasetError, DatasetNotFoundError, load_dataset
-from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.data.spec import DatasetSource, Standardize
-from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 from pflkit.sdk.tensorio import save_state
 from pflkit.server.simulator import Simulation
 
@@ -39,9 +44,9 @@ def test_folder_of_safetensors_runs_a_simulation(tmp_path):
                    {"x": torch.from_numpy(x), "y": torch.from_numpy(y)})
     config = SimConfig(
         rounds=1, eval_interval=1, checkpoint_interval=1,
-        data=DataConfig("folder", str(tmp_path / "data"),
-                        partition=PartitionConfig("iid", 4, test_fraction=0.25)),
-        model="twonn", algorithm="fedper",
+        data=DataConfig(dataset="folder", root=str(tmp_path / "data"), kind="iid", num_clients=4,
+                        test_fraction=0.25),
+        model=ModelConfig("twonn"), algorithm=AlgorithmConfig("fedper"),
         training=TrainingConfig(clients_per_round=2, epochs=1, batch_size=16, lr=0.1))
     result = Simulation(config, tmp_path / "run", progress=False).run()
     assert result.final["global_model"]["top1"] >= 0.0

@@ -3,7 +3,7 @@
 import pytest
 
 from pflkit.sdk.config_toml import apply_overrides, parse_toml, parse_value
-from pflkit.sdk.run_config import ConfigError, SimConfig
+from pflkit.sdk.run_config import AlgorithmConfig, ConfigError, SimConfig
 
 GOOD = """
 seed = 1
@@ -43,7 +43,7 @@ def load(text: str, *overrides: str) -> SimConfig:
     ("training.learning_rate=0.1", "training.learning_rate: unknown key (did you mean "
                                    "training.lr?)"),
     ("data.partitions=3", "data.partitions: unknown key"),
-    ("model.width=3", "model.width: unknown key (known: name)"),
+    ("model.width=3", "model.width: unknown key"),
     ("colour=1", "colour: unknown key"),
     ("model.name=resnet9000", "model.name: unknown model 'resnet9000'; known: fedrod_convnet"),
     ("data.dataset=imagenet", "data.dataset: unknown dataset 'imagenet'"),
@@ -145,7 +145,7 @@ def test_ints_are_accepted_for_floats_and_the_result_round_trips():
 def test_set_overrides_any_key_with_toml_values():
     config = load(GOOD, "training.lr=0.5", "algorithm.params.mu=1e-3", "data.dataset=synthetic",
                   'data.root="/tmp/x"', "data.resize=12", "seed=7")
-    assert (config.training.lr, config.params, config.data.dataset, config.seed) == \
+    assert (config.training.lr, config.algorithm.params, config.data.dataset, config.seed) == \
         (0.5, {"mu": 0.001}, "synthetic", 7)
     assert (config.data.root, config.data.resize) == ("/tmp/x", 12)
 
@@ -175,7 +175,7 @@ def test_constructing_a_config_in_python_validates_it_too():
     with pytest.raises(ValidationError, match="valid integer"):
         SimConfig(rounds="2")  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="unknown algorithm"):
-        SimConfig(algorithm="nope")
+        SimConfig(algorithm=AlgorithmConfig("nope"))
 
 
 def test_the_task_a_client_receives_is_the_run_configs_part_typed_the_same_way():

@@ -4,9 +4,14 @@ import math
 
 import pytest
 
-from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.evaluation import evaluate_client
-from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 from pflkit.sdk.scoring import ScoringCache, fingerprint
 from pflkit.server.simulator import Simulation
 
@@ -16,9 +21,9 @@ CLIENTS = 5
 def trained(tmp_path, algorithm, params=None):
     cfg = SimConfig(
         seed=2, rounds=2, eval_interval=2, checkpoint_interval=2,
-        data=DataConfig("digits", partition=PartitionConfig("dirichlet", CLIENTS, 0.5,
-                                                            min_size=20, test_fraction=0.2)),
-        model="twonn", algorithm=algorithm, params=params or {},
+        data=DataConfig(dataset="digits", kind="dirichlet", num_clients=CLIENTS, alpha=0.5,
+                        min_size=20, test_fraction=0.2),
+        model=ModelConfig("twonn"), algorithm=AlgorithmConfig(algorithm, params or {}),
         training=TrainingConfig(clients_per_round=CLIENTS, epochs=1, batch_size=32, lr=0.05),
     )
     sim = Simulation(cfg, tmp_path / algorithm, progress=False)

@@ -21,8 +21,14 @@ import pytest
 import torch
 from waiting import GUARD
 
-from pflkit.sdk.data.federation import PartitionConfig
-from pflkit.sdk.run_config import DataConfig, ExecutionConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ExecutionConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 from pflkit.server.simulator import Simulation
 
 TOLERANCE = 1e-2  # relative L2 distance of the final global weights (see the module docstring)
@@ -31,9 +37,9 @@ TOLERANCE = 1e-2  # relative L2 distance of the final global weights (see the mo
 def config(algorithm, executor, rounds=20, params=None, dataset="digits"):
     return SimConfig(
         seed=2, rounds=rounds, eval_interval=rounds, checkpoint_interval=rounds,
-        data=DataConfig(dataset, partition=PartitionConfig("dirichlet", 8, 0.5, min_size=40,
-                                                           test_fraction=0.2)),
-        model="twonn", algorithm=algorithm, params=params or {},
+        data=DataConfig(dataset=dataset, kind="dirichlet", num_clients=8, alpha=0.5, min_size=40,
+                        test_fraction=0.2),
+        model=ModelConfig("twonn"), algorithm=AlgorithmConfig(algorithm, params or {}),
         # weight decay large enough that dropping it moves the weights well past TOLERANCE
         training=TrainingConfig(clients_per_round=4, epochs=1, batch_size=16, lr=0.05,
                                 momentum=0.9, weight_decay=2e-3),

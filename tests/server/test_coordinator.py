@@ -2,15 +2,16 @@ import pytest
 import torch
 
 from pflkit.sdk.algorithms import LocalTraining, ModelFactory, make_algorithm
-from pflkit.sdk.run_config import Schedule
+from pflkit.sdk.lr_schedule import LearningRateSchedule
+from pflkit.sdk.run_config import Sampling, Schedule
 from pflkit.server.coordinator import Coordinator, UpdateRejected
 
 FACTORY = ModelFactory("twonn", (1, 8, 8), 10)
 
 
-def coordinator(**schedule):
+def coordinator(rounds=3):
     algo = make_algorithm("fedavg", FACTORY, LocalTraining())
-    return Coordinator(algo, Schedule(**{"rounds": 3, "clients_per_round": 3, **schedule}),
+    return Coordinator(algo, Schedule(rounds, Sampling(clients_per_round=3)),
                        list(range(10)), algo.init_global(0), seed=5)
 
 
@@ -22,7 +23,7 @@ def test_sampling_is_seeded_per_round_and_without_replacement():
 
 
 def test_fraction_sampling_and_lr_decay():
-    s = Schedule(rounds=5, fraction=0.2, lr=0.01, lr_decay=0.99)
+    s = Schedule(5, Sampling(fraction=0.2), LearningRateSchedule(0.01, 0.99))
     assert s.sample_size(100) == 20 and s.sample_size(3) == 1
     assert s.lr_at(2) == pytest.approx(0.01 * 0.99**2)
 

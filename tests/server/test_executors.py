@@ -4,12 +4,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.device import DeviceError, resolve_device
 from pflkit.sdk.run_config import (
+    AlgorithmConfig,
     ConfigError,
     DataConfig,
     ExecutionConfig,
+    ModelConfig,
     SimConfig,
     TrainingConfig,
 )
@@ -20,9 +21,9 @@ from pflkit.server.simulator_cli import app
 def config(**execution):
     return SimConfig(
         seed=1, rounds=2, eval_interval=2, checkpoint_interval=2,
-        data=DataConfig("digits", partition=PartitionConfig("dirichlet", 6, 0.5, min_size=20,
-                                                            test_fraction=0.2)),
-        model="twonn", algorithm="fedavg",
+        data=DataConfig(dataset="digits", kind="dirichlet", num_clients=6, alpha=0.5, min_size=20,
+                        test_fraction=0.2),
+        model=ModelConfig("twonn"), algorithm=AlgorithmConfig("fedavg"),
         training=TrainingConfig(clients_per_round=3, epochs=1, batch_size=32, lr=0.05),
         execution=ExecutionConfig(**execution),
     )
@@ -48,9 +49,12 @@ def test_bad_execution_settings_name_the_problem(tmp_path, key, value, message):
         SimConfig.load(path)
 
 
-def test_unknown_executor_is_refused_with_the_known_ones(tmp_path):
-    with pytest.raises(ValueError, match="unknown executor 'threads'; known: .*sequential"):
-        Simulation(config(executor="threads"), tmp_path / "run", progress=False)
+def test_unknown_executor_is_refused_with_the_config_naming_the_known_ones(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[execution]\nexecutor = "threads"\n')
+    with pytest.raises(ConfigError, match=r"^execution\.executor: unknown executor 'threads' "
+                                          r"\(known: sequential, batched, ray\)$"):
+        SimConfig.load(path)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error")

@@ -8,8 +8,14 @@ final evaluation's mean accuracies agree within 0.02 (one prediction in 50 may f
 import pytest
 import torch
 
-from pflkit.sdk.data.federation import PartitionConfig
-from pflkit.sdk.run_config import DataConfig, ExecutionConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ExecutionConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 from pflkit.server.simulator import Simulation
 
 pytestmark = [
@@ -25,9 +31,9 @@ ALGORITHMS = [("fedavg", {}), ("fedprox", {}), ("fedrod_hyper", {"ft_epochs": 1}
 def config(algorithm, params, device):
     return SimConfig(
         seed=4, rounds=2, eval_interval=2, checkpoint_interval=2,
-        data=DataConfig("digits", partition=PartitionConfig("dirichlet", 4, 0.5, min_size=20,
-                                                            test_fraction=0.2)),
-        model="twonn", algorithm=algorithm, params=params,
+        data=DataConfig(dataset="digits", kind="dirichlet", num_clients=4, alpha=0.5, min_size=20,
+                        test_fraction=0.2),
+        model=ModelConfig("twonn"), algorithm=AlgorithmConfig(algorithm, params),
         training=TrainingConfig(clients_per_round=2, epochs=1, batch_size=16, lr=0.05),
         execution=ExecutionConfig(device=device),
     )

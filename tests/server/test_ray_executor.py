@@ -16,8 +16,14 @@ import pytest
 import torch
 from waiting import GUARD, wait_until
 
-from pflkit.sdk.data.federation import PartitionConfig
-from pflkit.sdk.run_config import DataConfig, ExecutionConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ExecutionConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 from pflkit.sdk.tensorio import load_state
 from pflkit.server.simulator import Simulation
 
@@ -34,9 +40,9 @@ def cluster():
 def config(algorithm="fedavg_ft", executor="sequential", rounds=3, workers=2):
     return SimConfig(
         seed=5, rounds=rounds, eval_interval=3, checkpoint_interval=3,
-        data=DataConfig("digits", partition=PartitionConfig("dirichlet", 6, 0.5, min_size=20,
-                                                            test_fraction=0.2)),
-        model="twonn", algorithm=algorithm,
+        data=DataConfig(dataset="digits", kind="dirichlet", num_clients=6, alpha=0.5, min_size=20,
+                        test_fraction=0.2),
+        model=ModelConfig("twonn"), algorithm=AlgorithmConfig(algorithm),
         training=TrainingConfig(clients_per_round=4, epochs=1, batch_size=16, lr=0.05),
         execution=ExecutionConfig(executor=executor, workers=workers),
     )

@@ -4,8 +4,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pflkit.sdk.data.federation import PartitionConfig
-from pflkit.sdk.run_config import ConfigError, DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 from pflkit.sdk.tensorio import load_state
 from pflkit.server.simulator import Simulation
 
@@ -13,9 +19,9 @@ from pflkit.server.simulator import Simulation
 def config(algorithm="fedavg", rounds=4, **training):
     return SimConfig(
         seed=3, rounds=rounds, eval_interval=2, checkpoint_interval=2,
-        data=DataConfig("digits", partition=PartitionConfig("dirichlet", 8, 0.5, min_size=20,
-                                                            test_fraction=0.2)),
-        model="twonn", algorithm=algorithm,
+        data=DataConfig(dataset="digits", kind="dirichlet", num_clients=8, alpha=0.5, min_size=20,
+                        test_fraction=0.2),
+        model=ModelConfig("twonn"), algorithm=AlgorithmConfig(algorithm),
         training=TrainingConfig(**{"clients_per_round": 3, "epochs": 1, "batch_size": 32,
                                    "lr": 0.05, **training}),
     )
@@ -62,8 +68,8 @@ def test_resume_equals_uninterrupted(tmp_path, algorithm):
 def test_fedavg_with_one_client_and_full_batch_equals_centralized_sgd(tmp_path):
     cfg = SimConfig(
         seed=0, rounds=5, eval_interval=5, checkpoint_interval=5,
-        data=DataConfig("digits", partition=PartitionConfig("iid", 1, test_fraction=0.0)),
-        model="twonn", algorithm="fedavg",
+        data=DataConfig(dataset="digits", kind="iid", num_clients=1, test_fraction=0.0),
+        model=ModelConfig("twonn"), algorithm=AlgorithmConfig("fedavg"),
         training=TrainingConfig(clients_per_round=1, epochs=1, batch_size=10_000, lr=0.5,
                                 lr_decay=0.9, momentum=0.0, weight_decay=0.0),
     )

@@ -34,6 +34,19 @@ def test_pfl_sim_reports_bad_input_clearly(tmp_path):
     assert bad.exit_code == 2 and "fedprox: hyperparameter 'mu'" in bad.output
 
 
+def test_an_executor_typo_is_one_line_before_any_data_is_read_and_leaves_no_out(tmp_path):
+    """Issue 23 item 2: the executor name is checked with the config, not after data loading."""
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["--out", str(out), "--dataset", "mnist",
+                                 "--data-root", str(tmp_path / "none"),  # never read
+                                 "--set", "execution.executor=batchd", "--quiet"])
+    assert result.exit_code == 2
+    assert result.output.strip() == ("error: execution.executor: unknown executor 'batchd' "
+                                      "(did you mean 'batched'? known: sequential, batched, "
+                                      "ray)")
+    assert not out.exists()
+
+
 def test_pfl_sim_refuses_an_out_it_cannot_create_before_any_work(tmp_path):
     (tmp_path / "file.txt").write_text("keep")
     out = tmp_path / "file.txt" / "run"

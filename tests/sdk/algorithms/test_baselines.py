@@ -17,7 +17,7 @@ from pflkit.sdk.algorithms.ditto import personal_of
 from pflkit.sdk.algorithms.pfedme import BlendedMean
 from pflkit.sdk.algorithms.scaffold import CONTROL, DELTA, ScaffoldAggregator, effective_steps
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.run_config import Schedule
+from pflkit.sdk.run_config import Sampling, Schedule
 from pflkit.server.coordinator import Coordinator, UpdateRejected
 
 FACTORY = ModelFactory("twonn", (1, 8, 8), 10)
@@ -77,7 +77,7 @@ def test_bad_hyperparameters_name_method_and_parameter(method, params, words):
 def test_every_baseline_trains_runs_on_the_coordinator_and_is_deterministic(method):
     a = algo(method, local=LocalTraining(epochs=1, batch_size=16))
     glob = a.init_global(seed=0)
-    coord = Coordinator(a, Schedule(rounds=2, clients_per_round=2), [0, 1], glob, seed=0)
+    coord = Coordinator(a, Schedule(2, Sampling(clients_per_round=2)), [0, 1], glob, seed=0)
     states = {c: a.init_client(c, 0, tiny_data(seed=c)) for c in (0, 1)}
     for r in range(2):
         for cid in coord.open_round().sampled:
@@ -116,7 +116,7 @@ def test_partial_sharing_never_sends_its_personal_part(method, personal, shared)
     got = a.personalized_model({**glob, **result.update}, result.client_state)
     assert torch.allclose(model_out(got, x), model_out(expected, x))
     # the server refuses a personal tensor in an upload
-    coord = Coordinator(a, Schedule(rounds=1, clients_per_round=1), [0], glob, seed=0)
+    coord = Coordinator(a, Schedule(1, Sampling(clients_per_round=1)), [0], glob, seed=0)
     with pytest.raises(UpdateRejected, match=personal.rstrip(".")):
         coord.submit(0, 64, {**result.update, **result.client_state.tensors})
 
@@ -265,7 +265,7 @@ def test_scaffold_aggregator_matches_the_paper_update():
 def test_scaffold_control_step_takes_n_from_the_coordinators_population():
     a = algo("scaffold")
     glob = a.init_global(seed=0)
-    coord = Coordinator(a, Schedule(rounds=1, clients_per_round=2), list(range(8)), glob, seed=0)
+    coord = Coordinator(a, Schedule(1, Sampling(clients_per_round=2)), list(range(8)), glob, seed=0)
     deltas = []
     for cid in coord.open_round().sampled:
         result = a.fit(glob, ClientState(), tiny_data(seed=cid), ctx(client=cid))

@@ -308,15 +308,21 @@ def test_cli_errors_are_clear(hyper_run, args, message):
 
 # -- simulation ------------------------------------------------------------------------------------
 def test_simulation_scores_generic_personalized_and_new_clients(tmp_path):
-    from pflkit.sdk.data.federation import PartitionConfig
-    from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+    from pflkit.sdk.run_config import (
+        AlgorithmConfig,
+        DataConfig,
+        ModelConfig,
+        SimConfig,
+        TrainingConfig,
+    )
     from pflkit.server.simulator import Simulation
 
     config = SimConfig(
         seed=0, rounds=2, eval_interval=1,
-        data=DataConfig("synthetic", partition=PartitionConfig(
-            "dirichlet", 6, 0.3, test_fraction=0.2, num_new_clients=2)),
-        model="twonn", algorithm="fedrod_hyper", params={"ft_epochs": 1, "hidden": 8},
+        data=DataConfig(dataset="synthetic", kind="dirichlet", num_clients=6, alpha=0.3,
+                        test_fraction=0.2, num_new_clients=2),
+        model=ModelConfig("twonn"),
+        algorithm=AlgorithmConfig("fedrod_hyper", {"ft_epochs": 1, "hidden": 8}),
         training=TrainingConfig(clients_per_round=2, epochs=1, batch_size=20, lr=0.05),
     )
     final = Simulation(config, tmp_path / "run", progress=False).run().final

@@ -252,15 +252,21 @@ def test_works_for_other_registry_models_and_adam_gate():
 
 
 def test_simulation_runs_stage_two_for_every_client(tmp_path):
-    from pflkit.sdk.data.federation import PartitionConfig
-    from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+    from pflkit.sdk.run_config import (
+        AlgorithmConfig,
+        DataConfig,
+        ModelConfig,
+        SimConfig,
+        TrainingConfig,
+    )
     from pflkit.server.simulator import Simulation
 
     config = SimConfig(
         seed=0, rounds=2, eval_interval=2, checkpoint_interval=2,
-        data=DataConfig("synthetic", resize=8,
-                        partition=PartitionConfig("dirichlet", 4, 0.5, min_size=5)),
-        model="twonn", algorithm="pflmoe", params={"variant": "mfe", "epochs": 2},
+        data=DataConfig(dataset="synthetic", resize=8, kind="dirichlet", num_clients=4, alpha=0.5,
+                        min_size=5),
+        model=ModelConfig("twonn"),
+        algorithm=AlgorithmConfig("pflmoe", {"variant": "mfe", "epochs": 2}),
         training=TrainingConfig(clients_per_round=2, epochs=1, batch_size=32, lr=0.05,
                                 lr_decay=1.0, momentum=0.5, weight_decay=0.0),
     )

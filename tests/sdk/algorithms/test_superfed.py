@@ -22,10 +22,15 @@ from pflkit.sdk.algorithms.superfed_objective import (
     regularizer,
     superfed_loss,
 )
-from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import MODELS, build_model
-from pflkit.sdk.run_config import DataConfig, SimConfig, TrainingConfig
+from pflkit.sdk.run_config import (
+    AlgorithmConfig,
+    DataConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
 from pflkit.sdk.training import Batch
 from pflkit.server.simulator import Simulation
 
@@ -55,8 +60,8 @@ def fedavg_global(tmp_path_factory):
 def final_global(tmp_path, algorithm, params):
     config = SimConfig(
         seed=3, rounds=3, eval_interval=3, checkpoint_interval=3,
-        data=DataConfig("synthetic", partition=PartitionConfig("shards", 5, test_fraction=0.2)),
-        model="twonn", algorithm=algorithm, params=params,
+        data=DataConfig(dataset="synthetic", kind="shards", num_clients=5, test_fraction=0.2),
+        model=ModelConfig("twonn"), algorithm=AlgorithmConfig(algorithm, params),
         training=TrainingConfig(clients_per_round=2, epochs=1, batch_size=20, lr=0.05,
                                 lr_decay=0.99, momentum=0.9, weight_decay=1e-4),
     )

@@ -1,0 +1,62 @@
+"""Where a run's client work runs: the ``[execution]`` section of the run config.
+
+Every name is resolved while the config is validated, so a typo (``executor = "batchd"``)
+is one line naming the key before any data is loaded or any file is written. Only
+``device``, ``precision`` and ``personalize_on`` can move the numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import pydantic
+from pydantic import AfterValidator, Strict
+
+from pflkit.sdk.config_types import STRICT_CONFIG, Text, closest, in_range
+from pflkit.sdk.device import check_device, check_precision
+
+# executor name -> the class that runs client fits, imported on first use (Ray is optional);
+# server/executors.py builds them (sdk -> server would be an upward import)
+EXECUTORS: dict[str, str] = {
+    "sequential": "pflkit.server.executors:SequentialExecutor",
+    "batched": "pflkit.server.batched_executor:BatchedExecutor",
+    "ray": "pflkit.server.ray_executor:RayExecutor",
+}
+PERSONALIZE_ENGINES = ("eager", "executorch")  # executorch: docs/on-device.md
+
+
+def _one_of(what: str, known: tuple[str, ...]) -> AfterValidator:
+    """A validator: the name must be one of ``known`` (else the closest one is suggested)."""
+    def check(name: str) -> str:
+        if name not in known:
+            guess = closest(name, known)
+            hint = f"did you mean {guess!r}? " if guess else ""
+            raise ValueError(f"unknown {what} {name!r} ({hint}known: {', '.join(known)})")
+        return name
+    return AfterValidator(check)
+
+
+def _precision(name: str) -> str:
+    check_precision(name)
+    return name
+
+
+@pydantic.dataclasses.dataclass(frozen=True, config=STRICT_CONFIG)
+class ExecutionConfig:
+    """Where client work runs; only device, precision and personalize_on move the numbers."""
+
+    # sequential | batched | ray: see server/executors.py
+    executor: Annotated[str, Strict(), _one_of("executor", tuple(EXECUTORS))] = "sequential"
+    device: Annotated[str, Strict(), AfterValidator(check_device)] = "cpu"  # auto | cpu | cuda:N
+    precision: Annotated[str, Strict(), AfterValidator(_precision)] = "fp32"  # fp32 | bf16
+    ray_address: Text | None = None  # None: start a local Ray on this machine's cores
+    # Ray: seconds ray_address may take to accept a connection before the run is refused
+    ray_connect_timeout: Annotated[float, Strict(), in_range(0.0, 3600.0, open_low=True)] = 10.0
+    # Ray: CPUs per client fit (= torch threads of a worker)
+    num_cpus: Annotated[float, Strict(), in_range(0.0, 1024.0, open_low=True)] = 1.0
+    # Ray: GPUs per client fit (fractions share one GPU)
+    num_gpus: Annotated[float, Strict(), in_range(0.0, 64.0)] = 0.0
+    # Ray: worker processes (None: as many as fit)
+    workers: Annotated[int, Strict(), in_range(1, 1024)] | None = None
+    # the post-federation stage: eager | executorch (docs/on-device.md)
+    personalize_on: Annotated[str, Strict(), _one_of("engine", PERSONALIZE_ENGINES)] = "eager"

@@ -1,0 +1,77 @@
+"""The simulator's scores: the global model and each client's personalized model(s).
+
+Pure functions of the algorithm, the global state, the federation and the clients' states
+(the :class:`~pflkit.server.simulator.Simulation` supplies them), so a round's row and the
+final report are computed the same way whoever asks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from pflkit.sdk.algorithms.base import Algorithm, ClientState, State
+from pflkit.sdk.data.federation import ClientData, Federation
+from pflkit.sdk.evaluation import ClientReport, evaluate_client, summarize
+from pflkit.sdk.metrics import scores_from_logits
+from pflkit.sdk.scoring import ScoringCache
+
+StatesOf = Callable[[dict[int, ClientData]], Iterator[ClientState]]
+
+
+def round_scores(algorithm: Algorithm, state: State, federation: Federation,
+                 client_state: Callable[[int], ClientState]) -> dict[str, Any]:
+    """Generic model on the global test set; personalized models on clients' own tests."""
+    test = federation.test
+    scoring = ScoringCache()
+    generic = scores_from_logits(scoring.predict(algorithm.global_model(state), test), test.y)
+    row: dict[str, Any] = {f"global_{k}": v for k, v in generic.to_dict().items()}
+    if any(len(c.test) for c in federation.clients.values()):
+        reports = [
+            evaluate_client(algorithm.personalized_model(state, client_state(cid)), client, None,
+                            federation.spec.num_classes, scoring.predict)
+            for cid, client in federation.clients.items()
+        ]
+        summary = summarize(reports)
+        row.update({f"personal_{k}": summary[f"own_{k}_mean"] for k in ("top1", "ece")})
+        row["personal_top1_std"] = summary["own_top1_std"]
+    return row
+
+
+def final_scores(algorithm: Algorithm, state: State, federation: Federation,
+                 states_of: StatesOf, progress: bool) -> dict[str, Any]:
+    """Score every client, old and new, on each evaluation choice of its final state.
+
+    ``states_of(members)`` yields each member's final state (after the method's stage, if
+    any). Each distinct model is scored once and a body shared by several clients' models runs
+    once per data set (:class:`ScoringCache`): the numbers equal scoring every model alone.
+    """
+    spec = federation.spec
+    scoring = ScoringCache()
+    out: dict[str, Any] = {}
+    groups = {"clients": federation.clients, "new_clients": federation.new_clients}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  disable=not progress) as bar:
+        for group, members in groups.items():
+            if not members:
+                continue
+            task = bar.add_task(f"evaluating {group}", total=len(members))
+            reports: dict[str, list[ClientReport]] = {}
+            for client, cstate in zip(members.values(), states_of(members), strict=True):
+                for label, choice in algorithm.evaluation_choices(cstate).items():
+                    model = algorithm.personalized_model(state, cstate, choice)
+                    reports.setdefault(label, []).append(
+                        evaluate_client(model, client, federation.test, spec.num_classes,
+                                        scoring.predict))
+                bar.advance(task)
+            headline = next(iter(reports))
+            out[group] = {"summary": summarize(reports[headline]),
+                          "per_client": [r.to_dict() for r in reports[headline]]}
+            if len(reports) > 1:
+                out[group]["by_choice"] = {k: summarize(v) for k, v in reports.items()}
+    test = federation.test
+    generic = scores_from_logits(scoring.predict(algorithm.global_model(state), test), test.y)
+    out["global_model"] = generic.to_dict()
+    return out
