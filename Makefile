@@ -99,6 +99,10 @@ $(FLOWER_VENV)/.installed:
 bench-scale: setup $(FLOWER_VENV)/.installed
 	cd benchmarks && ../$(BIN)/python bench_scale.py
 
+.PHONY: bench-natural
+bench-natural: setup
+	cd benchmarks && ../$(BIN)/python bench_natural.py
+
 # Accuracy part first (it trains the runs), then the speed part alone on the machine: it holds
 # a lock file (flock) for its timings; on a shared machine point SPEED_LOCK at the lock that the
 # machine's other timing jobs take.

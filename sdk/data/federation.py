@@ -121,21 +121,34 @@ class Partition:
                           {c: clients[c] for c in self.new_clients}, dataset.test, self.users)
 
     def to_state(self) -> dict[str, torch.Tensor]:
-        """Named int64 tensors (``train.<id>``, ``test.<id>``, ``labels.<id>``) for safetensors."""
+        """Int64 tensors for safetensors: three per table (``train``, ``test``, ``labels``).
+
+        ``<table>`` holds every client's rows end to end, ``<table>.clients`` and
+        ``<table>.sizes`` say whose they are. Three tensors a table, not two per client:
+        10,000 clients' 20,000 small tensors took safetensors 6 s to write.
+        """
         out = {"new_clients": torch.tensor(self.new_clients, dtype=torch.int64),
                **(self.users.to_state() if self.users else {})}
         for name, table in (("train", self.train), ("test", self.test), ("labels", self.labels)):
-            out.update({f"{name}.{cid}": torch.from_numpy(rows.astype(np.int64))
-                        for cid, rows in sorted(table.items())})
+            ids = sorted(table)
+            rows = [table[c] for c in ids]
+            out[name] = torch.from_numpy(np.concatenate(rows or [np.empty(0)]).astype(np.int64))
+            out[f"{name}.clients"] = torch.tensor(ids, dtype=torch.int64)
+            out[f"{name}.sizes"] = torch.tensor([len(r) for r in rows], dtype=torch.int64)
         return out
 
     @classmethod
     def from_state(cls, state: dict[str, torch.Tensor]) -> Partition:
-        """Inverse of :meth:`to_state`."""
+        """Inverse of :meth:`to_state`; also reads the older ``<table>.<client id>`` layout."""
         tables: dict[str, dict[int, np.ndarray]] = {"train": {}, "test": {}, "labels": {}}
+        for name, table in tables.items():
+            if len(state.get(f"{name}.sizes", ())):
+                cuts = np.cumsum(state[f"{name}.sizes"].numpy())[:-1]
+                table.update(zip(state[f"{name}.clients"].tolist(),
+                                 np.split(state[name].numpy(), cuts), strict=True))
         for key, value in state.items():
             name, _, cid = key.partition(".")
-            if name in tables:
+            if name in tables and cid.isdigit():
                 tables[name][int(cid)] = value.numpy()
         return cls(tables["train"], tables["test"], tables["labels"],
                    tuple(int(c) for c in state["new_clients"].tolist()), Users.from_state(state))

@@ -96,6 +96,22 @@ def test_held_out_users_and_the_partition_file_round_trip():
                                 ).users is None
 
 
+def test_the_partition_file_holds_a_few_tensors_whatever_the_clients_and_reads_old_ones():
+    labels = np.random.default_rng(0).integers(0, 4, size=3000)
+    part = deal(labels, 4, PartitionConfig("iid", 300, test_fraction=0.2, noise="pair",
+                                           noise_rate=0.2), 0)
+    state = part.to_state()
+    assert len(state) == 10  # new_clients + (rows, clients, sizes) x train, test, labels
+    old = {"new_clients": state["new_clients"]}  # the layout before: a tensor per client
+    for name, table in (("train", part.train), ("test", part.test), ("labels", part.labels)):
+        old.update({f"{name}.{c}": torch.from_numpy(rows) for c, rows in table.items()})
+    for back in (Partition.from_state(state), Partition.from_state(old)):
+        for name in ("train", "test", "labels"):
+            got, want = getattr(back, name), getattr(part, name)
+            assert got.keys() == want.keys()
+            assert all(np.array_equal(got[c], want[c]) for c in want)
+
+
 def test_bad_natural_requests_are_one_line_errors():
     users, labels = logs()
     with pytest.raises(ConfigError, match=r'^data.kind: "natural" needs a dataset that names '
