@@ -8,15 +8,13 @@ import java.util.Map;
 import java.util.Set;
 
 /**
- * A parsed and validated {@code model_card.json} (schema {@code pflkit.model-card/1}, pinned in
+ * A parsed and validated {@code model_card.json} (schema {@code pflkit.model-card/2}, pinned in
  * docs/model-card.md). Unknown extra keys are ignored (forward compatibility); every required
  * key is checked for presence, type and consistency with the rest of the card, and a violation
  * is an {@link InvalidModelCardException} naming the field.
  */
 public final class ModelCard {
-  public static final String SCHEMA_VERSION = "pflkit.model-card/1";
-  /** Name of the optional second input that carries SuPerFed's mixing weight at runtime. */
-  public static final String LAMBDA_INPUT = "lam";
+  public static final String SCHEMA_VERSION = "pflkit.model-card/2";
   /** Name of the extra output a FedRoD personalized export adds (the generic head alone). */
   public static final String GENERIC_OUTPUT = "generic_logits";
 
@@ -24,7 +22,10 @@ public final class ModelCard {
   public final String algorithm;
   public final String model;
   public final TensorSpec image;
-  /** The runtime-lambda input, or null when lambda is fixed or the model has none. */
+  /**
+   * The runtime input (the second input: a method's choice exported as {@code "runtime"},
+   * named like that choice, e.g. SuPerFed's {@code lam}), or null when the model has none.
+   */
   public final TensorSpec lambda;
   public final List<TensorSpec> outputs;
   public final Preprocessing preprocessing;
@@ -33,8 +34,8 @@ public final class ModelCard {
   public final Mixture mixture;
   public final List<Artifact> artifacts;
   /**
-   * The lambda a runtime-lambda export was verified with ({@code parity[].lam}, pfl-export
-   * uses the client's chosen lambda), or NaN when the card records none.
+   * The value a runtime-input export was verified with ({@code parity[].runtime_value}: the
+   * input's default, e.g. the client's chosen lambda), or NaN when the card records none.
    */
   public final float verifiedLambda;
   /** The personal part's training program ({@code pfl-export --trainer}), or null. */
@@ -53,12 +54,12 @@ public final class ModelCard {
         "preprocessing");
     classes = readClasses(Fields.required(root, "classes", ""));
     Object mix = Fields.optional(root, "mixture");
-    mixture = mix == null ? null : new Mixture(mix, classes.size());
+    mixture = mix == null ? null : new Mixture(mix);
 
     List<Object> ins = Fields.array(Fields.required(root, "inputs", ""), "inputs");
     if (ins.isEmpty() || ins.size() > 2) {
-      throw Fields.fail("inputs", "expected the image input and optionally \"lam\", found "
-          + ins.size() + " inputs");
+      throw Fields.fail("inputs", "expected the image input and optionally one runtime input, "
+          + "found " + ins.size() + " inputs");
     }
     image = new TensorSpec(ins.get(0), "inputs[0]");
     checkImage();
@@ -99,7 +100,7 @@ public final class ModelCard {
     return new ModelCard(Fields.object(root, "(top level)"));
   }
 
-  /** True when the model takes lambda as a second input (SuPerFed {@code --lambda runtime}). */
+  /** True when the model takes a runtime input (a choice exported as {@code "runtime"}). */
   public boolean hasRuntimeLambda() {
     return lambda != null;
   }
@@ -152,39 +153,36 @@ public final class ModelCard {
     }
   }
 
+  /** The runtime input and the choices exported as "runtime" name each other, by name. */
   private void checkLambda() {
-    boolean runtime = mixture != null && mixture.runtimeLambda;
+    Set<String> runtime = mixture == null ? Collections.<String>emptySet()
+        : mixture.runtimeChoices();
     if (lambda == null) {
-      if (runtime) {
-        throw Fields.fail("inputs", "mixture.choice.lambda is \"runtime\" but there is no \""
-            + LAMBDA_INPUT + "\" input");
+      if (!runtime.isEmpty()) {
+        String name = runtime.iterator().next();
+        throw Fields.fail("inputs", "mixture.choice." + name + " is \"runtime\" but there is "
+            + "no \"" + name + "\" input");
       }
       return;
     }
-    if (!LAMBDA_INPUT.equals(lambda.name)) {
-      throw Fields.fail("inputs[1].name", "the second input must be \"" + LAMBDA_INPUT
-          + "\", found \"" + lambda.name + "\"");
-    }
-    if (!runtime) {
-      throw Fields.fail("inputs[1]", "a \"lam\" input needs mixture.choice.lambda = "
-          + "\"runtime\"");
+    if (!runtime.contains(lambda.name)) {
+      throw Fields.fail("inputs[1]", "a \"" + lambda.name + "\" input needs mixture.choice."
+          + lambda.name + " = \"runtime\"");
     }
     if (lambda.shape.size() != 1 || !Long.valueOf(1).equals(lambda.shape.get(0))) {
       throw Fields.fail("inputs[1].shape", "expected [1], found " + lambda.shape);
     }
-    float[] r = lambdaRange();
-    if (r[0] < 0 || r[1] > 1) {
-      throw Fields.fail("inputs[1].range", "must lie within [0, 1], found [" + r[0] + ", "
-          + r[1] + "]");
+    if (lambda.range == null) {
+      throw Fields.fail("inputs[1].range", "required field is missing");
     }
   }
 
-  /** The allowed runtime lambda interval: the input's {@code range}, [0, 1] when absent. */
+  /** The runtime input's interval (its {@code range}: the graph clamps into it). */
   public float[] lambdaRange() {
     if (lambda == null) {
-      throw new IllegalStateException("this model has no runtime lambda input");
+      throw new IllegalStateException("this model has no runtime input");
     }
-    return lambda.range == null ? new float[] {0f, 1f} : lambda.range.clone();
+    return lambda.range.clone();
   }
 
   private void checkLogits(TensorSpec out, String path) {
@@ -204,7 +202,7 @@ public final class ModelCard {
     return Collections.unmodifiableList(out);
   }
 
-  /** Validates the entries; returns the first verified lambda, or NaN. */
+  /** Validates the entries; returns the first verified runtime value, or NaN. */
   private static float readParity(Object node) {
     List<Object> list = Fields.array(node, "parity");
     float lam = Float.NaN;
@@ -212,9 +210,9 @@ public final class ModelCard {
       String path = "parity[" + i + "]";
       Map<String, Object> entry = Fields.object(list.get(i), path);
       Fields.string(Fields.required(entry, "file", path), path + ".file");
-      Object value = Fields.optional(entry, "lam");
+      Object value = Fields.optional(entry, "runtime_value");
       if (value != null && Float.isNaN(lam)) {
-        lam = (float) Fields.number(value, path + ".lam");
+        lam = (float) Fields.number(value, path + ".runtime_value");
       }
     }
     return lam;
@@ -279,16 +277,15 @@ public final class ModelCard {
     public final String kind;
     /** One line saying what the model computes, for people. */
     public final String summary;
-    /** {@code choice.lambda} is {@code "runtime"}: lambda is the {@code lam} input. */
-    public final boolean runtimeLambda;
-    /** {@code choice.lambda} as a number, or NaN when absent or runtime. */
-    public final float fixedLambda;
     /** {@code choice.head}: {@code personalized} (the default) or {@code generic}. */
     public final String head;
-    /** {@code choice.class_distribution} as proportions (the head's source), or null. */
-    public final double[] classDistribution;
+    /**
+     * The resolved choice's entries besides {@code head}, keyed by the method's choice names
+     * (numbers, words such as {@code "runtime"}, or lists), as the card writes them.
+     */
+    public final Map<String, Object> choice;
 
-    Mixture(Object node, int numClasses) {
+    Mixture(Object node) {
       String path = "mixture";
       Map<String, Object> map = Fields.object(node, path);
       kind = Fields.string(Fields.required(map, "kind", path), path + ".kind");
@@ -298,50 +295,30 @@ public final class ModelCard {
         Fields.object(details, path + ".details");
       }
       Object chosen = Fields.optional(map, "choice");
-      Map<String, Object> choice = chosen == null ? Collections.<String, Object>emptyMap()
-          : Fields.object(chosen, path + ".choice");
-      path += ".choice";
-      Object lam = Fields.optional(choice, "lambda");
-      runtimeLambda = "runtime".equals(lam);
-      if (lam != null && !runtimeLambda) {
-        double v = Fields.number(lam, path + ".lambda");
-        if (!(v >= 0 && v <= 1)) {
-          throw Fields.fail(path + ".lambda", "expected a number in [0, 1] or \"runtime\", "
-              + "found " + v);
-        }
-        fixedLambda = (float) v;
-      } else {
-        fixedLambda = Float.NaN;
-      }
-      Object h = Fields.optional(choice, "head");
+      Map<String, Object> entries = new java.util.LinkedHashMap<String, Object>(
+          chosen == null ? Collections.<String, Object>emptyMap()
+              : Fields.object(chosen, path + ".choice"));
+      Object h = entries.remove("head");
       head = h == null ? "personalized"
-          : Fields.oneOf(h, path + ".head", "generic", "personalized");
-      Object dist = Fields.optional(choice, "class_distribution");
-      classDistribution = dist == null ? null
-          : readDistribution(dist, path + ".class_distribution", numClasses);
+          : Fields.oneOf(h, path + ".choice.head", "generic", "personalized");
+      choice = Collections.unmodifiableMap(entries);
     }
 
-    /** Counts or proportions (the schema allows either), returned as proportions. */
-    private static double[] readDistribution(Object node, String path, int numClasses) {
-      double[] p = Fields.numbers(node, path);
-      if (p.length != numClasses) {
-        throw Fields.fail(path, "expected one value per class (" + numClasses + "), found "
-            + p.length);
-      }
-      double sum = 0;
-      for (double v : p) {
-        if (!(v >= 0)) {
-          throw Fields.fail(path, "values must be >= 0, found " + v);
+    /** The names of the choices exported as {@code "runtime"} (each is an input's name). */
+    public Set<String> runtimeChoices() {
+      Set<String> out = new HashSet<String>();
+      for (Map.Entry<String, Object> e : choice.entrySet()) {
+        if ("runtime".equals(e.getValue())) {
+          out.add(e.getKey());
         }
-        sum += v;
       }
-      if (!(sum > 0)) {
-        throw Fields.fail(path, "needs at least one class with a positive count");
-      }
-      for (int i = 0; i < p.length; i++) {
-        p[i] /= sum;
-      }
-      return p;
+      return out;
+    }
+
+    /** The choice {@code name} as a number, or NaN when absent or not a number. */
+    public double number(String name) {
+      Object v = choice.get(name);
+      return v instanceof Number ? ((Number) v).doubleValue() : Double.NaN;
     }
   }
 

@@ -56,7 +56,7 @@ public class LambdaControlTest {
     String text = Fixtures.read(new File(cardDir(true), "model_card.json"));
     Map<String, Object> entry = new HashMap<>();
     entry.put("file", "model.pte");
-    entry.put("lam", 0.7);
+    entry.put("runtime_value", 0.7);
     ModelCard card = ModelCard.parse(Fixtures.mutate(text, "parity", Arrays.asList(entry)));
     assertEquals(0.7f, card.verifiedLambda, 0f);
     assertEquals(0.7f, new LambdaControl(card).initial(), 0f);
@@ -67,7 +67,7 @@ public class LambdaControlTest {
     String text = Fixtures.read(new File(cardDir(true), "model_card.json"));
     Map<String, Object> entry = new HashMap<>();
     entry.put("file", "model.pte");
-    entry.put("lam", 0.137);
+    entry.put("runtime_value", 0.137);
     LambdaSlider slider = new LambdaSlider(new LambdaControl(
         ModelCard.parse(Fixtures.mutate(text, "parity", Arrays.asList(entry)))), 100);
     assertEquals(14, slider.position());

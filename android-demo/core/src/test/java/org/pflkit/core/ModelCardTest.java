@@ -30,7 +30,7 @@ public class ModelCardTest {
   public void parsesEveryExportedCard() throws java.io.IOException {
     for (File dir : Fixtures.cardDirs()) {
       ModelCard card = ModelCard.parse(Fixtures.read(new File(dir, "model_card.json")));
-      assertEquals(dir.getName(), ModelCard.SCHEMA_VERSION, "pflkit.model-card/1");
+      assertEquals(dir.getName(), ModelCard.SCHEMA_VERSION, "pflkit.model-card/2");
       assertFalse(dir.getName(), card.classes.isEmpty());
       assertEquals(dir.getName(), "logits", card.outputs.get(0).name);
       assertEquals(dir.getName(), card.preprocessing.channels * card.preprocessing.height
@@ -54,8 +54,9 @@ public class ModelCardTest {
   public void superfedRuntimeLambdaCardHasTheLamInput() {
     ModelCard card = ModelCard.parse(cardText("superfed_mm_runtime"));
     assertTrue(card.hasRuntimeLambda());
-    assertTrue(card.mixture.runtimeLambda);
-    assertTrue(Float.isNaN(card.mixture.fixedLambda));
+    assertTrue(card.mixture.runtimeChoices().contains(card.lambda.name));
+    assertEquals("lam", card.lambda.name);
+    assertTrue(Double.isNaN(card.mixture.number("lam")));
     assertArrayEquals(new float[] {0f, 1f}, card.lambdaRange(), 0f);
     assertEquals("superfed", card.mixture.kind);
     assertTrue(card.mixture.summary, card.mixture.summary.contains("lambda an input"));
@@ -65,7 +66,7 @@ public class ModelCardTest {
   public void superfedFixedLambdaCardHasOneInput() {
     ModelCard card = ModelCard.parse(cardText("superfed_mm_fixed"));
     assertFalse(card.hasRuntimeLambda());
-    assertEquals(0.3f, card.mixture.fixedLambda, 0f);
+    assertEquals(0.3, card.mixture.number("lam"), 1e-9);
     assertEquals(1, card.outputs.size());
   }
 
@@ -83,16 +84,13 @@ public class ModelCardTest {
   }
 
   @Test
-  public void newClientClassCountsBecomeProportions() {
-    double[] p = ModelCard.parse(cardText("fedrod_new_client")).mixture.classDistribution;
-    assertArrayEquals(new double[] {5 / 30.0, 0, 12 / 30.0, 0, 0, 3 / 30.0, 0, 0, 9 / 30.0,
-        1 / 30.0}, p, 1e-12);
+  public void newClientClassCountsAreAChoiceEntryKeyedByName() {
+    Object counts = ModelCard.parse(cardText("fedrod_new_client")).mixture.choice
+        .get("class_distribution");
+    assertEquals(list(5.0, 0.0, 12.0, 0.0, 0.0, 3.0, 0.0, 0.0, 9.0, 1.0), counts);
     // a trained FedRoD-hyper client's head also comes from its class counts: the card says so
-    double sum = 0;
-    for (double v : ModelCard.parse(cardText("fedrod_personalized")).mixture.classDistribution) {
-      sum += v;
-    }
-    assertEquals(1.0, sum, 1e-12);
+    assertNotNull(ModelCard.parse(cardText("fedrod_personalized")).mixture.choice
+        .get("class_distribution"));
   }
 
   @Test
@@ -117,8 +115,17 @@ public class ModelCardTest {
     assertEquals("my_method", mix.kind);
     assertEquals("logits / temperature", mix.summary);
     assertEquals("personalized", mix.head);
-    assertTrue(Float.isNaN(mix.fixedLambda));
-    assertNull(mix.classDistribution);
+    assertTrue(mix.choice.isEmpty());
+  }
+
+  @Test
+  public void aRuntimeChoiceOfAnUnknownMethodIsItsInputByName() {
+    String text = Fixtures.mutate(cardText("superfed_mm_runtime"), "mixture",
+        mixture("my_method", map("strength", "runtime")));
+    text = Fixtures.mutate(text, "inputs.1.name", "strength");
+    ModelCard card = ModelCard.parse(text);
+    assertEquals("strength", card.lambda.name);
+    assertEquals(java.util.Collections.singleton("strength"), card.mixture.runtimeChoices());
   }
 
   @Test
@@ -136,7 +143,7 @@ public class ModelCardTest {
     String sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     Object[][] cases = {
         {plain, "schema_version", Fixtures.REMOVE, "schema_version: required field is missing"},
-        {plain, "schema_version", "pflkit.model-card/2", "unsupported version"},
+        {plain, "schema_version", "pflkit.model-card/3", "unsupported version"},
         {plain, "algorithm", "", "algorithm: expected a non-empty string, found the string \"\""},
         {plain, "preprocessing.mean", Fixtures.REMOVE, "preprocessing.mean: required field"},
         {plain, "preprocessing.std.0", 0.0, "preprocessing.std[0]: must be > 0"},
@@ -156,23 +163,18 @@ public class ModelCardTest {
         {plain, "outputs", list(), "outputs: expected at least one output"},
         {plain, "classes", list("a"), "at least 2 class names"},
         {plain, "classes.1", 3.0, "classes[1]: expected a non-empty string"},
-        {plain, "mixture", mixture("superfed", map("lambda", "runtime")), "no \"lam\" input"},
+        {plain, "mixture", mixture("superfed", map("lam", "runtime")), "no \"lam\" input"},
         {plain, "mixture", map("kind", "any_method"), "mixture.summary: required field"},
         {plain, "mixture", map("kind", 3.0, "summary", "s"), "mixture.kind: expected a non-empty"},
-        {plain, "mixture", mixture("superfed", map("lambda", 1.5)),
-            "mixture.choice.lambda: expected a number in [0, 1]"},
         {plain, "mixture", mixture("mine", list()), "mixture.choice: expected an object"},
         {plain, "mixture", map("kind", "mine", "summary", "s", "details", 1.0),
             "mixture.details: expected an object"},
-        {superfed, "inputs.1.name", "lambda", "inputs[1].name: the second input must be \"lam\""},
-        {superfed, "mixture.choice.lambda", 0.3, "a \"lam\" input needs mixture"},
-        {superfed, "inputs.1.range", list(0.0, 2.0), "must lie within [0, 1]"},
+        {superfed, "inputs.1.name", "lambda", "a \"lambda\" input needs mixture.choice.lambda"},
+        {superfed, "mixture.choice.lam", 0.3, "a \"lam\" input needs mixture.choice.lam"},
+        {superfed, "inputs.1.range", Fixtures.REMOVE, "inputs[1].range: required field"},
         {superfed, "inputs.1.range", list(0.8, 0.2), "expected [min, max] with min <= max"},
         {superfed, "inputs.1.shape", list(2.0), "inputs[1].shape: expected [1]"},
         {fedrod, "mixture.choice.head", "both", "mixture.choice.head: expected one of"},
-        {fedrod, "mixture.choice.class_distribution", list(0.5, 0.5), "one value per class (10)"},
-        {fedrod, "mixture.choice.class_distribution", list(1.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0,
-            0.0, 0.0, 0.0), "values must be >= 0"},
         {fedrod, "outputs.1.name", "logits", "duplicate output name"},
         {plain, "artifacts", list(artifact("../x.pte", "pte", sha)), "plain file name"},
         {plain, "artifacts", list(artifact("m.pte", 3.0, sha)), "artifacts[0].format: expected a"},
