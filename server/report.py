@@ -146,6 +146,10 @@ def write_report(run_dir: Path) -> Path:
     if (plots / "partition.png").is_file():
         lines += ["## Partition", "", "![partition](plots/partition.png)", "",
                   "Per-client class counts: `partition.txt`.", ""]
+        table = files.partition_table.read_text() if files.partition_table.is_file() else ""
+        if table.startswith("natural partition"):  # the clients are the dataset's users
+            lines += [table.partition("\n")[0] + "; `partition.txt` names each client's user.",
+                      ""]
     lines += ["## Configuration", "", "```toml", config.rstrip(), "```", ""]
     files.report.write_text("\n".join(lines))
     return files.report

@@ -195,7 +195,8 @@ def test_a_simulation_on_the_sensor_users_reports_per_user_results(sensorkit, tm
     per_user = result.final["clients"]["per_client"]
     assert len(per_user) == 9 and len(result.final["new_clients"]["per_client"]) == 2
     assert (tmp_path / "run" / "plots" / "partition.png").is_file()
-    assert "## Partition" in (tmp_path / "run" / "report.md").read_text()
+    assert (f"{table.splitlines()[0]}; `partition.txt` names each client's user."
+            in (tmp_path / "run" / "report.md").read_text())
 
 
 def test_a_round_sample_larger_than_the_users_is_refused_before_writing(sensorkit, tmp_path):
