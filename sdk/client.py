@@ -49,7 +49,6 @@ from pflkit.sdk.algorithms.base import (
     Algorithm,
     Choice,
     ClientState,
-    RoundContext,
     State,
 )
 from pflkit.sdk.client_data import DATA_FILE, data_problem, load_client_data, save_client_data
@@ -192,7 +191,7 @@ class FederatedClient:
         """Fit one round and persist the result as the pending file; return it."""
         cfg = TaskConfig.from_wire(task["config"], self.imports)
         algorithm = self._algorithm(task["run_id"], cfg)
-        ctx = RoundContext(task["round"], cfg.total_rounds, cfg.lr, cfg.seed, self.client_id)
+        ctx = cfg.context(task["round"], self.client_id)
         with autocast_training(self.autocast):
             result = algorithm.fit(state_to(self.global_state(task["global_hash"]), self.device),
                                    self._client_state(task["run_id"], algorithm, cfg.seed),
@@ -250,8 +249,7 @@ class FederatedClient:
         algorithm = self._algorithm(task["run_id"], cfg)
         global_state = state_to(self.global_state(task["global_hash"]), self.device)
         if algorithm.has_personalization_stage:
-            ctx = RoundContext(cfg.total_rounds, cfg.total_rounds, cfg.lr, cfg.seed,
-                               self.client_id)
+            ctx = cfg.context(cfg.total_rounds, self.client_id)
             state = self._client_state(task["run_id"], algorithm, cfg.seed)
             with autocast_training(self.autocast):
                 self.store.save(algorithm.personalize(global_state, state, self.data, ctx))

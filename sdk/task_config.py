@@ -17,11 +17,10 @@ from typing import Any
 import pydantic
 from pydantic import TypeAdapter, ValidationError
 
-from pflkit.sdk.algorithms.base import Algorithm, LocalTraining
+from pflkit.sdk.algorithms.base import Algorithm, LocalTraining, RoundContext
 from pflkit.sdk.builder import algorithm_for
 from pflkit.sdk.config_types import (
     STRICT_CONFIG,
-    LearningRate,
     Name,
     PositiveInt,
     Rounds,
@@ -30,13 +29,18 @@ from pflkit.sdk.config_types import (
     fields_at,
 )
 from pflkit.sdk.data.spec import DatasetSpec
+from pflkit.sdk.lr_schedule import LearningRateSchedule
 from pflkit.sdk.registry import ImportPolicy, ImportRefused
 from pflkit.sdk.run_config import ConfigError, SimConfig
 
 
 @pydantic.dataclasses.dataclass(frozen=True, config=STRICT_CONFIG)
 class TaskConfig:
-    """The algorithm, its model and inputs, the round's learning rate, the local SGD settings."""
+    """The algorithm, its model and inputs, the learning-rate schedule, the local SGD settings.
+
+    The same for every round of a run: the task's ``round`` says which round to train, and
+    :meth:`context` computes that round's learning rate from the schedule.
+    """
 
     algorithm: Name  # built-in name, import path or entry point, as in the run config
     params: dict[str, Any]
@@ -45,15 +49,15 @@ class TaskConfig:
     num_classes: PositiveInt
     seed: Seed
     total_rounds: Rounds
-    lr: LearningRate  # this round's (decayed) learning rate
+    lr_schedule: LearningRateSchedule  # every round's learning rate: lr_schedule.at(round)
     local: LocalTraining
 
     @classmethod
-    def of(cls, config: SimConfig, spec: DatasetSpec, lr: float) -> TaskConfig:
-        """The task of a run at a round whose learning rate is ``lr``."""
+    def of(cls, config: SimConfig, spec: DatasetSpec) -> TaskConfig:
+        """The task of a run (the same for all its rounds)."""
         return cls(config.algorithm.name, dict(config.algorithm.params), config.model.name,
-                   tuple(spec.input_shape),
-                   spec.num_classes, config.seed, config.rounds, lr, config.training.local())
+                   tuple(spec.input_shape), spec.num_classes, config.seed, config.rounds,
+                   config.training.lr_schedule, config.training.local())
 
     @classmethod
     def from_wire(cls, raw: Mapping[str, Any], imports: ImportPolicy) -> TaskConfig:
@@ -78,6 +82,14 @@ class TaskConfig:
         out = dataclasses.asdict(self)
         out["input_shape"] = list(self.input_shape)
         return out
+
+    def context(self, round_index: int, client_id: int) -> RoundContext:
+        """What ``client_id`` trains round ``round_index`` under (the simulator's context).
+
+        ``round_index = total_rounds`` is the post-federation stage.
+        """
+        return RoundContext(round_index, self.total_rounds, self.lr_schedule.at(round_index),
+                            self.seed, client_id)
 
     def build(self) -> Algorithm:
         """The algorithm this task trains (resolved like the run config's names)."""

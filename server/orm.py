@@ -101,13 +101,15 @@ class EnrollmentToken(Base):
     revoked_at: Mapped[float | None]
 
 
-class RunPlan(Base):
-    """What HTTP workers need to know about a run, computed once when it is created.
+class RunTermsRow(Base):
+    """A run's stored :class:`~pflkit.server.store.RunTerms`, computed once when it is created.
 
-    The task config clients train with, the learning rate of every round and the update
+    The task config clients train with (the learning-rate schedule included) and the update
     schema: serving a round then needs no model and no PyTorch (see ``server/store.py``).
+    The table and column keep their first names ("run_plans", "plan"), so databases written
+    by earlier versions open unchanged (create_all adds tables, it renames nothing).
     """
 
     __tablename__ = "run_plans"
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), primary_key=True)
-    plan: Mapped[dict[str, Any]]
+    terms: Mapped[dict[str, Any]] = mapped_column("plan")

@@ -2,8 +2,8 @@
 
 Creating a run resolves its config to an algorithm and builds the initial global state
 (PyTorch: in a child process when the caller is an HTTP worker, which stays without it), then
-stores the run's :class:`~pflkit.server.store.Plan`, from which workers serve tasks and check
-uploads without PyTorch.
+stores the run's :class:`~pflkit.server.store.RunTerms`, from which workers serve tasks and
+check uploads without PyTorch.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from sqlalchemy import func, select
 from pflkit.sdk.registry import ImportPolicy
 from pflkit.server.blobs import BlobStore
 from pflkit.server.errors import Conflict, Invalid
-from pflkit.server.orm import Client, Round, Run, RunPlan, Update
+from pflkit.server.orm import Client, Round, Run, RunTermsRow, Update
 from pflkit.server.settings import ServerSettings
-from pflkit.server.store import Plan, Store
+from pflkit.server.store import RunTerms, Store
 from pflkit.server.update_check import SAFETENSORS_DTYPES, schema_bytes
 
 if TYPE_CHECKING:
@@ -66,9 +66,9 @@ class RunRules:
         return cls(settings.clients_per_round, settings.imports, settings.dataset_dir,
                    settings.max_upload_bytes)
 
-    def check_update_size(self, plan: Plan) -> None:
+    def check_update_size(self, terms: RunTerms) -> None:
         """Refuse a run whose updates no device could upload (a 413 for every device)."""
-        size, limit = schema_bytes(plan.schema), self.max_upload_bytes
+        size, limit = schema_bytes(terms.schema), self.max_upload_bytes
         if limit is not None and size > limit:
             raise Invalid(f"run config: an update of this model holds {size} bytes of tensors, "
                           f"more than max_upload_bytes ({limit}): raise --max-upload-bytes "
@@ -136,30 +136,28 @@ def build_setup(config_toml: str, rules: RunRules) -> RunSetup:
     return RunSetup(config, algorithm, schedule, spec)
 
 
-def plan_of(setup: RunSetup, global_state: State) -> Plan:
-    """The run's plan: task config, learning rate per round, update schema."""
+def terms_of(setup: RunSetup, global_state: State) -> RunTerms:
+    """The run's terms: the task config (learning-rate schedule included), update schema."""
     from pflkit.sdk.task_config import TaskConfig
 
     cfg = setup.config
-    lrs = [setup.schedule.lr_at(r) for r in range(cfg.rounds + 1)]
-    task = TaskConfig.of(cfg, setup.spec, lrs[0]).to_wire()
-    del task["lr"]  # per round: Plan.task_config
+    task = TaskConfig.of(cfg, setup.spec).to_wire()
     schema = {name: (list(shape), SAFETENSORS_DTYPES[str(dtype).removeprefix("torch.")])
               for name, (shape, dtype) in setup.algorithm.update_schema(global_state).items()}
-    return Plan(cfg.algorithm.name, cfg.model.name, task, lrs, schema)
+    return RunTerms(cfg.algorithm.name, cfg.model.name, task, schema)
 
 
-def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules) -> tuple[str, int, Plan]:
-    """Build a run's initial global state into the blob store; its hash, rounds and plan."""
+def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules) -> tuple[str, int, RunTerms]:
+    """Build a run's initial global state into the blob store; its hash, rounds and terms."""
     from pflkit.sdk.tensorio import state_to_bytes
 
     setup = build_setup(config_toml, rules)
     with refused_as_invalid():  # builds the model
         state = setup.algorithm.init_global(setup.config.seed)
-    plan = plan_of(setup, state)
-    rules.check_update_size(plan)
+    terms = terms_of(setup, state)
+    rules.check_update_size(terms)
     digest = BlobStore(blob_dir).put(state_to_bytes(state, {"rounds_done": "0"}))
-    return digest, setup.config.rounds, plan
+    return digest, setup.config.rounds, terms
 
 
 class Runs:
@@ -176,10 +174,10 @@ class Runs:
         """
         args = (config_toml, self.store.settings.blobs, RunRules.of(self.store.settings))
         if "torch" in sys.modules:
-            digest, rounds, plan = prepare_run(*args)
+            digest, rounds, terms = prepare_run(*args)
         else:
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-                digest, rounds, plan = pool.submit(prepare_run, *args).result()
+                digest, rounds, terms = pool.submit(prepare_run, *args).result()
         with self.store.transaction() as s:
             live = s.scalar(select(Run).where(Run.status.in_(LIVE)))
             if live is not None:
@@ -188,8 +186,8 @@ class Runs:
                       rounds_done=0, global_hash=digest)
             s.add(run)
             s.flush()
-            s.add(RunPlan(run_id=run.id, plan=plan.to_json()))
-        log.info("created run %d (%s, %d rounds)", run.id, plan.algorithm, rounds)
+            s.add(RunTermsRow(run_id=run.id, terms=terms.to_json()))
+        log.info("created run %d (%s, %d rounds)", run.id, terms.algorithm, rounds)
         return run
 
     def ensure(self, config_toml: str | None = None) -> None:
@@ -221,7 +219,7 @@ class Runs:
         """Progress of a run: status, rounds, the open round's participants, per-round metrics."""
         with self.store.transaction() as s:
             run = self.store.get_run(s, run_id)
-            plan = self.store.plan(s, run)
+            terms = self.store.terms(s, run)
             rounds = s.scalars(select(Round).where(Round.run_id == run.id)
                                .order_by(Round.index)).all()
             current = None
@@ -235,7 +233,7 @@ class Runs:
                         "metrics": r.metrics} for r in rounds if r.status == "closed"]
             enrolled = s.scalar(select(func.count(Client.id))
                                 .where(Client.revoked_at.is_(None))) or 0
-            return {"id": run.id, "status": run.status, "algorithm": plan.algorithm,
-                    "model": plan.model, "rounds_total": run.rounds_total,
+            return {"id": run.id, "status": run.status, "algorithm": terms.algorithm,
+                    "model": terms.model, "rounds_total": run.rounds_total,
                     "rounds_done": run.rounds_done, "global_hash": run.global_hash,
                     "enrolled_clients": enrolled, "current_round": current, "history": history}

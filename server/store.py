@@ -1,7 +1,7 @@
 """What every part of the service shares: settings, database transactions, blobs, caches.
 
-The caches hold what does not change once written: run plans (:class:`Plan`, read from the
-database), run setups (config -> algorithm, built with PyTorch only where a process needs
+The caches hold what does not change once written: run terms (:class:`RunTerms`, read from
+the database), run setups (config -> algorithm, built with PyTorch only where a process needs
 them: the round keeper, run creation, algorithm queries) and the newest two global states
 (bytes for downloads, tensors for the keeper).
 """
@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pflkit.server.blobs import BlobStore
 from pflkit.server.errors import NotFound
-from pflkit.server.orm import Client, Round, Run, RunPlan
+from pflkit.server.orm import Client, Round, Run, RunTermsRow
 from pflkit.server.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -55,28 +55,29 @@ class NewestTwo(Generic[T]):
 
 
 @dataclass(frozen=True)
-class Plan:
-    """A run as HTTP workers see it: names, the clients' task config, the update schema."""
+class RunTerms:
+    """A run as HTTP workers see it: names, the clients' task config, the update schema.
+
+    The task config (sdk/task_config.py, wire form) is the same for every round: it carries
+    the learning-rate schedule, and each device computes its round's rate from it.
+    """
 
     algorithm: str
     model: str
-    task: dict[str, Any]  # the task config of protocol.TASK_CONFIG_KEYS but the learning rate
-    lrs: list[float]  # the learning rate of each round, 0 .. rounds (the last: after the run)
+    task: dict[str, Any]  # TaskConfig.to_wire(): what every task's "config" is
     schema: dict[str, tuple[list[int], str]]  # update tensor -> (shape, safetensors dtype)
-
-    def task_config(self, round_index: int) -> dict[str, Any]:
-        """What a client needs to train ``round_index``."""
-        return {**self.task, "lr": self.lrs[min(round_index, len(self.lrs) - 1)]}
 
     def to_json(self) -> dict[str, Any]:
         """The stored form."""
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Plan:
-        """Read the stored form."""
+    def from_json(cls, data: dict[str, Any]) -> RunTerms | None:
+        """Read the stored form; None for an older version's (a per-round "lrs" list)."""
+        if "lrs" in data:
+            return None
         schema = {k: (list(shape), dtype) for k, (shape, dtype) in data["schema"].items()}
-        return cls(data["algorithm"], data["model"], data["task"], data["lrs"], schema)
+        return cls(data["algorithm"], data["model"], data["task"], schema)
 
 
 class Store:
@@ -89,7 +90,7 @@ class Store:
         self.blobs = blobs
         self.global_bytes: NewestTwo[bytes] = NewestTwo(blobs.get)
         self.global_states: NewestTwo[State] = NewestTwo(self._load_state)
-        self._plans: dict[int, Plan] = {}
+        self._terms: dict[int, RunTerms] = {}
         self._setups: dict[int, RunSetup] = {}
         self._lock = threading.Lock()
 
@@ -126,22 +127,21 @@ class Store:
         reachable = len(set(rnd.sampled) - revoked)
         return min(self.settings.min_clients or len(rnd.sampled), reachable)
 
-    def plan(self, s: Session, run: Run) -> Plan:
-        """The run's plan (cached; runs created by an older version get theirs computed)."""
+    def terms(self, s: Session, run: Run) -> RunTerms:
+        """The run's terms (cached; an older version's run gets its terms computed again)."""
         with self._lock:
-            if run.id in self._plans:
-                return self._plans[run.id]
-        row = s.get(RunPlan, run.id)
-        if row is not None:
-            plan = Plan.from_json(row.plan)
-        else:
-            from pflkit.server.runs import plan_of  # needs PyTorch: only for such old runs
+            if run.id in self._terms:
+                return self._terms[run.id]
+        row = s.get(RunTermsRow, run.id)
+        terms = RunTerms.from_json(row.terms) if row is not None else None
+        if terms is None:
+            from pflkit.server.runs import terms_of  # needs PyTorch: only for such old runs
 
-            plan = plan_of(self.setup(run), self.global_states.get(run.global_hash))
-            s.merge(RunPlan(run_id=run.id, plan=plan.to_json()))
+            terms = terms_of(self.setup(run), self.global_states.get(run.global_hash))
+            s.merge(RunTermsRow(run_id=run.id, terms=terms.to_json()))
         with self._lock:
-            self._plans[run.id] = plan
-        return plan
+            self._terms[run.id] = terms
+        return terms
 
     def setup(self, run: Run) -> RunSetup:
         """The run's config resolved to algorithm and schedule (built with PyTorch, cached)."""

@@ -1,6 +1,6 @@
 """What clients ask for between uploads: their task, global states, algorithm queries.
 
-Tasks and downloads need no PyTorch (the run's plan and the blob bytes). An algorithm query
+Tasks and downloads need no PyTorch (the run's terms and the blob bytes). An algorithm query
 (e.g. FedRoD's zero-shot head for a class distribution) computes on the global state: the
 process imports PyTorch on the first one.
 """
@@ -36,14 +36,13 @@ class Tasks:
             run = self.store.current_run(s)
             if run is None:
                 return {"status": "wait", "retry_after": retry}
-            plan = self.store.plan(s, run)
+            config = self.store.terms(s, run).task  # the same every round
             # "round" is the run's current round whatever the status: a client holding a
             # trained round keeps it until the run has moved past it (a pause does not)
             base = {"run_id": run.id, "round": run.rounds_done, "retry_after": retry,
                     "global_hash": run.global_hash}
             if run.status == "finished":
-                return {**base, "status": "finished",
-                        "config": plan.task_config(run.rounds_total)}
+                return {**base, "status": "finished", "config": config}
             if run.status != "active":
                 return {**base, "status": run.status}
             rnd = self.store.round_of(s, run, run.rounds_done)
@@ -53,7 +52,7 @@ class Tasks:
                                                     Update.client_id == client_id))
             return {**base, "status": "uploaded" if sent is not None else "train",
                     "deadline": rnd.deadline_at, "global_hash": rnd.global_hash,
-                    "config": plan.task_config(rnd.index)}
+                    "config": config}
 
     def preview(self) -> dict[str, Any]:
         """The newest run's task config, for a device to check before it enrolls.
@@ -65,7 +64,7 @@ class Tasks:
             if run is None or run.status == "stopped":
                 return {"run_id": None, "config": None}
             return {"run_id": run.id,
-                    "config": self.store.plan(s, run).task_config(run.rounds_done)}
+                    "config": self.store.terms(s, run).task}
 
     def check_global(self, digest: str) -> None:
         """Raise NotFound unless some run or round names this global state and it is stored."""

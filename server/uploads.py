@@ -103,7 +103,7 @@ class Uploads:
             if prior is None:  # a replay is answered whatever the round's state now
                 _still_open(run, rnd)
             return Admission(client_id, run_id, rnd.id, round_index, num_samples,
-                             self.store.plan(s, run).schema,
+                             self.store.terms(s, run).schema,
                              None if prior is None else (prior.blob_hash, prior.num_samples))
 
     def accept(self, client_id: int, run_id: int, round_index: int, num_samples: int,

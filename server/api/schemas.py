@@ -111,8 +111,15 @@ class LocalTrainingPublic(BaseModel):
     weight_decay: float
 
 
+class LearningRateSchedulePublic(BaseModel):
+    """The clients' learning rate: round r trains with ``lr * decay ** r``."""
+
+    lr: float
+    decay: float
+
+
 class TaskConfigPublic(BaseModel):
-    """Everything a client needs to build the algorithm and train one round."""
+    """Everything a client needs to build the algorithm and train any round of the run."""
 
     algorithm: str
     params: dict[str, Any]
@@ -121,7 +128,7 @@ class TaskConfigPublic(BaseModel):
     num_classes: int
     seed: int
     total_rounds: int
-    lr: float
+    lr_schedule: LearningRateSchedulePublic
     local: LocalTrainingPublic
 
 

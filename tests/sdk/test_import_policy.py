@@ -154,7 +154,8 @@ def test_what_is_not_a_model_dataset_or_algorithm_is_refused_without_being_calle
 
 def task_wire(model: str) -> dict:
     return {"algorithm": "fedavg", "params": {}, "model": model, "input_shape": [1, 8, 8],
-            "num_classes": 10, "seed": 0, "total_rounds": 2, "lr": 0.1,
+            "num_classes": 10, "seed": 0, "total_rounds": 2,
+            "lr_schedule": {"lr": 0.1, "decay": 1.0},
             "local": {"epochs": 1, "batch_size": 4, "momentum": 0.0, "weight_decay": 0.0}}
 
 

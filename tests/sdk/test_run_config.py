@@ -184,9 +184,10 @@ def test_the_task_a_client_receives_is_the_run_configs_part_typed_the_same_way()
     from pflkit.sdk.task_config import TaskConfig
 
     config = load(GOOD)
-    task = TaskConfig.of(config, data_spec(config), lr=0.04)
+    task = TaskConfig.of(config, data_spec(config))
     wire = task.to_wire()
     assert wire["input_shape"] == [1, 8, 8] and wire["local"]["epochs"] == 1
+    assert wire["lr_schedule"] == {"lr": config.training.lr, "decay": config.training.lr_decay}
     assert TaskConfig.from_wire(wire, ImportPolicy()) == task
     assert task.build().params.mu == 0.1
     bad = {**wire, "local": {**wire["local"], "epochs": "2"}}
