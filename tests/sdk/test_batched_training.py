@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from fake_cuda import FakeCuda, on_device
 
 from pflkit.sdk.algorithms import (
     ClientState,
@@ -19,6 +20,7 @@ from pflkit.sdk.algorithms import (
 )
 from pflkit.sdk.batched_training import BatchPlan, batching_blocker
 from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.device import data_to, state_to
 from pflkit.sdk.models import build_model
 
 FACTORY = ModelFactory("twonn", (1, 8, 8), 10)
@@ -144,3 +146,24 @@ def test_a_client_without_rows_keeps_the_global_weights_and_reports_no_loss():
     assert all(torch.equal(results[1].update[k], glob[k]) for k in glob)
     assert math.isnan(results[1].metrics["train_loss"])
     assert algorithm.fit_batch(glob, []) == []
+
+
+@pytest.mark.parametrize(("name", "params", "round_index"), [
+    ("fedprox", {"mu": 0.1}, 0), ("superfed_lm", {}, 5), ("fedrod_hyper", {}, 0)])
+def test_the_batched_step_asks_the_device_for_nothing(name, params, round_index):
+    """Host syncs per round do not grow with the steps: losses stay on the device (issue 22)."""
+    syncs = {}
+    for epochs in (1, 3):
+        algorithm = make_algorithm(name, FACTORY, LocalTraining(epochs=epochs, batch_size=8),
+                                   params)
+        with FakeCuda() as fake:
+            algorithm.to("cuda")
+            glob = state_to(algorithm.init_global(0), "cuda")
+            jobs = [FitJob(ClientState(state_to(j.client_state.tensors, "cuda"),
+                                       j.client_state.meta), data_to(j.data, "cuda"), j.ctx)
+                    for j in jobs_for(algorithm, round_index)]
+            results = algorithm.fit_batch(glob, jobs)
+        assert all(on_device(v) for r in results for v in r.update.values())
+        syncs[epochs] = fake.syncs
+    assert syncs[3] == syncs[1]  # 3x the steps, the same syncs (per client or per round)
+    assert not [s for s in syncs[3] if "batched_training" in s]
