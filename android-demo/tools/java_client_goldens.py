@@ -61,7 +61,8 @@ def write_goldens(out: Path) -> None:
     global0 = algorithm.init_global(config.seed)
     save_state(out / "global0.safetensors", global0)
     for cid, client in sorted(federation.clients.items()):
-        ctx = RoundContext(0, config.rounds, config.training.lr, config.seed, cid)
+        ctx = RoundContext(0, config.rounds, config.training.lr_schedule.at(0), config.seed,
+                           cid)
         state = algorithm.init_client(cid, config.seed, client.train)
         result = algorithm.fit(global0, state, client.train, ctx)
         tensors = {f"delta/{k}": (v - global0[k]) if v.is_floating_point() else v

@@ -20,7 +20,10 @@ public final class Task {
   /** Unix seconds. */
   public final Double deadline;
   public final String globalHash;
-  /** The run's config (algorithm, params, model, input_shape, lr, local, ...) or empty. */
+  /**
+   * The run's config (algorithm, params, model, input_shape, lr_schedule, local, ...) or empty;
+   * the same for every round of a run.
+   */
   public final Map<String, Object> config;
 
   private Task(Map<String, Object> json) {
@@ -53,7 +56,7 @@ public final class Task {
     return Wire.TRAIN.equals(status);
   }
 
-  /** A number from the run config, e.g. {@code "lr"}; throws when absent. */
+  /** A number from the run config, e.g. {@code "num_classes"}; throws when absent. */
   public double configNumber(String key) {
     return number(config.get(key), "config." + key);
   }
@@ -61,6 +64,22 @@ public final class Task {
   /** A string from the run config, e.g. {@code "algorithm"}; throws when absent. */
   public String configString(String key) {
     return string(config.get(key), "config." + key);
+  }
+
+  /**
+   * This task's round's learning rate from {@code config.lr_schedule}: {@code lr * decay^round},
+   * the formula of the Python SDK's {@code LearningRateSchedule.at} (Math.pow may differ from
+   * Python's pow in the last bit). A finished run's round is its number of rounds: the rate of
+   * the post-federation stage.
+   */
+  public double learningRate() {
+    Object node = config.get("lr_schedule");
+    if (!(node instanceof Map) || round == null) {
+      throw new IllegalArgumentException("task: needs round and config.lr_schedule");
+    }
+    Map<String, Object> schedule = cast(node);
+    return number(schedule.get("lr"), "config.lr_schedule.lr")
+        * Math.pow(number(schedule.get("decay"), "config.lr_schedule.decay"), round);
   }
 
   /** {@code config.input_shape} as C, H, W. */

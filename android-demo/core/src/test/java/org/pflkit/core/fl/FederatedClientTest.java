@@ -222,7 +222,21 @@ public class FederatedClientTest {
   static final byte[] GLOBAL = Safetensors.write(Collections.singletonMap("w",
       TensorData.ofFloats(new long[] {1}, new float[] {0.5f})), null);
   static final String TRAIN = task("train", ", \"run_id\": 1, \"round\": 4, "
-      + "\"global_hash\": \"" + Sha256.hex(GLOBAL) + "\", \"config\": {\"lr\": 0.1}");
+      + "\"global_hash\": \"" + Sha256.hex(GLOBAL) + "\", "
+      + "\"config\": {\"lr_schedule\": {\"lr\": 0.1, \"decay\": 0.5}}");
+
+  @Test
+  public void aTasksLearningRateIsItsRoundsRateOnTheSchedule() {
+    Task task = Task.parse(TRAIN.getBytes(StandardCharsets.UTF_8));
+    assertEquals("round 4: 0.1 x 0.5^4", 0.00625, task.learningRate(), 0.0);
+    try {
+      Task.parse(task("wait", ", \"run_id\": 1, \"round\": 4").getBytes(StandardCharsets.UTF_8))
+          .learningRate();
+      fail();
+    } catch (IllegalArgumentException e) {
+      assertTrue(e.getMessage(), e.getMessage().contains("config.lr_schedule"));
+    }
+  }
 
   /** A round trainer that counts its calls and keeps p = 9 as the private state. */
   static RoundTrainer counting(int[] trained) {

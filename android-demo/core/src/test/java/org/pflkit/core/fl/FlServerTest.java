@@ -125,6 +125,8 @@ public class FlServerTest {
     public Result train(Task task, Safetensors global, ClientState state) throws Exception {
       calls++;
       assertNull("the first round of a run starts without private state", state);
+      assertEquals("round 0 trains at the run's lr (java_client_goldens.py)", 0.05,
+          task.learningRate(), 0.0);
       Safetensors global0 = Safetensors.parse(Files.readAllBytes(
           new File(SERVER.goldens, "global0.safetensors").toPath()), "global0");
       assertEquals("the server's round-0 state is the one Python computes", global0.tensors,
