@@ -40,15 +40,15 @@ def _read_split(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor, tor
     if tensors.is_file():
         state = state_from_bytes(tensors.read_bytes(), str(tensors))
         if set(state) not in allowed:
-            users = " (and 'users', train only)" if "users" in state or split == "train" else ""
-            raise DatasetError(f"{tensors}: expected tensors 'x' and 'y'{users}, got "
+            also = " (and 'users', train only)" if "users" in state or split == "train" else ""
+            raise DatasetError(f"{tensors}: expected tensors 'x' and 'y'{also}, got "
                                f"{sorted(state)}")
         return state["x"], state["y"], state.get("users")
     arrays = [root / f"{split}_{part}.npy" for part in ("x", "y")]
     if all(p.is_file() for p in arrays):
-        users = root / "train_users.npy"
+        column = root / "train_users.npy"
         x, y = (_read_npy(p) for p in arrays)
-        return x, y, _read_npy(users) if split == "train" and users.is_file() else None
+        return x, y, _read_npy(column) if split == "train" and column.is_file() else None
     raise DatasetNotFoundError(f"dataset 'folder': no {split}.safetensors or {split}_x.npy + "
                                f"{split}_y.npy in {root}")
 

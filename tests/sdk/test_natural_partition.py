@@ -18,6 +18,7 @@ from pflkit.sdk.data.federation import (
 from pflkit.sdk.data.spec import check_dataset
 from pflkit.sdk.run_config import ConfigError, SimConfig
 from pflkit.sdk.rundir import RunDir
+from pflkit.sdk.tensorio import save_state
 from pflkit.server.simulator import Simulation
 
 EXT_PKG = Path(__file__).resolve().parents[1] / "ext_pkg"
@@ -146,6 +147,20 @@ def test_folder_with_a_user_column_and_without_one(tmp_path):
     np.save(tmp_path / "train_users.npy", users[:10])
     with pytest.raises(DatasetError, match="train users must be integers, one per train row"):
         load_dataset("folder", tmp_path)
+
+
+def test_folder_of_safetensors_with_a_users_tensor(tmp_path):
+    users, labels = logs(rows=600)
+    x = torch.ones(600, 3)
+    save_state(tmp_path / "train.safetensors", {"x": x, "y": torch.from_numpy(labels),
+                                                "users": torch.from_numpy(users)})
+    save_state(tmp_path / "test.safetensors", {"x": x[:5], "y": torch.from_numpy(labels[:5]),
+                                               "users": torch.from_numpy(users[:5])})
+    with pytest.raises(DatasetError, match=r"test.safetensors: expected tensors 'x' and 'y' "
+                                           r"\(and 'users', train only\)"):
+        load_dataset("folder", tmp_path)
+    save_state(tmp_path / "test.safetensors", {"x": x[:5], "y": torch.from_numpy(labels[:5])})
+    assert torch.equal(load_dataset("folder", tmp_path).users, torch.from_numpy(users))
 
 
 SENSORS_NATURAL = """\
