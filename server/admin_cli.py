@@ -18,14 +18,12 @@ from __future__ import annotations
 import json
 import math
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
 from pflkit.sdk import console
@@ -33,7 +31,8 @@ from pflkit.sdk.config_toml import apply_overrides, dump_toml, read_toml
 from pflkit.sdk.config_types import ConfigError
 from pflkit.server.admin_client import AdminClient, AdminError
 from pflkit.server.admin_settings import SettingsError, resolve
-from pflkit.server.api.schemas import MAX_TOKEN_TTL, RunPublic
+from pflkit.server.admin_view import clients_table, plural, render_status, when
+from pflkit.server.api.schemas import MAX_TOKEN_TTL
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 tokens_app = typer.Typer(no_args_is_help=True, help="One-time enrollment tokens for devices.")
@@ -44,7 +43,6 @@ app.add_typer(clients_app, name="clients")
 app.add_typer(runs_app, name="runs")
 
 ENDED = ("stopped", "finished")  # run statuses after which nothing changes
-HISTORY_ROWS = 10  # closed rounds shown by `status`
 RunArg = Annotated[int | None, typer.Argument(help="run id (default: the newest run)",
                                               min=0, show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of text")]
@@ -109,18 +107,8 @@ def _ttl(value: float | None) -> float | None:
     return value
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
 def _print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2))
-
-
-def _when(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 # -- tokens and clients --------------------------------------------------------------------
@@ -172,11 +160,7 @@ def list_clients(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     if as_json:
         _print_json([c.model_dump() for c in clients])
         return
-    table = Table("client", "enrolled (UTC)", "revoked", "last upload (UTC)")
-    for c in clients:
-        table.add_row(str(c.id), _when(c.enrolled_at), "yes" if c.revoked else "no",
-                      _when(c.last_seen))
-    Console().print(table if clients else "no clients enrolled")
+    Console().print(clients_table(clients) if clients else "no clients enrolled")
 
 
 @clients_app.command("revoke")
@@ -211,8 +195,8 @@ def create_run(
         _print_json(run.model_dump())
     else:
         typer.echo(f"run {run.id} created: {run.algorithm} / {run.model}, "
-                   f"{_plural(run.rounds_total, 'round')}, "
-                   f"{_plural(run.enrolled_clients, 'client')} enrolled")
+                   f"{plural(run.rounds_total, 'round')}, "
+                   f"{plural(run.enrolled_clients, 'client')} enrolled")
 
 
 def _transition(ctx: typer.Context, action: str, run_id: int | None, done: str) -> None:
@@ -240,42 +224,6 @@ def stop_run(ctx: typer.Context, run_id: RunArg = None) -> None:
 
 
 # -- status --------------------------------------------------------------------------------
-
-def _number(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def render_status(run: RunPublic, now: float | None = None) -> Group:
-    """One snapshot of a run: headline, the open round's participants, recent rounds' metrics."""
-    now = time.time() if now is None else now
-    head = Text.assemble(
-        (f"run {run.id}", "bold"), f"  {run.status}  {run.algorithm} / {run.model}  ",
-        (f"rounds {run.rounds_done}/{run.rounds_total} done", "bold"),
-        f"  {_plural(run.enrolled_clients, 'client')} enrolled")
-    parts: list[Any] = [head]
-    current = run.current_round
-    if current is not None:
-        waiting = sorted(set(current.sampled) - set(current.received))
-        left = max(0.0, current.deadline - now)
-        parts.append(Text(
-            f"round {current.index} {current.status}: received {len(current.received)} of "
-            f"{len(current.sampled)} sampled (sampled {_ids(current.sampled)}; "
-            f"waiting for {_ids(waiting)}); deadline in {left:.0f} s"))
-    elif run.status == "active":
-        parts.append(Text("no round open (waiting for enough enrolled clients)"))
-    if run.history:
-        names = sorted({name for r in run.history for name in r.metrics})
-        table = Table("round", "closed (UTC)", *names, title="closed rounds", title_justify="left")
-        for r in run.history[-HISTORY_ROWS:]:
-            table.add_row(str(r.index), _when(r.closed_at),
-                          *(_number(r.metrics.get(name, "-")) for name in names))
-        parts.append(table)
-    return Group(*parts)
-
-
-def _ids(ids: list[int]) -> str:
-    return ", ".join(map(str, ids)) if ids else "none"
-
 
 @app.command()
 def status(
@@ -308,7 +256,7 @@ def status(
                         if err.status is not None:  # refused (token changed, run gone): end
                             raise
                         # no answer: a restarting server continues the run; keep asking
-                        view.renderables.append(Text(f"{_when(time.time())} {err}; retrying",
+                        view.renderables.append(Text(f"{when(time.time())} {err}; retrying",
                                                      style="red"))
                     live.update(view, refresh=True)
         except KeyboardInterrupt:

@@ -273,7 +273,7 @@ def test_bad_input_is_one_line_exit_2_never_a_traceback_nor_the_token(tmp_path, 
 
 
 def test_counts_read_in_the_singular_and_the_plural():
-    from pflkit.server.admin_cli import render_status
+    from pflkit.server.admin_view import render_status
     from pflkit.server.api.schemas import RunPublic
 
     def headline(enrolled: int) -> str:

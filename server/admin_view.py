@@ -1,0 +1,77 @@
+"""What ``pfl-admin`` prints: text and tables made from the server's answers, nothing else.
+
+Pure functions of the answers (and the clock, passed in), so a view is tested without a
+server; the commands that fetch the answers are in :mod:`pflkit.server.admin_cli`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from pflkit.server.api.schemas import ClientPublic, RunPublic
+
+HISTORY_ROWS = 10  # closed rounds shown by `status`
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 client``, ``2 clients``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def when(seconds: float | None) -> str:
+    """A server timestamp as UTC date and time ("-" for none)."""
+    if seconds is None:
+        return "-"
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def clients_table(clients: Sequence[ClientPublic]) -> Table:
+    """Every enrolled client: id, enrollment time, revoked, last upload (UTC)."""
+    table = Table("client", "enrolled (UTC)", "revoked", "last upload (UTC)")
+    for c in clients:
+        table.add_row(str(c.id), when(c.enrolled_at), "yes" if c.revoked else "no",
+                      when(c.last_seen))
+    return table
+
+
+def _number(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(map(str, ids)) if ids else "none"
+
+
+def render_status(run: RunPublic, now: float | None = None) -> Group:
+    """One snapshot of a run: headline, the open round's participants, recent rounds' metrics."""
+    now = time.time() if now is None else now
+    head = Text.assemble(
+        (f"run {run.id}", "bold"), f"  {run.status}  {run.algorithm} / {run.model}  ",
+        (f"rounds {run.rounds_done}/{run.rounds_total} done", "bold"),
+        f"  {plural(run.enrolled_clients, 'client')} enrolled")
+    parts: list[Any] = [head]
+    current = run.current_round
+    if current is not None:
+        waiting = sorted(set(current.sampled) - set(current.received))
+        left = max(0.0, current.deadline - now)
+        parts.append(Text(
+            f"round {current.index} {current.status}: received {len(current.received)} of "
+            f"{len(current.sampled)} sampled (sampled {_ids(current.sampled)}; "
+            f"waiting for {_ids(waiting)}); deadline in {left:.0f} s"))
+    elif run.status == "active":
+        parts.append(Text("no round open (waiting for enough enrolled clients)"))
+    if run.history:
+        names = sorted({name for r in run.history for name in r.metrics})
+        table = Table("round", "closed (UTC)", *names, title="closed rounds", title_justify="left")
+        for r in run.history[-HISTORY_ROWS:]:
+            table.add_row(str(r.index), when(r.closed_at),
+                          *(_number(r.metrics.get(name, "-")) for name in names))
+        parts.append(table)
+    return Group(*parts)
