@@ -7,7 +7,6 @@ import pytest
 import torch
 from scipy import stats
 
-from pflkit.sdk.algorithms.base import WeightedMean
 from pflkit.sdk.aggregation_rules import (
     AggregationConfig,
     ClippedAggregator,
@@ -17,6 +16,7 @@ from pflkit.sdk.aggregation_rules import (
     coordinate_median,
     trimmed_mean,
 )
+from pflkit.sdk.algorithms.base import WeightedMean
 
 
 def states(k: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
@@ -77,3 +77,20 @@ def test_clipped_mean_equals_numpy_average_of_clipped_updates(tmp_path):
         clipped = [clip_update(g, u, 0.5)[key].numpy() for u in updates]
         np.testing.assert_allclose(out[key].numpy(), np.average(clipped, axis=0,
                                                                 weights=weights), rtol=1e-5)
+
+
+@pytest.mark.parametrize("run, floor, stricter", [
+    (AggregationConfig(), AggregationConfig(), AggregationConfig()),
+    (AggregationConfig("median"), AggregationConfig(), AggregationConfig("median")),
+    (AggregationConfig(), AggregationConfig("trimmed_mean", 0.2),
+     AggregationConfig("trimmed_mean", 0.2)),
+    (AggregationConfig("trimmed_mean", 0.3), AggregationConfig("trimmed_mean", 0.2),
+     AggregationConfig("trimmed_mean", 0.3)),
+    (AggregationConfig("trimmed_mean", 0.3), AggregationConfig("median", 0.1),
+     AggregationConfig("median", 0.1)),
+    (AggregationConfig(clip_norm=2.0), AggregationConfig(), AggregationConfig(clip_norm=2.0)),
+    (AggregationConfig(clip_norm=2.0), AggregationConfig(clip_norm=1.0),
+     AggregationConfig(clip_norm=1.0)),
+])
+def test_a_run_gets_at_least_the_servers_protection(run, floor, stricter):
+    assert run.at_least(floor) == stricter

@@ -27,9 +27,10 @@ from pflkit.server.service import build_service
 from pflkit.server.settings import ServerSettings
 
 
-def service_for(tmp_path, database_url: str | None, per_round: int = 2, **settings):
+def service_for(tmp_path, database_url: str | None, per_round: int = 2, run_extra: str = "",
+                **settings):
     config = tmp_path / "run.toml"
-    config.write_text(run_toml("fedavg", rounds=5, per_round=per_round))
+    config.write_text(run_toml("fedavg", rounds=5, per_round=per_round) + run_extra)
     values = {"admin_token": "x" * 20, "data_dir": tmp_path / "data", "run_config": config,
               "database_url": database_url, "min_enrolled": 3, **settings}
     service = build_service(ServerSettings(**values))
@@ -147,6 +148,23 @@ def test_median_rule_ignores_an_outlier(tmp_path, database_url):
 
 def test_norm_clipping_bounds_each_change(tmp_path, database_url):
     service, _ = service_for(tmp_path, database_url, per_round=3, clip_norm=1.0)
+    status, rnd = current(service)
+    start = global_of(service, status["global_hash"])
+    for cid in rnd["sampled"]:
+        service.uploads.accept(cid, status["id"], 0, 10,
+                              state_to_bytes({k: v + 5 for k, v in start.items()}))
+    service.rounds.tick()
+    new = global_of(service, current(service)[0]["global_hash"])
+    change = np.sqrt(sum(float(((new[k] - start[k]) ** 2).sum()) for k in start))
+    assert change == pytest.approx(1.0, rel=1e-4)
+
+
+@pytest.mark.parametrize("run_clip, server_clip", [(1.0, None), (1.0, 3.0), (3.0, 1.0)])
+def test_the_run_configs_clip_norm_applies_and_the_stricter_bound_wins(
+        tmp_path, database_url, run_clip, server_clip):
+    """Issue 23 item 2: the server applies the run's [aggregation], at least its own settings."""
+    service, _ = service_for(tmp_path, database_url, per_round=3, clip_norm=server_clip,
+                             run_extra=f"[aggregation]\nclip_norm = {run_clip}\n")
     status, rnd = current(service)
     start = global_of(service, status["global_hash"])
     for cid in rnd["sampled"]:

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from pflkit.sdk.run_config import (
+    AggregationConfig,
     AlgorithmConfig,
     ConfigError,
     DataConfig,
@@ -45,6 +46,28 @@ def test_same_seed_gives_bit_identical_weights(tmp_path):
     Simulation(other, tmp_path / "c", progress=False).run()
     assert not torch.equal(final_weights(tmp_path / "a")["head.weight"],
                            final_weights(tmp_path / "c")["head.weight"])
+
+
+def change_norm(after, before):
+    return sum(float(((after[k] - before[k]) ** 2).sum()) for k in before) ** 0.5
+
+
+@pytest.mark.parametrize("rule", ["mean", "median"])
+def test_the_aggregation_section_clips_each_update_in_pfl_sim(tmp_path, rule):
+    """Issue 23 item 2: pfl-sim uses the server's rules, chosen in the run config."""
+    plain = Simulation(config(rounds=1), tmp_path / "plain", progress=False)
+    clipped = Simulation(config(rounds=1).replace(aggregation=AggregationConfig(rule, 0.1, 0.05)),
+                         tmp_path / "clipped", progress=False)
+    start = plain.coordinator.global_state
+    assert_same(start, clipped.coordinator.global_state)
+    plain.run_round()
+    clipped.run_round()
+    free, bounded = plain.coordinator.global_state, clipped.coordinator.global_state
+    assert change_norm(free, start) > 0.05  # the rule had something to do
+    # each of the 3 updates moved at most 0.05: so does their mean; each coordinate of their
+    # median is one of theirs, so its norm is at most sqrt(3) x 0.05
+    assert change_norm(bounded, start) <= 0.05 * (1 + 1e-5) * (1 if rule == "mean" else 3**0.5)
+    assert "clip_norm = 0.05" in (tmp_path / "clipped" / "config.toml").read_text()
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "local"])
