@@ -41,7 +41,7 @@ from common import RESULTS, RUNS, pct, run, save, set_threads, subset
 
 from pflkit.export import load_run_source
 from pflkit.export.device_trainer import DeviceTrainer
-from pflkit.export.training_program import plan_trainer, program_bytes, relative_difference
+from pflkit.export.training_program import program_bytes, relative_difference, trainer_export
 from pflkit.sdk.algorithms.personal import EagerSession
 from pflkit.sdk.run_config import (
     AlgorithmConfig,
@@ -169,15 +169,15 @@ def speed(method: str) -> list[dict[str, Any]]:
     if not (run_dir / "global" / "latest.safetensors").is_file():
         raise SystemExit(f"{run_dir}: run the accuracy part first (make bench-on-device)")
     source = load_run_source(run_dir, 0)
-    trainer = plan_trainer(source)
+    trainer = trainer_export(source)
     sample = source.train.subset(torch.arange(min(len(source.train), 32)))
     device = DeviceTrainer(program_bytes(trainer, sample.x, sample.y, "{}"), trainer.section,
                            trainer.image_shape)
     eager = EagerSession(trainer.part)
-    plan = trainer.part.plan
+    recipe = trainer.part.recipe
     prepared = device.prepare(source.train.x[:max(BATCHES)])
-    lam = () if plan.lam is None else (plan.lam.constant(0.5),)
-    optimizer = plan.optimizers[0].name
+    lam = () if recipe.lam is None else (recipe.lam.constant(0.5),)
+    optimizer = recipe.optimizers[0].name
     rows = []
     for batch in BATCHES:
         inputs = (*(t[:batch] for t in prepared), source.train.y[:batch], *lam)

@@ -2,7 +2,7 @@
 
 :class:`DeviceTrainer` loads a ``personal_train.pte`` written by
 :mod:`pflkit.export.training_program` with ``executorch.extension.training`` and implements the
-:class:`~pflkit.sdk.algorithms.personal.Session` interface, so the same plan walk that trains
+:class:`~pflkit.sdk.algorithms.personal.Session` interface, so the same recipe walk that trains
 the eager stage trains the program: ``prepare`` (frozen, XNNPACK) once per row, then the joint
 forward/backward method ``train`` and one ExecuTorch SGD optimizer per parameter group, exactly
 what ``org.pytorch.executorch.training.TrainingModule`` and ``SGD`` do in the app.
@@ -23,12 +23,8 @@ from typing import Any
 import torch
 
 from pflkit.export.quiet import set_runtime_threads
-from pflkit.sdk.algorithms.personal import (
-    PREDICT_CHUNK,
-    Plan,
-    PlanResult,
-    run_plan,
-)
+from pflkit.sdk.algorithms.personal import PREDICT_CHUNK, RecipeResult, run_recipe
+from pflkit.sdk.algorithms.recipe import Recipe
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.tensorio import State, load_state, save_state
 
@@ -55,7 +51,7 @@ class DeviceTrainer:
         # The runtime reads the program from this buffer for its whole life: keep it referenced.
         self._buffer = program if isinstance(program, bytes) else Path(program).read_bytes()
         self.section = section
-        self.plan = Plan.from_card(section)
+        self.recipe = Recipe.from_card(section)
         self.image_shape = tuple(image_shape)
         with warnings.catch_warnings():  # the training API is marked experimental: known
             warnings.filterwarnings("ignore", message="This API is experimental")
@@ -70,7 +66,7 @@ class DeviceTrainer:
             raise TrainingProgramError(f"program parameters {sorted(self.parameters)} differ "
                                        f"from the card's {sorted(declared)}")
         self.optimizers = {}
-        for spec in self.plan.optimizers:
+        for spec in self.recipe.optimizers:
             if spec.kind != "sgd":
                 raise TrainingProgramError(f"optimizer '{spec.name}' is {spec.kind}: ExecuTorch's "
                                            f"training runtime offers SGD only")
@@ -133,7 +129,7 @@ class DeviceTrainer:
 
     # -- a device's whole stage -----------------------------------------------------------------
     def personalize(self, images: torch.Tensor, labels: torch.Tensor, seed: int = 0
-                    ) -> PlanResult:
+                    ) -> RecipeResult:
         """Run the card's stage on labelled rows: split them, train, choose lambda if asked.
 
         What an app does with the user's samples; rows are split by the card's ``splits``
@@ -141,12 +137,12 @@ class DeviceTrainer:
         """
         data = LabeledTensors(images, labels.long())
         gen = torch.Generator().manual_seed(seed)
-        rows = self.plan.split_rows(len(data), gen)
-        return run_plan(self.plan, self, data, rows, lambda _purpose: gen)
+        rows = self.recipe.split_rows(len(data), gen)
+        return run_recipe(self.recipe, self, data, rows, lambda _purpose: gen)
 
     def _train_inputs(self, prepared: tuple[torch.Tensor, ...], labels: torch.Tensor
                       ) -> tuple[torch.Tensor, ...]:
-        lam = () if self.plan.lam is None else (self.plan.lam.constant(0.0),)
+        lam = () if self.recipe.lam is None else (self.recipe.lam.constant(0.0),)
         return (*prepared, labels, *lam)
 
 

@@ -4,7 +4,7 @@
 :class:`OnDevicePersonalizer` instead of the algorithm's eager ``personalize``: the stage's
 :class:`~pflkit.sdk.algorithms.personal.PersonalTraining` is lowered to a training program,
 loaded in the ExecuTorch runtime with the client's starting weights, and walked through the
-same plan (same rows, same batch order, same lambda draws) by
+same recipe (same rows, same batch order, same lambda draws) by
 :class:`~pflkit.export.device_trainer.DeviceTrainer`; the trained weights become the client's
 state. This is the on-device path checked end to end on many clients.
 

@@ -32,7 +32,7 @@ from pflkit.export.source import Source
 from pflkit.export.training_program import (
     PROGRAM_FILE,
     PROGRAM_FORMAT,
-    plan_trainer,
+    trainer_export,
     write_trainer,
 )
 from pflkit.export.verify import verify
@@ -139,7 +139,7 @@ def export_model(source: Source, choice: Choice, out_dir: Path,
                     or ("run" in source.info and source.info.get("client") is None)):
         raise ExportError("--trainer trains one client's personal part: give --client N "
                           "(not --head generic or a class distribution)")
-    program = plan_trainer(source, trainer_params) if trainer else None
+    program = trainer_export(source, trainer_params) if trainer else None
     if program is not None:
         card["training"] = program.section
     sample = source.test.x[:64]

@@ -14,7 +14,7 @@ turns any such description into files a device runs:
 * the card's ``training`` section (docs/model-card.md): inputs, parameters, loss, optimizers,
   schedule, row splits, the lambda input and rule (SuPerFed).
 
-Verification is part of the export: :data:`VERIFY_STEPS` steps of the plan on the client's rows
+Verification is part of the export: :data:`VERIFY_STEPS` steps of the recipe on the client's rows
 in the ExecuTorch runtime (:class:`~pflkit.export.device_trainer.DeviceTrainer`) and in eager
 PyTorch (same batches, same lambda draws) must end with personal weights within
 :data:`RELATIVE_TOLERANCE` of each other.
@@ -36,7 +36,7 @@ from pflkit.export.formats import CARD_METHOD, PTE_MAX_BATCH
 from pflkit.export.portable_kernels import convolutions_as_matmul, joint_decompositions
 from pflkit.export.source import Source
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, RoundContext, make_algorithm
-from pflkit.sdk.algorithms.personal import EagerSession, PersonalTraining, run_plan
+from pflkit.sdk.algorithms.personal import EagerSession, PersonalTraining, run_recipe
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.tensorio import State, atomic_write_bytes, save_state
 
@@ -60,7 +60,7 @@ def device_stage(algorithm: Algorithm, global_state: State, client_state: Client
         raise OnDeviceStageError(f"{algorithm.name}: these hyperparameters give no "
                                  f"post-federation stage a device can run (docs/on-device.md "
                                  f"lists the ones that do)")
-    not_sgd = [o.name for o in part.plan.optimizers if o.kind != "sgd"]
+    not_sgd = [o.name for o in part.recipe.optimizers if o.kind != "sgd"]
     if not_sgd:
         raise OnDeviceStageError(f"{algorithm.name}: optimizer {', '.join(not_sgd)} is not SGD; "
                                  f"ExecuTorch's training runtime offers SGD only")
@@ -76,7 +76,7 @@ class TrainerExport:
     image_shape: tuple[int, ...]
 
 
-def plan_trainer(source: Source, params: dict[str, Any] | None = None) -> TrainerExport:
+def trainer_export(source: Source, params: dict[str, Any] | None = None) -> TrainerExport:
     """Ask the source's algorithm for its personal stage (``params`` override its settings)."""
     algorithm = source.algorithm
     if params:
@@ -116,11 +116,12 @@ def training_section(part: PersonalTraining, image_shape: tuple[int, ...], row: 
     inputs = [_spec(n, tuple(t.shape[1:]), **{"from": source})
               for n, t in zip(part.prepared_names, prepared, strict=True)]
     inputs.append(_spec("label", (), "int64", **{"from": "label"}))
-    if part.plan.lam is not None:
-        inputs.append(_spec("lam", (part.plan.lam.size,), batched=False, **{"from": "lambda"}))
+    lam = part.recipe.lam
+    if lam is not None:
+        inputs.append(_spec("lam", (lam.size,), batched=False, **{"from": "lambda"}))
     with torch.no_grad():
         logits = part.program(*(t for t in prepared), torch.zeros(1, dtype=torch.long),
-                              *(() if part.plan.lam is None else (part.plan.lam.constant(0),)))[1]
+                              *(() if lam is None else (lam.constant(0),)))[1]
     return {
         "schema_version": SCHEMA,
         "program": PROGRAM_FILE,
@@ -132,15 +133,15 @@ def training_section(part: PersonalTraining, image_shape: tuple[int, ...], row: 
         "outputs": [_spec("loss", (), batched=False), _spec("logits", tuple(logits.shape[1:]))],
         "parameters": [_spec(n, tuple(w.shape), batched=False)
                        for n, w in part.initial_weights().items()],
-        "max_batch": max(PTE_MAX_BATCH, part.plan.batch_size),
-        **part.plan.to_card(),
+        "max_batch": max(PTE_MAX_BATCH, part.recipe.batch_size),
+        **part.recipe.to_card(),
     }
 
 
 def _example(part: PersonalTraining, images: torch.Tensor, labels: torch.Tensor
              ) -> tuple[torch.Tensor, ...]:
     prepared = EagerSession(part).prepare(images)
-    lam = () if part.plan.lam is None else (part.plan.lam.constant(0.5),)
+    lam = () if part.recipe.lam is None else (part.recipe.lam.constant(0.5),)
     return (*prepared, labels, *lam)
 
 
@@ -212,9 +213,9 @@ def verify_trainer(trainer: TrainerExport, path: Path, source: Source) -> dict[s
     part = trainer.part
     device = DeviceTrainer(path, trainer.section, trainer.image_shape)
     eager = EagerSession(part)
-    endless = dataclasses.replace(part.plan, epochs=VERIFY_STEPS)  # >= VERIFY_STEPS steps
-    runs = [run_plan(endless, s, source.train, part.rows, part.generator,
-                     max_steps=VERIFY_STEPS) for s in (eager, device)]
+    endless = dataclasses.replace(part.recipe, epochs=VERIFY_STEPS)  # >= VERIFY_STEPS steps
+    runs = [run_recipe(endless, s, source.train, part.rows, part.generator,
+                       max_steps=VERIFY_STEPS) for s in (eager, device)]
     diff = relative_difference(device.weights(), eager.weights())
     entry = {"file": PROGRAM_FILE, "kind": "training", "precision": "fp32",
              "steps": runs[0].steps, "rows": len(source.train), "max_rel_weight_diff": diff,

@@ -63,15 +63,8 @@ from pflkit.sdk.algorithms.fedrod_objective import (  # noqa: F401 (re-exported 
     fedrod_loss,
     log_prior,
 )
-from pflkit.sdk.algorithms.personal import (
-    TRAIN_ROWS,
-    EagerSession,
-    Optimizer,
-    PersonalTraining,
-    Phase,
-    Plan,
-    personalize_with,
-)
+from pflkit.sdk.algorithms.personal import EagerSession, PersonalTraining, personalize_with
+from pflkit.sdk.algorithms.recipe import TRAIN_ROWS, Optimizer, Phase, Recipe
 from pflkit.sdk.algorithms.state_layout import strip_prefix
 from pflkit.sdk.batched_training import BatchPlan, stack, train_together
 from pflkit.sdk.class_distribution import ClassDistributionError as ClassDistributionError
@@ -277,7 +270,7 @@ class FedRoD(FedRoDInference):
         program = PersonalHeadProgram(net.phead)
         names = tuple(n for n, _ in program.named_parameters())
         lr = ctx.lr if p.ft_lr is None else p.ft_lr
-        plan = Plan(
+        recipe = Recipe(
             (Optimizer("phi", names, lr, self.local.momentum, self.local.weight_decay),),
             (Phase("phi", purpose="fedrod-final-pass"),), p.ft_epochs, self.local.batch_size,
             "cross_entropy(generic_logits + h_P(features; phi), label): FedRoD's personalized "
@@ -287,7 +280,7 @@ class FedRoD(FedRoDInference):
         def finish(weights: State, chosen: dict, losses: dict[str, float]) -> ClientState:
             return ClientState({**state.tensors, **weights}, meta)
 
-        return PersonalTraining(plan, program, FrozenFeatures(net.body, net.head),
+        return PersonalTraining(recipe, program, FrozenFeatures(net.body, net.head),
                                 {TRAIN_ROWS: torch.arange(len(data))}, ctx.generator, finish,
                                 ("features", "generic_logits"))
 

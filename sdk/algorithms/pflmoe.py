@@ -55,16 +55,8 @@ from pflkit.sdk.algorithms.base import (
 )
 from pflkit.sdk.algorithms.fedavg import FedAvg
 from pflkit.sdk.algorithms.inference import InferenceModel, Mixture
-from pflkit.sdk.algorithms.personal import (
-    TRAIN_ROWS,
-    EagerSession,
-    Optimizer,
-    PersonalTraining,
-    Phase,
-    Plan,
-    Split,
-    personalize_with,
-)
+from pflkit.sdk.algorithms.personal import EagerSession, PersonalTraining, personalize_with
+from pflkit.sdk.algorithms.recipe import TRAIN_ROWS, Optimizer, Phase, Recipe, Split
 from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of, strip_prefix
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import SplitModel
@@ -266,11 +258,11 @@ class PFLMoE(FedAvg):
                                         p.gate_lr, p.momentum, p.weight_decay,
                                         kind=p.gate_optimizer))
             phases.append(Phase("gate", "gate", purpose="pflmoe-gate"))
-        plan = Plan(tuple(optimizers), tuple(phases), p.epochs, p.batch_size,
-                    "personal_head: cross_entropy(C_i(a), label) on the train rows; gate: "
-                    "cross_entropy(g C(a) + (1 - g) C_i(a), label) with both experts frozen, on "
-                    "the gate rows (the program's loss is the sum; each optimizer steps its own "
-                    "term)", (Split("gate", p.gate_fraction, "skip"),))
+        recipe = Recipe(tuple(optimizers), tuple(phases), p.epochs, p.batch_size,
+                        "personal_head: cross_entropy(C_i(a), label) on the train rows; gate: "
+                        "cross_entropy(g C(a) + (1 - g) C_i(a), label) with both experts frozen, "
+                        "on the gate rows (the program's loss is the sum; each optimizer steps "
+                        "its own term)", (Split("gate", p.gate_fraction, "skip"),))
         meta = {**client_state.meta, "split_seed": seed, "variant": p.variant,
                 "gate_input": {"fb": None, "mf": "x", "mfe": "a"}[p.variant],
                 "n_per": len(per_idx), "n_gate": len(gate_idx), "epochs": p.epochs,
@@ -282,7 +274,7 @@ class PFLMoE(FedAvg):
 
         prepared = ("features",) if p.variant == "fb" else \
             ("features", "global_logits", "gate_input")
-        return PersonalTraining(plan, program, prepare, {TRAIN_ROWS: per_idx, "gate": gate_idx},
+        return PersonalTraining(recipe, program, prepare, {TRAIN_ROWS: per_idx, "gate": gate_idx},
                                 ctx.generator, finish, prepared)
 
     def inference_model(self, global_state: State, client_state: ClientState,

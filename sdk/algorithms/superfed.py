@@ -60,13 +60,20 @@ from pflkit.sdk.algorithms.base import (
 )
 from pflkit.sdk.algorithms.fedavg import train_proximal, train_proximal_batch
 from pflkit.sdk.algorithms.mixing import float_buffers
-from pflkit.sdk.algorithms.personal import (  # noqa: F401 (LAMBDA_GRID, choose_lambda: API)
+from pflkit.sdk.algorithms.personal import (  # noqa: F401 (choose_lambda: API)
+    EagerSession,
+    PersonalTraining,
+    choose_lambda,
+    choose_lambda_from,
+    personalize_with,
+)
+from pflkit.sdk.algorithms.recipe import (
     LAMBDA_GRID,
     TRAIN_ROWS,
     LambdaInput,
     Optimizer,
     Phase,
-    Plan,
+    Recipe,
     Split,
 )
 from pflkit.sdk.algorithms.superfed_inference import LAMBDA, LOCAL, SuPerFedInference
@@ -286,7 +293,7 @@ class SuPerFed(SuPerFedInference):
         layer, _ = layout.layers()
         trainable = tuple(n for n, _ in program.named_parameters() if n.startswith(LOCAL))
         train, held_out = self.split_rows(len(data), ctx.seed, ctx.client_id)
-        plan = Plan(
+        recipe = Recipe(
             (Optimizer("local", trainable, ctx.lr if p.ft_lr is None else p.ft_lr,
                        self.local.momentum, self.local.weight_decay),),
             (Phase("local", purpose="superfed-final-pass"),), p.ft_epochs, self.local.batch_size,
@@ -301,7 +308,7 @@ class SuPerFed(SuPerFedInference):
                    ) -> ClientState:
             return ClientState({**client_state.tensors, **weights}, {**meta, **chosen})
 
-        return PersonalTraining(plan, program, None, {TRAIN_ROWS: train, "holdout": held_out},
+        return PersonalTraining(recipe, program, None, {TRAIN_ROWS: train, "holdout": held_out},
                                 ctx.generator, finish)
 
     def evaluation_choices(self, client_state: ClientState) -> dict[str, Choice | None]:

@@ -16,7 +16,7 @@ from torch import nn
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, State
 from pflkit.sdk.algorithms.inference import NUMBER, Choice, ChoiceSpec, InferenceModel, Mixture
 from pflkit.sdk.algorithms.mixing import RuntimeMixture, mix_states
-from pflkit.sdk.algorithms.personal import LAMBDA_GRID
+from pflkit.sdk.algorithms.recipe import LAMBDA_GRID
 from pflkit.sdk.algorithms.state_layout import strip_prefix
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.metrics import Scores, predict, scores_from_logits

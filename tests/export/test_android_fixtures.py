@@ -96,14 +96,14 @@ TRAINER_DIRS = sorted(p.parent for p in FIXTURES.glob("trainer/*/model_card.json
 
 
 @pytest.mark.parametrize("folder", TRAINER_DIRS, ids=lambda p: p.name)
-def test_the_trainer_fixtures_are_plans_pflkit_reads(folder: Path) -> None:
-    """The Java PlanRunner's fixtures: pflkit still reads their plan and initial weights."""
-    from pflkit.sdk.algorithms.personal import Plan
+def test_the_trainer_fixtures_are_recipes_pflkit_reads(folder: Path) -> None:
+    """The Java RecipeRunner's fixtures: pflkit still reads their recipe and initial weights."""
+    from pflkit.sdk.algorithms.recipe import Recipe
     from pflkit.sdk.tensorio import load_state
 
     section = load(folder / "model_card.json")["training"]
-    plan = Plan.from_card(section)
-    assert plan.to_card().items() <= section.items()
+    recipe = Recipe.from_card(section)
+    assert recipe.to_card().items() <= section.items()
     weights = load_state(folder / section["initial_weights"])
     assert {p["name"]: p["shape"] for p in section["parameters"]} == {
         n: list(t.shape) for n, t in weights.items()}

@@ -20,11 +20,11 @@ from pflkit.export.training_program import (
     PROGRAM_FILE,
     VERIFY_STEPS,
     WEIGHTS_FILE,
-    plan_trainer,
     relative_difference,
+    trainer_export,
 )
 from pflkit.sdk.algorithms.fedrod import zero_shot_head
-from pflkit.sdk.algorithms.personal import EagerSession, run_plan
+from pflkit.sdk.algorithms.personal import EagerSession, run_recipe
 from pflkit.sdk.algorithms.superfed import LAMBDA_GRID
 from pflkit.sdk.tensorio import load_state
 
@@ -59,13 +59,13 @@ def exported(make_run, tmp_path_factory):
 def test_program_trains_like_eager_pytorch_for_20_steps(case, exported):
     out, source, card = exported(case)
     device = DeviceTrainer.from_export(out)  # as an app loads it: card, .pte, safetensors
-    part = plan_trainer(source, CASES[case][1]).part  # the algorithm's stage, built afresh
+    part = trainer_export(source, CASES[case][1]).part  # the algorithm's stage, built afresh
     eager = EagerSession(part)
-    plan = dataclasses.replace(part.plan, epochs=VERIFY_STEPS)
+    recipe = dataclasses.replace(part.recipe, epochs=VERIFY_STEPS)
     start = device.weights()
     for session in (eager, device):
-        assert run_plan(plan, session, source.train, part.rows, part.generator,
-                        max_steps=VERIFY_STEPS).steps == VERIFY_STEPS
+        assert run_recipe(recipe, session, source.train, part.rows, part.generator,
+                          max_steps=VERIFY_STEPS).steps == VERIFY_STEPS
     got, want = device.weights(), eager.weights()
     assert sorted(got) == sorted(want) == sorted(p["name"] for p in card["training"]["parameters"])
     assert relative_difference(got, want) <= 1e-4
@@ -105,19 +105,19 @@ def test_card_files_and_embedded_card(case, exported):
 
 def test_initial_weights_are_where_each_stage_starts(make_run):
     linear = load_run_source(make_run("fedrod_linear"), CLIENT)
-    phi = plan_trainer(linear, HEAD).part.initial_weights()
+    phi = trainer_export(linear, HEAD).part.initial_weights()
     assert all(torch.equal(v, linear.client_state.tensors[k]) for k, v in phi.items())
     hyper = load_run_source(make_run("fedrod_hyper"), CLIENT)
     counts = hyper.client_state.meta["class_counts"]
     generated = zero_shot_head(hyper.global_state, counts)  # H(a_m; nu-bar)
-    got = plan_trainer(hyper, HEAD).part.initial_weights()
+    got = trainer_export(hyper, HEAD).part.initial_weights()
     assert all(torch.equal(got[f"phi.{k}"], v) for k, v in generated.items())
     superfed = load_run_source(make_run("superfed_mm"), CLIENT)
-    local = plan_trainer(superfed, {"ft_epochs": 1}).part.initial_weights()
+    local = trainer_export(superfed, {"ft_epochs": 1}).part.initial_weights()
     assert local and all(torch.equal(v, superfed.client_state.tensors[k])
                          for k, v in local.items())
     moe = load_run_source(make_run("pflmoe"), CLIENT)
-    start = plan_trainer(moe).part.initial_weights()
+    start = trainer_export(moe).part.initial_weights()
     assert all(torch.equal(start[f"personal.{k}"], moe.global_state[k])
                for k in moe.global_state if k.startswith("head."))
     assert not start["gate.weight"].any() and not start["gate.bias"].any()
@@ -134,7 +134,7 @@ def test_device_personalization_feeds_the_algorithms_own_model(exported):
                                 meta={**source.client_state.meta, **result.chosen})
     model = source.algorithm.personalized_model(source.global_state, state)
     x = source.test.x[:16]
-    lam = device.plan.lam.constant(result.chosen["lambda"])
+    lam = device.recipe.lam.constant(result.chosen["lambda"])
     got = device.logits((x, torch.zeros(16, dtype=torch.long), lam))
     with torch.no_grad():
         torch.testing.assert_close(got, model(x), atol=1e-4, rtol=0)
@@ -220,8 +220,8 @@ def test_variants_and_conv_models_train_like_eager(algorithm, model, params):
                            trainer.section, (1, 8, 8))
     device.load_weights(part.initial_weights())
     eager = EagerSession(part)
-    plan = dataclasses.replace(part.plan, epochs=VERIFY_STEPS)
+    recipe = dataclasses.replace(part.recipe, epochs=VERIFY_STEPS)
     for session in (eager, device):
-        run_plan(plan, session, data, part.rows, part.generator, max_steps=VERIFY_STEPS)
+        run_recipe(recipe, session, data, part.rows, part.generator, max_steps=VERIFY_STEPS)
     assert relative_difference(device.weights(), eager.weights()) <= 1e-4
     assert relative_difference(device.weights(), part.initial_weights()) > 1e-3

@@ -141,7 +141,7 @@ def test_the_gate_step_changes_only_the_gate_and_the_head_step_only_the_head():
 
 def test_a_pass_cut_short_by_max_steps_reports_the_mean_loss_of_its_steps():
     """The export's parity entry (last_loss_eager / _program) reads these: never empty."""
-    from pflkit.sdk.algorithms.personal import EagerSession, run_plan
+    from pflkit.sdk.algorithms.personal import EagerSession, run_recipe
 
     algo = algorithm("mfe", TWONN)
     local = data(200, (1, 8, 8))
@@ -155,7 +155,7 @@ def test_a_pass_cut_short_by_max_steps_reports_the_mean_loss_of_its_steps():
         return seen[-1]
 
     session.step = recording
-    result = run_plan(part.plan, session, local, part.rows, part.generator, max_steps=4)
+    result = run_recipe(part.recipe, session, local, part.rows, part.generator, max_steps=4)
     assert result.steps == 4 and len(seen) == 4  # the first pass has 10 batches
     assert result.losses == {"personal_head": pytest.approx(sum(seen) / 4)}
 

@@ -4,7 +4,7 @@ import java.io.Closeable
 import java.io.File
 import org.pflkit.core.TrainingSection
 import org.pflkit.core.personal.ParameterWriter
-import org.pflkit.core.personal.PlanRunner
+import org.pflkit.core.personal.RecipeRunner
 import org.pflkit.core.personal.ProgramInput
 import org.pflkit.core.personal.TrainingSession
 import org.pytorch.executorch.EValue
@@ -16,8 +16,8 @@ import org.pytorch.executorch.training.TrainingModule
 /**
  * The core's [TrainingSession] on ExecuTorch's training runtime: the card's `train` method
  * through [TrainingModule] (forward + backward in one call), one [SGD] per optimizer of the
- * plan, `prepare` (frozen, inference) through a [Module] on the same file. Everything else
- * (schedule, splits, lambda, accuracy) is the host-tested core's [PlanRunner]. [open] closes
+ * recipe, `prepare` (frozen, inference) through a [Module] on the same file. Everything else
+ * (schedule, splits, lambda, accuracy) is the host-tested core's [RecipeRunner]. [open] closes
  * what it loaded when a later step fails; [close] closes both modules (an [SGD] has no close
  * in ExecuTorch 1.5: its native optimizer is freed when it is garbage-collected with this
  * session).
@@ -25,7 +25,7 @@ import org.pytorch.executorch.training.TrainingModule
 class ExecuTorchTrainingSession private constructor(
     private val module: TrainingModule,
     private val prepareModule: Module?,
-    private val plan: TrainingSection,
+    private val recipe: TrainingSection,
     private val imageShape: LongArray,
 ) : TrainingSession, Closeable {
     private val parameters: Map<String, Tensor>
@@ -36,15 +36,15 @@ class ExecuTorchTrainingSession private constructor(
         // executorch 1.5.1: namedParameters exists only after a first forward_backward (it
         // computes gradients on zero inputs and changes no weight)
         val zeros = FloatArray(imageShape.fold(1L) { a, b -> a * b }.toInt())
-        val runner = PlanRunner(plan, this, imageShape)
+        val runner = RecipeRunner(recipe, this, imageShape)
         val warmup = runner.batch(runner.prepare(zeros, longArrayOf(0)), intArrayOf(0), 0f)
-        module.executeForwardBackward(plan.trainMethod, *evalues(warmup).toTypedArray())
-        parameters = module.namedParameters(plan.trainMethod)
-        check(parameters.keys == plan.parameterNames().toSet()) {
+        module.executeForwardBackward(recipe.trainMethod, *evalues(warmup).toTypedArray())
+        parameters = module.namedParameters(recipe.trainMethod)
+        check(parameters.keys == recipe.parameterNames().toSet()) {
             "the program's parameters ${parameters.keys.sorted()} differ from the card's " +
-                "${plan.parameterNames().sorted()}"
+                "${recipe.parameterNames().sorted()}"
         }
-        optimizers = plan.optimizers.associate { o ->
+        optimizers = recipe.optimizers.associate { o ->
             o.name to SGD.create(o.parameters.associateWith { parameters.getValue(it) },
                 o.lr, o.momentum, o.dampening, o.weightDecay, o.nesterov)
         }
@@ -52,14 +52,14 @@ class ExecuTorchTrainingSession private constructor(
     }
 
     companion object {
-        /** Load [program] for [plan]; whatever was loaded is closed again if a step fails. */
-        fun open(program: File, plan: TrainingSection, imageShape: LongArray):
+        /** Load [program] for [recipe]; whatever was loaded is closed again if a step fails. */
+        fun open(program: File, recipe: TrainingSection, imageShape: LongArray):
             ExecuTorchTrainingSession {
             val module = TrainingModule.load(program.absolutePath)
             var prepareModule: Module? = null
             try {
-                prepareModule = plan.prepareMethod?.let { Module.load(program.absolutePath) }
-                return ExecuTorchTrainingSession(module, prepareModule, plan, imageShape)
+                prepareModule = recipe.prepareMethod?.let { Module.load(program.absolutePath) }
+                return ExecuTorchTrainingSession(module, prepareModule, recipe, imageShape)
             } catch (e: Throwable) {
                 runCatching { closeAll(prepareModule, module) }.exceptionOrNull()
                     ?.let(e::addSuppressed)
@@ -82,22 +82,22 @@ class ExecuTorchTrainingSession private constructor(
     }
 
     override fun prepare(images: FloatArray, rows: Int): List<FloatArray> {
-        val method = checkNotNull(plan.prepareMethod) { "this program reads the images" }
+        val method = checkNotNull(recipe.prepareMethod) { "this program reads the images" }
         val input = Tensor.fromBlob(images, longArrayOf(rows.toLong(), *imageShape))
         return checkNotNull(prepareModule).execute(method, EValue.from(input))
             .map { it.toTensor().dataAsFloatArray }
     }
 
     override fun step(optimizer: String, inputs: List<ProgramInput>): Float {
-        val outputs = module.executeForwardBackward(plan.trainMethod,
+        val outputs = module.executeForwardBackward(recipe.trainMethod,
             *evalues(inputs).toTypedArray())
-        optimizers.getValue(optimizer).step(module.namedGradients(plan.trainMethod))
+        optimizers.getValue(optimizer).step(module.namedGradients(recipe.trainMethod))
         return outputs[0].toTensor().dataAsFloatArray[0]
     }
 
     /** The `logits` output; the gradients computed on the way are not applied. */
     override fun logits(inputs: List<ProgramInput>): FloatArray =
-        module.executeForwardBackward(plan.trainMethod, *evalues(inputs).toTypedArray())[1]
+        module.executeForwardBackward(recipe.trainMethod, *evalues(inputs).toTypedArray())[1]
             .toTensor().dataAsFloatArray
 
     override fun weights(): Map<String, FloatArray> =

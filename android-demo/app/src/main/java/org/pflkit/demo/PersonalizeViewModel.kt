@@ -77,7 +77,7 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
         } catch (e: Exception) {
             return _status.postValue(e.message)
         }
-        val plan = files.card.training ?: return _status.postValue(text(R.string.no_trainer))
+        val recipe = files.card.training ?: return _status.postValue(text(R.string.no_trainer))
         card = files.card
         exportDir = files.dir
         _classes.postValue(files.card.classes)
@@ -87,19 +87,19 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
         postCounts()
         val samplesNote = opened.problem()?.let { "\n" + text(R.string.samples_unusable, it) }
             .orEmpty()
-        val program = files.card.artifacts.firstOrNull { it.file == plan.program }
-            ?: return _status.postValue(text(R.string.trainer_not_listed, plan.program) +
+        val program = files.card.artifacts.firstOrNull { it.file == recipe.program }
+            ?: return _status.postValue(text(R.string.trainer_not_listed, recipe.program) +
                 samplesNote)
         // the same fallback rule as the classify screen: a native library that cannot load
         // is an Error, reported instead of killing this thread
         val loaded = ModelLoader.openFirst(listOf(program)) {
-            ExecuTorchTrainingSession.open(files.verified(it), plan, shape)
+            ExecuTorchTrainingSession.open(files.verified(it), recipe, shape)
         }
         val s = loaded.backend ?: return _status.postValue(
             text(R.string.load_failed, loaded.failures.joinToString("\n")) + samplesNote)
         programSha = program.sha256
         val problem = try {
-            restoreWeights(plan, s)
+            restoreWeights(recipe, s)
         } catch (e: Exception) {
             runCatching { s.close() }  // without its personal weights the program is not used
             return _status.postValue(text(R.string.weights_failed, e.message ?: e.toString()) +
@@ -107,7 +107,7 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
         }
         session = s
         _status.postValue((problem?.let { text(R.string.weights_not_restored, it) }
-            ?: text(R.string.trainer_ready, plan.loss)) + samplesNote)
+            ?: text(R.string.trainer_ready, recipe.loss)) + samplesNote)
         show(Images.sample(getApplication()))
     }
 
@@ -115,15 +115,15 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
      * The saved personal weights of this program, else the export's initial ones; returns why
      * saved weights were not used, if they were not.
      */
-    private fun restoreWeights(plan: TrainingSection, s: ExecuTorchTrainingSession): String? {
-        val restored = PersonalWeights.restore(plan, dir, programSha, checkNotNull(exportDir), s)
-        lambda = restored.lambda ?: exportedLambda(plan)
+    private fun restoreWeights(recipe: TrainingSection, s: ExecuTorchTrainingSession): String? {
+        val restored = PersonalWeights.restore(recipe, dir, programSha, checkNotNull(exportDir), s)
+        lambda = restored.lambda ?: exportedLambda(recipe)
         return restored.problem
     }
 
-    private fun exportedLambda(plan: TrainingSection): Float {
+    private fun exportedLambda(recipe: TrainingSection): Float {
         val verified = card?.verifiedLambda ?: Float.NaN
-        return plan.lambda?.fixed?.toFloat() ?: if (verified.isNaN()) 0.5f else verified
+        return recipe.lambda?.fixed?.toFloat() ?: if (verified.isNaN()) 0.5f else verified
     }
 
     fun showSample() = work { show(Images.sample(getApplication())) }
@@ -152,7 +152,7 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
     /** Train the personal part on the samples; held-out accuracy before and after. */
     fun personalize() = work {
         val c = card ?: return@work
-        val plan = c.training ?: return@work
+        val recipe = c.training ?: return@work
         val s = session ?: return@work _status.postValue(text(R.string.no_program))
         val data = samples ?: return@work
         if (data.size() < Personalizer.HOLD_OUT_EVERY) {
@@ -161,22 +161,22 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
         }
         _status.postValue(text(R.string.training))
         val report = try {
-            Personalizer.run(plan, s, imageShape(c), data.images(), data.labels(), lambda,
+            Personalizer.run(recipe, s, imageShape(c), data.images(), data.labels(), lambda,
                 data.size().toLong())
         } catch (e: Exception) {
             return@work _status.postValue(text(R.string.training_failed, e.message))
         }
-        PersonalWeights.save(dir, plan, programSha, report.weights, report.lambdaAfter)
+        PersonalWeights.save(dir, recipe, programSha, report.weights, report.lambdaAfter)
         report.lambdaAfter?.let { lambda = it }
         _status.postValue(describe(report))
     }
 
     /** Back to the export's initial personal weights. */
     fun reset() = work {
-        val plan = card?.training ?: return@work
+        val recipe = card?.training ?: return@work
         val s = session ?: return@work _status.postValue(text(R.string.no_program))
-        PersonalWeights.reset(plan, dir, checkNotNull(exportDir), s)
-        lambda = exportedLambda(plan)
+        PersonalWeights.reset(recipe, dir, checkNotNull(exportDir), s)
+        lambda = exportedLambda(recipe)
         _status.postValue(text(R.string.weights_reset))
     }
 
@@ -187,14 +187,14 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
      */
     fun joinRound(server: String, token: String) = work {
         val c = card ?: return@work
-        val plan = c.training ?: return@work
+        val recipe = c.training ?: return@work
         val s = session ?: return@work _status.postValue(text(R.string.no_program))
         val data = samples ?: return@work
         _status.postValue(text(R.string.joining, server))
         val message = try {
             val client = FederatedClient.open(server, File(dir, "federated"))
             if (!client.isEnrolled()) client.enroll(token)
-            val trainer = ProgramRoundTrainer(plan, s, imageShape(c), data.images(),
+            val trainer = ProgramRoundTrainer(recipe, s, imageShape(c), data.images(),
                 data.labels(), client.clientId())
             val step = client.step(trainer)
             text(R.string.joined, client.clientId(), step.toString(), step.retryAfterSeconds)
@@ -202,7 +202,7 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
             text(R.string.join_failed, e.message)
         }
         // the round overwrote the program's weights
-        val problem = restoreWeights(plan, s)
+        val problem = restoreWeights(recipe, s)
         _status.postValue(problem?.let { message + "\n" + text(R.string.weights_not_restored, it) }
             ?: message)
     }

@@ -7,7 +7,7 @@ import org.pflkit.core.TrainingSection;
 
 /**
  * The app's personalize flow: a quarter of the user's labelled samples is held out; the card's
- * plan trains the personal part on the rest (splitting them further as the plan says, and
+ * recipe trains the personal part on the rest (splitting them further as the recipe says, and
  * re-choosing SuPerFed's lambda on its own split); the held-out accuracy is measured before and
  * after with the same program.
  */
@@ -31,7 +31,7 @@ public final class Personalizer {
     public final Float lambdaAfter;
     public final Map<String, float[]> weights;
 
-    Report(int trainRows, int heldOutRows, double before, double after, PlanRunner.Result run,
+    Report(int trainRows, int heldOutRows, double before, double after, RecipeRunner.Result run,
         Float lambdaBefore, Float lambdaAfter, Map<String, float[]> weights) {
       this.trainRows = trainRows;
       this.heldOutRows = heldOutRows;
@@ -50,25 +50,25 @@ public final class Personalizer {
    * preprocessed {@code images}; {@code lambda} is the model's current lambda (ignored without
    * a lambda input). Deterministic in {@code seed}.
    */
-  public static Report run(TrainingSection plan, TrainingSession session, long[] imageShape,
+  public static Report run(TrainingSection recipe, TrainingSession session, long[] imageShape,
       float[] images, long[] labels, float lambda, long seed) throws Exception {
-    PlanRunner runner = new PlanRunner(plan, session, imageShape);
-    PlanRunner.Data data = runner.prepare(images, labels);
+    RecipeRunner runner = new RecipeRunner(recipe, session, imageShape);
+    RecipeRunner.Data data = runner.prepare(images, labels);
     Random rng = new Random(seed);
-    int[] order = PlanRunner.permutation(data.rows, rng);
+    int[] order = RecipeRunner.permutation(data.rows, rng);
     int held = data.rows / HOLD_OUT_EVERY;
     int[] heldOut = sorted(Arrays.copyOfRange(order, 0, held));
     int[] train = sorted(Arrays.copyOfRange(order, held, data.rows));
-    PlanRunner.Data trainData = subset(data, train);
+    RecipeRunner.Data trainData = subset(data, train);
 
-    Float lamBefore = plan.lambda == null ? null : lambda;
+    Float lamBefore = recipe.lambda == null ? null : lambda;
     float lam = lamBefore == null ? 0f : lamBefore;
     double before = held == 0 ? Double.NaN : runner.accuracy(data, heldOut, lam);
     Map<String, int[]> rows = runner.splitRows(trainData.rows, rng);
-    PlanRunner.Result result = runner.train(trainData, rows, rng);
+    RecipeRunner.Result result = runner.train(trainData, rows, rng);
     Float lamAfter = lamBefore;
-    if (plan.chooseLambdaOn != null && rows.get(plan.chooseLambdaOn).length > 0) {
-      lamAfter = runner.chooseLambda(trainData, rows.get(plan.chooseLambdaOn));
+    if (recipe.chooseLambdaOn != null && rows.get(recipe.chooseLambdaOn).length > 0) {
+      lamAfter = runner.chooseLambda(trainData, rows.get(recipe.chooseLambdaOn));
     }
     double after = held == 0 ? Double.NaN
         : runner.accuracy(data, heldOut, lamAfter == null ? 0f : lamAfter);
@@ -76,7 +76,7 @@ public final class Personalizer {
         session.weights());
   }
 
-  private static PlanRunner.Data subset(PlanRunner.Data data, int[] rows) {
+  private static RecipeRunner.Data subset(RecipeRunner.Data data, int[] rows) {
     java.util.List<float[]> inputs = new java.util.ArrayList<float[]>();
     for (float[] all : data.inputs) {
       if (all == null) {
@@ -94,7 +94,7 @@ public final class Personalizer {
     for (int i = 0; i < rows.length; i++) {
       labels[i] = data.labels[rows[i]];
     }
-    return new PlanRunner.Data(rows.length, inputs, labels);
+    return new RecipeRunner.Data(rows.length, inputs, labels);
   }
 
   private static int[] sorted(int[] rows) {

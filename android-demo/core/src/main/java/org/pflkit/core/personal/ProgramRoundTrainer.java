@@ -13,7 +13,7 @@ import org.pflkit.core.fl.Task;
 
 /**
  * A federated round trained by a training program on the device's labelled samples: the
- * round's global tensors are written into the program's parameters, the card's plan trains
+ * round's global tensors are written into the program's parameters, the card's recipe trains
  * them, and the trained parameters are the update.
  *
  * <p>This works only when the program's parameters are exactly the run's update (same names
@@ -22,16 +22,16 @@ import org.pflkit.core.fl.Task;
  * trainer refuses with both name lists instead of uploading something the server would reject.
  */
 public final class ProgramRoundTrainer implements RoundTrainer {
-  private final TrainingSection plan;
+  private final TrainingSection recipe;
   private final TrainingSession session;
   private final long[] imageShape;
   private final float[] images;
   private final long[] labels;
   private final long seed;
 
-  public ProgramRoundTrainer(TrainingSection plan, TrainingSession session, long[] imageShape,
+  public ProgramRoundTrainer(TrainingSection recipe, TrainingSession session, long[] imageShape,
       float[] images, long[] labels, long seed) {
-    this.plan = plan;
+    this.recipe = recipe;
     this.session = session;
     this.imageShape = imageShape.clone();
     this.images = images;
@@ -41,21 +41,21 @@ public final class ProgramRoundTrainer implements RoundTrainer {
 
   @Override
   public Result train(Task task, Safetensors global, ClientState state) throws Exception {
-    TreeSet<String> programs = new TreeSet<String>(plan.parameterNames());
+    TreeSet<String> programs = new TreeSet<String>(recipe.parameterNames());
     TreeSet<String> update = new TreeSet<String>(global.tensors.keySet());
     if (!programs.equals(update)) {
       throw new IllegalStateException("this training program trains " + programs + "; the "
           + "run's update is " + update + ": a personal part never leaves the device, so it "
           + "cannot be this run's update");
     }
-    session.loadWeights(PersonalWeights.fromTensors(plan, global.tensors, "global state"));
-    PlanRunner runner = new PlanRunner(plan, session, imageShape);
-    PlanRunner.Data data = runner.prepare(images, labels);
+    session.loadWeights(PersonalWeights.fromTensors(recipe, global.tensors, "global state"));
+    RecipeRunner runner = new RecipeRunner(recipe, session, imageShape);
+    RecipeRunner.Data data = runner.prepare(images, labels);
     Random rng = new Random(seed ^ (task.round == null ? 0 : task.round));
-    PlanRunner.Result result = runner.train(data, runner.splitRows(data.rows, rng), rng);
+    RecipeRunner.Result result = runner.train(data, runner.splitRows(data.rows, rng), rng);
     Map<String, TensorData> out = new LinkedHashMap<String, TensorData>();
     Map<String, float[]> weights = session.weights();
-    for (TrainingSection.Parameter p : plan.parameters) {
+    for (TrainingSection.Parameter p : recipe.parameters) {
       out.put(p.name, TensorData.ofFloats(p.shape, weights.get(p.name)));
     }
     Map<String, Double> metrics = new LinkedHashMap<String, Double>();

@@ -4,7 +4,7 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * One engine's view of a loaded training program: the only calls {@link PlanRunner} makes
+ * One engine's view of a loaded training program: the only calls {@link RecipeRunner} makes
  * (pflkit's Python {@code Session}). On Android: ExecuTorch's {@code TrainingModule} and
  * {@code SGD}; on the host: any engine that implements the same maths.
  */

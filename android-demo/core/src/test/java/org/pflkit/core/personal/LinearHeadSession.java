@@ -7,7 +7,7 @@ import java.util.Map;
 import org.pflkit.core.TrainingSection;
 
 /**
- * A host engine for the plan runner's tests: the program "logits = ((1 - lam) Wf + lam W) x + b"
+ * A host engine for the recipe runner's tests: the program "logits = ((1 - lam) Wf + lam W) x + b"
  * (lam = 1 without a lambda input) with personal parameters {@code head.weight} W and
  * {@code head.bias} b, softmax cross-entropy, and SGD with torch's momentum, dampening,
  * weight-decay and Nesterov rules. Real maths in plain Java: the Android engine is ExecuTorch.
@@ -18,11 +18,11 @@ final class LinearHeadSession implements TrainingSession {
   final float[] frozen;  // Wf
   final Map<String, float[]> params = new LinkedHashMap<>();
   private final Map<String, float[]> momentum = new LinkedHashMap<>();
-  private final TrainingSection plan;
+  private final TrainingSection recipe;
   int steps;
 
-  LinearHeadSession(TrainingSection plan, int features, int classes, float[] frozen) {
-    this.plan = plan;
+  LinearHeadSession(TrainingSection recipe, int features, int classes, float[] frozen) {
+    this.recipe = recipe;
     this.features = features;
     this.classes = classes;
     this.frozen = frozen;
@@ -88,7 +88,7 @@ final class LinearHeadSession implements TrainingSession {
     }
     float[] loss = new float[1];
     forward(inputs, grads, loss);
-    TrainingSection.Optimizer o = plan.optimizer(optimizer);
+    TrainingSection.Optimizer o = recipe.optimizer(optimizer);
     for (String name : o.parameters) {
       float[] p = params.get(name);
       float[] g = grads.get(name);

@@ -31,7 +31,7 @@ public class PersonalStorageTest {
   static final int CLASSES = PersonalizationTest.CLASSES;
   static final long[] SHAPE = {FEATURES};
 
-  final TrainingSection plan = PersonalizationTest.parse(PersonalizationTest.section(null, null));
+  final TrainingSection recipe = PersonalizationTest.parse(PersonalizationTest.section(null, null));
 
   File dir() throws IOException {
     return tmp.newFolder("personal");
@@ -40,7 +40,7 @@ public class PersonalStorageTest {
   /** An export folder with personal_init.safetensors: weight all 0.5, bias 1, 2, 3. */
   File export() throws IOException {
     File export = tmp.newFolder("export");
-    Files.write(new File(export, plan.initialWeights).toPath(),
+    Files.write(new File(export, recipe.initialWeights).toPath(),
         Safetensors.write(weights(0.5f, new float[] {1, 2, 3}), null));
     return export;
   }
@@ -61,7 +61,7 @@ public class PersonalStorageTest {
   }
 
   LinearHeadSession session() {
-    return new LinearHeadSession(plan, FEATURES, CLASSES, new float[CLASSES * FEATURES]);
+    return new LinearHeadSession(recipe, FEATURES, CLASSES, new float[CLASSES * FEATURES]);
   }
 
   @Test
@@ -101,22 +101,22 @@ public class PersonalStorageTest {
   public void savedWeightsThatCannotBeUsedFallBackToTheExportsAndAreKept() throws Exception {
     File dir = dir();
     File export = export();
-    PersonalWeights.save(dir, plan, "abc", floats(Float.NaN, new float[] {7, 8, 9}), 0.3f);
+    PersonalWeights.save(dir, recipe, "abc", floats(Float.NaN, new float[] {7, 8, 9}), 0.3f);
     LinearHeadSession s = session();
-    PersonalWeights.Restored restored = PersonalWeights.restore(plan, dir, "abc", export, s);
+    PersonalWeights.Restored restored = PersonalWeights.restore(recipe, dir, "abc", export, s);
     assertTrue(restored.problem, restored.problem.contains("parameter head.weight holds NaN"));
     assertNull(restored.lambda);
     assertArrayEquals(new float[] {1, 2, 3}, s.params.get("head.bias"), 0f);
     assertTrue("kept for the user to reset", new File(dir, PersonalWeights.FILE).exists());
 
-    PersonalWeights.save(dir, plan, "abc", floats(0.25f, new float[] {7, 8, 9}), 0.3f);
-    restored = PersonalWeights.restore(plan, dir, "abc", export, s);
+    PersonalWeights.save(dir, recipe, "abc", floats(0.25f, new float[] {7, 8, 9}), 0.3f);
+    restored = PersonalWeights.restore(recipe, dir, "abc", export, s);
     assertNull(restored.problem);
     assertEquals(0.3f, restored.lambda, 0f);
     assertArrayEquals(new float[] {7, 8, 9}, s.params.get("head.bias"), 0f);
 
     Files.write(new File(dir, PersonalWeights.FILE).toPath(), new byte[] {1, 2, 3});
-    restored = PersonalWeights.restore(plan, dir, "abc", export, s);
+    restored = PersonalWeights.restore(recipe, dir, "abc", export, s);
     assertTrue(restored.problem, restored.problem.contains(PersonalWeights.FILE));
     assertArrayEquals(new float[] {1, 2, 3}, s.params.get("head.bias"), 0f);
   }
@@ -124,9 +124,9 @@ public class PersonalStorageTest {
   @Test
   public void aSavedLambdaOutsideZeroToOneIsNotLoaded() throws Exception {
     File dir = dir();
-    PersonalWeights.save(dir, plan, "abc", floats(0.25f, new float[] {7, 8, 9}), 1.5f);
+    PersonalWeights.save(dir, recipe, "abc", floats(0.25f, new float[] {7, 8, 9}), 1.5f);
     LinearHeadSession s = session();
-    PersonalWeights.Restored restored = PersonalWeights.restore(plan, dir, "abc", export(), s);
+    PersonalWeights.Restored restored = PersonalWeights.restore(recipe, dir, "abc", export(), s);
     assertTrue(restored.problem, restored.problem.contains("lam 1.5 is not a number in [0, 1]"));
     assertArrayEquals(new float[] {1, 2, 3}, s.params.get("head.bias"), 0f);
   }
@@ -135,23 +135,23 @@ public class PersonalStorageTest {
   public void resetKeepsTheSavedWeightsWhenTheExportsCannotBeLoaded() throws Exception {
     File dir = dir();
     File saved = new File(dir, PersonalWeights.FILE);
-    PersonalWeights.save(dir, plan, "abc", floats(0.25f, new float[] {7, 8, 9}), null);
+    PersonalWeights.save(dir, recipe, "abc", floats(0.25f, new float[] {7, 8, 9}), null);
     File noInit = tmp.newFolder("export-without-init");
     try {
-      PersonalWeights.reset(plan, dir, noInit, session());
+      PersonalWeights.reset(recipe, dir, noInit, session());
       fail();
     } catch (IOException e) {
       assertEquals("no personal_init.safetensors beside the model card", e.getMessage());
     }
     assertTrue("not deleted before the initial weights loaded", saved.exists());
     try {
-      PersonalWeights.restore(plan, dir, "another program", noInit, session());
+      PersonalWeights.restore(recipe, dir, "another program", noInit, session());
       fail("nothing to load is the one error restore throws");
     } catch (IOException e) {
       assertTrue(e.getMessage().startsWith("no personal_init"));
     }
     LinearHeadSession s = session();
-    PersonalWeights.reset(plan, dir, export(), s);
+    PersonalWeights.reset(recipe, dir, export(), s);
     assertFalse(saved.exists());
     assertArrayEquals(new float[] {1, 2, 3}, s.params.get("head.bias"), 0f);
   }

@@ -88,11 +88,11 @@ public class PersonalizationTest {
 
   @Test
   public void personalizingRaisesHeldOutAccuracyDeterministically() throws Exception {
-    TrainingSection plan = parse(section(null, null));
+    TrainingSection recipe = parse(section(null, null));
     long[] y = labels(24);
     float[] x = images(y, 1);
-    LinearHeadSession a = new LinearHeadSession(plan, FEATURES, CLASSES, new float[12]);
-    Personalizer.Report report = Personalizer.run(plan, a, new long[] {FEATURES}, x, y, 0f, 7);
+    LinearHeadSession a = new LinearHeadSession(recipe, FEATURES, CLASSES, new float[12]);
+    Personalizer.Report report = Personalizer.run(recipe, a, new long[] {FEATURES}, x, y, 0f, 7);
     assertEquals(6, report.heldOutRows);
     assertEquals(18, report.trainRows);
     assertEquals("zero weights predict class 0 for all", 1.0 / 3, report.accuracyBefore, 0.17);
@@ -100,8 +100,8 @@ public class PersonalizationTest {
     assertEquals("5 epochs of ceil(18 / 4) batches", 25, report.steps);
     assertNull(report.lambdaAfter);
 
-    LinearHeadSession b = new LinearHeadSession(plan, FEATURES, CLASSES, new float[12]);
-    Personalizer.Report again = Personalizer.run(plan, b, new long[] {FEATURES}, x, y, 0f, 7);
+    LinearHeadSession b = new LinearHeadSession(recipe, FEATURES, CLASSES, new float[12]);
+    Personalizer.Report again = Personalizer.run(recipe, b, new long[] {FEATURES}, x, y, 0f, 7);
     assertArrayEquals(report.weights.get("head.weight"), again.weights.get("head.weight"), 0f);
   }
 
@@ -111,31 +111,31 @@ public class PersonalizationTest {
     lam.put("size", 2.0);
     lam.put("fixed", null);
     lam.put("layer_of", null);
-    TrainingSection plan = parse(section(2, lam));
+    TrainingSection recipe = parse(section(2, lam));
     // the frozen federated head is wrong (it swaps classes 0 and 1): lambda 1 is best
     float[] frozen = new float[12];
     frozen[1] = 3;
     frozen[FEATURES] = 3;
     frozen[2 * FEATURES + 2] = 3;
     long[] y = labels(40);
-    LinearHeadSession s = new LinearHeadSession(plan, FEATURES, CLASSES, frozen);
-    Personalizer.Report r = Personalizer.run(plan, s, new long[] {FEATURES}, images(y, 3), y,
+    LinearHeadSession s = new LinearHeadSession(recipe, FEATURES, CLASSES, frozen);
+    Personalizer.Report r = Personalizer.run(recipe, s, new long[] {FEATURES}, images(y, 3), y,
         0.5f, 11);
     assertEquals(0.5f, r.lambdaBefore, 0f);
     assertTrue("lambda re-chosen toward the local head: " + r.lambdaAfter,
         r.lambdaAfter >= 0.7f);
     assertTrue(r.accuracyAfter + " vs " + r.accuracyBefore, r.accuracyAfter > r.accuracyBefore);
 
-    PlanRunner runner = new PlanRunner(plan, s, new long[] {FEATURES});
+    RecipeRunner runner = new RecipeRunner(recipe, s, new long[] {FEATURES});
     Random rng = new Random(0);
     float[] draw = runner.drawLambda(rng);
     assertEquals("one shared draw for model mixing", draw[0], draw[1], 0f);
     lam.put("layer_of", List.of(0.0, 1.0));
-    float[] layers = new PlanRunner(parse(section(2, lam)), s, new long[] {FEATURES})
+    float[] layers = new RecipeRunner(parse(section(2, lam)), s, new long[] {FEATURES})
         .drawLambda(new Random(0));
     assertTrue("one draw per layer", layers[0] != layers[1]);
     lam.put("fixed", 0.25);
-    assertArrayEquals(new float[] {0.25f, 0.25f}, new PlanRunner(parse(section(2, lam)), s,
+    assertArrayEquals(new float[] {0.25f, 0.25f}, new RecipeRunner(parse(section(2, lam)), s,
         new long[] {FEATURES}).drawLambda(rng), 0f);
   }
 
@@ -143,8 +143,8 @@ public class PersonalizationTest {
   public void splitsTakeTheirShareAndTheRestTrains() {
     Map<String, Object> lam = new LinkedHashMap<>();
     lam.put("size", 1.0);
-    TrainingSection plan = parse(section(1, lam));
-    PlanRunner runner = new PlanRunner(plan, null, new long[] {FEATURES});
+    TrainingSection recipe = parse(section(1, lam));
+    RecipeRunner runner = new RecipeRunner(recipe, null, new long[] {FEATURES});
     Map<String, int[]> rows = runner.splitRows(10, new Random(3));
     assertEquals(2, rows.get("held_out").length);
     assertEquals(8, rows.get("train").length);
@@ -247,16 +247,16 @@ public class PersonalizationTest {
     assertArrayEquals(new int[] {1, 0, 1}, reopened.counts());
     assertNull(reopened.problem());
 
-    TrainingSection plan = parse(section(null, null));
+    TrainingSection recipe = parse(section(null, null));
     Map<String, float[]> w = new LinkedHashMap<>();
     w.put("head.weight", new float[12]);
     w.put("head.bias", new float[] {1, 2, 3});
-    PersonalWeights.save(dir, plan, "abc", w, 0.3f);
+    PersonalWeights.save(dir, recipe, "abc", w, 0.3f);
     ClientState state = PersonalWeights.load(dir, "abc");
     assertArrayEquals(new float[] {1, 2, 3}, state.tensors.get("head.bias").floats(), 0f);
     assertEquals(0.3, (Double) state.meta.get(PersonalWeights.LAMBDA), 1e-7);
     assertNull("weights of another program are not loaded", PersonalWeights.load(dir, "def"));
-    assertArrayEquals(new float[] {1, 2, 3}, PersonalWeights.fromTensors(plan, state.tensors,
+    assertArrayEquals(new float[] {1, 2, 3}, PersonalWeights.fromTensors(recipe, state.tensors,
         "saved").get("head.bias"), 0f);
   }
 }

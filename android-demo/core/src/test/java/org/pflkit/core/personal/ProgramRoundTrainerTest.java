@@ -28,15 +28,15 @@ public class ProgramRoundTrainerTest {
 
   @Test
   public void theProgramTrainsFromTheGlobalStateAndUploadsItsParameters() throws Exception {
-    TrainingSection plan = PersonalizationTest.parse(PersonalizationTest.section(null, null));
-    LinearHeadSession session = new LinearHeadSession(plan, 4, 3, new float[12]);
+    TrainingSection recipe = PersonalizationTest.parse(PersonalizationTest.section(null, null));
+    LinearHeadSession session = new LinearHeadSession(recipe, 4, 3, new float[12]);
     long[] y = PersonalizationTest.labels(12);
     Map<String, TensorData> start = new LinkedHashMap<>();
     float[] w = new float[12];
     w[0] = 0.25f;
     start.put("head.weight", TensorData.ofFloats(new long[] {3, 4}, w));
     start.put("head.bias", TensorData.ofFloats(new long[] {3}, new float[] {0, 0, 1}));
-    RoundTrainer.Result r = new ProgramRoundTrainer(plan, session, new long[] {4},
+    RoundTrainer.Result r = new ProgramRoundTrainer(recipe, session, new long[] {4},
         PersonalizationTest.images(y, 2), y, 9).train(task(), global(start), null);
     assertEquals(12, r.numSamples);
     assertEquals("5 epochs of 3 batches", 15, session.steps);
@@ -59,12 +59,12 @@ public class ProgramRoundTrainerTest {
 
   @Test
   public void aPersonalPartIsNeverUploadedAsAnotherMethodsUpdate() throws Exception {
-    TrainingSection plan = PersonalizationTest.parse(PersonalizationTest.section(null, null));
+    TrainingSection recipe = PersonalizationTest.parse(PersonalizationTest.section(null, null));
     Map<String, TensorData> fedavg = new LinkedHashMap<>();
     fedavg.put("body.1.weight", TensorData.ofFloats(new long[] {1}, new float[1]));
     fedavg.put("head.bias", TensorData.ofFloats(new long[] {3}, new float[3]));
     try {
-      new ProgramRoundTrainer(plan, new LinearHeadSession(plan, 4, 3, new float[12]),
+      new ProgramRoundTrainer(recipe, new LinearHeadSession(recipe, 4, 3, new float[12]),
           new long[] {4}, new float[0], new long[0], 0).train(task(), global(fedavg), null);
       fail();
     } catch (IllegalStateException e) {

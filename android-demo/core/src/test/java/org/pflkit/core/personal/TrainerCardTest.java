@@ -22,7 +22,7 @@ import org.pflkit.core.TrainingSection;
 /**
  * The training sections of real {@code pfl-export --trainer} exports (one per method, the
  * {@code fixtures/trainer/} cards and their {@code personal_init.safetensors}) parse, and the
- * plan runner builds the inputs the programs declare.
+ * recipe runner builds the inputs the programs declare.
  */
 public class TrainerCardTest {
   static File dir(String method) throws Exception {
@@ -39,17 +39,17 @@ public class TrainerCardTest {
   public void everyMethodsTrainingSectionParsesWithItsInitialWeights() throws Exception {
     for (String method : List.of("superfed_mm", "fedrod_linear", "pflmoe_mfe")) {
       ModelCard card = card(method);
-      TrainingSection plan = card.training;
-      assertEquals("personal_train.pte", plan.program);
+      TrainingSection recipe = card.training;
+      assertEquals("personal_train.pte", recipe.program);
       ModelCard.Artifact weights = null;
       for (ModelCard.Artifact a : card.artifacts) {
-        weights = a.file.equals(plan.initialWeights) ? a : weights;
+        weights = a.file.equals(recipe.initialWeights) ? a : weights;
       }
       try (InputStream in = new FileInputStream(new File(dir(method), weights.file))) {
         ArtifactCheck.verify(in, weights);  // the file is the one the card lists
       }
-      Map<String, float[]> initial = PersonalWeights.initial(plan, dir(method));
-      assertEquals(plan.parameterNames(), List.copyOf(initial.keySet()));
+      Map<String, float[]> initial = PersonalWeights.initial(recipe, dir(method));
+      assertEquals(recipe.parameterNames(), List.copyOf(initial.keySet()));
       assertEquals("only .pte/.onnx are inference models", 1, card.models().size());
     }
   }
@@ -79,9 +79,9 @@ public class TrainerCardTest {
     ModelCard card = card("superfed_mm");
     long[] shape = {card.preprocessing.channels, card.preprocessing.height,
         card.preprocessing.width};
-    PlanRunner runner = new PlanRunner(card.training, null, shape);
+    RecipeRunner runner = new RecipeRunner(card.training, null, shape);
     long[] labels = {3, 1, 4, 1, 5};
-    PlanRunner.Data data = runner.prepare(new float[5 * 64], labels);
+    RecipeRunner.Data data = runner.prepare(new float[5 * 64], labels);
     List<ProgramInput> batch = runner.batch(data, new int[] {0, 2}, 0.3f);
     assertEquals("image", batch.get(0).name);
     assertArrayEquals(new long[] {2, 1, 8, 8}, batch.get(0).shape);

@@ -9,23 +9,23 @@ import java.util.Random;
 import org.pflkit.core.TrainingSection;
 
 /**
- * Walks a card's training plan against a {@link TrainingSession}: the Java twin of pflkit's
- * Python {@code run_plan}, so the phone trains the personal part with the same schedule the
+ * Walks a card's training recipe against a {@link TrainingSession}: the Java twin of pflkit's
+ * Python {@code run_recipe}, so the phone trains the personal part with the same schedule the
  * export verified (epochs, phases, optimizers, row splits, SuPerFed's lambda draws and its
  * re-choice of lambda on held-out rows). Random choices (splits, batch order, lambda draws) use
  * a seeded {@link Random}; a device's order is its own, as with any data it alone holds.
  */
-public final class PlanRunner {
+public final class RecipeRunner {
   /** Rows per logits call (the program's batch dimension is bounded). */
   static final int PREDICT_CHUNK = 64;
 
-  private final TrainingSection plan;
+  private final TrainingSection recipe;
   private final TrainingSession session;
   private final int imageSize;
 
   /** {@code imageShape}: the model's C, H, W. */
-  public PlanRunner(TrainingSection plan, TrainingSession session, long[] imageShape) {
-    this.plan = plan;
+  public RecipeRunner(TrainingSection recipe, TrainingSession session, long[] imageShape) {
+    this.recipe = recipe;
     this.session = session;
     long size = 1;
     for (long d : imageShape) {
@@ -67,9 +67,9 @@ public final class PlanRunner {
           + imageSize);
     }
     List<float[]> prepared = null;
-    if (plan.prepareMethod != null) {
+    if (recipe.prepareMethod != null) {
       prepared = new ArrayList<float[]>();
-      int chunk = Math.min(PREDICT_CHUNK, plan.maxBatch);
+      int chunk = Math.min(PREDICT_CHUNK, recipe.maxBatch);
       for (int start = 0; start < n; start += chunk) {
         int rows = Math.min(chunk, n - start);
         List<float[]> part = session.prepare(
@@ -85,7 +85,7 @@ public final class PlanRunner {
     }
     List<float[]> inputs = new ArrayList<float[]>();
     int k = 0;
-    for (TrainingSection.Input in : plan.inputs) {
+    for (TrainingSection.Input in : recipe.inputs) {
       if (in.from.equals(TrainingSection.FROM_IMAGE)) {
         inputs.add(images);
       } else if (in.from.equals(TrainingSection.FROM_PREPARE)) {
@@ -100,19 +100,19 @@ public final class PlanRunner {
   /**
    * Row indices per row set for {@code n} labelled rows: each split takes a random
    * floor(fraction * n), the rest are {@value TrainingSection#TRAIN_ROWS} (pflkit's
-   * {@code Plan.split_rows}); an empty split with {@code if_empty = all} uses every row.
+   * {@code Recipe.split_rows}); an empty split with {@code if_empty = all} uses every row.
    */
   public Map<String, int[]> splitRows(int n, Random rng) {
     int[] order = permutation(n, rng);
     Map<String, int[]> rows = new LinkedHashMap<String, int[]>();
     int start = 0;
-    for (TrainingSection.Split split : plan.splits) {
+    for (TrainingSection.Split split : recipe.splits) {
       int count = (int) Math.floor(split.fraction * n);
       rows.put(split.name, sorted(Arrays.copyOfRange(order, start, start + count)));
       start += count;
     }
     rows.put(TrainingSection.TRAIN_ROWS, sorted(Arrays.copyOfRange(order, start, n)));
-    for (TrainingSection.Split split : plan.splits) {
+    for (TrainingSection.Split split : recipe.splits) {
       if (rows.get(split.name).length == 0 && split.ifEmpty.equals("all")) {
         int[] all = new int[n];
         for (int i = 0; i < n; i++) {
@@ -128,14 +128,14 @@ public final class PlanRunner {
   public Result train(Data data, Map<String, int[]> rows, Random rng) throws Exception {
     int steps = 0;
     Map<String, Float> losses = new LinkedHashMap<String, Float>();
-    for (int epoch = 0; epoch < plan.epochs; epoch++) {
-      for (TrainingSection.Phase phase : plan.phases) {
+    for (int epoch = 0; epoch < recipe.epochs; epoch++) {
+      for (TrainingSection.Phase phase : recipe.phases) {
         int[] set = rows.get(phase.rows);
         int[] order = permutation(set.length, rng);
         double total = 0;
         int count = 0;
-        for (int start = 0; start < set.length; start += plan.batchSize) {
-          int[] batch = new int[Math.min(plan.batchSize, set.length - start)];
+        for (int start = 0; start < set.length; start += recipe.batchSize) {
+          int[] batch = new int[Math.min(recipe.batchSize, set.length - start)];
           for (int i = 0; i < batch.length; i++) {
             batch[i] = set[order[start + i]];
           }
@@ -153,8 +153,8 @@ public final class PlanRunner {
 
   /** The program's logits for {@code rows}, row-major; {@code lambda}: the model W(lambda). */
   public float[] logits(Data data, int[] rows, float lambda) throws Exception {
-    float[] lam = plan.lambda == null ? null : constant(lambda);
-    int chunk = Math.min(PREDICT_CHUNK, plan.maxBatch);
+    float[] lam = recipe.lambda == null ? null : constant(lambda);
+    int chunk = Math.min(PREDICT_CHUNK, recipe.maxBatch);
     float[] out = null;
     int classes = 0;
     for (int start = 0; start < rows.length; start += chunk) {
@@ -171,7 +171,7 @@ public final class PlanRunner {
 
   /** The program's inputs for {@code rows} at a constant lambda (e.g. a warm-up call). */
   public List<ProgramInput> batch(Data data, int[] rows, float lambda) {
-    return inputs(data, rows, plan.lambda == null ? null : constant(lambda));
+    return inputs(data, rows, recipe.lambda == null ? null : constant(lambda));
   }
 
   /** Top-1 accuracy of W(lambda) on {@code rows} (NaN for no rows). */
@@ -186,7 +186,7 @@ public final class PlanRunner {
   public float chooseLambda(Data data, int[] rows) throws Exception {
     float best = 0;
     Scores bestScores = null;
-    for (float lam : plan.lambdaGrid) {
+    for (float lam : recipe.lambdaGrid) {
       Scores s = Scores.of(logits(data, rows, lam), labels(data, rows));
       if (bestScores == null || s.top1 > bestScores.top1
           || (s.top1 == bestScores.top1 && s.nll < bestScores.nll)) {
@@ -207,7 +207,7 @@ public final class PlanRunner {
 
   /** The lam input for one training batch, or null when the program has none. */
   float[] drawLambda(Random rng) {
-    TrainingSection.LambdaInput spec = plan.lambda;
+    TrainingSection.LambdaInput spec = recipe.lambda;
     if (spec == null) {
       return null;
     }
@@ -233,7 +233,7 @@ public final class PlanRunner {
   }
 
   private float[] constant(float value) {
-    float[] lam = new float[plan.lambda.size];
+    float[] lam = new float[recipe.lambda.size];
     Arrays.fill(lam, value);
     return lam;
   }
@@ -241,8 +241,8 @@ public final class PlanRunner {
   /** The program's inputs for a batch of rows, in card order. */
   List<ProgramInput> inputs(Data data, int[] batch, float[] lam) {
     List<ProgramInput> out = new ArrayList<ProgramInput>();
-    for (int k = 0; k < plan.inputs.size(); k++) {
-      TrainingSection.Input in = plan.inputs.get(k);
+    for (int k = 0; k < recipe.inputs.size(); k++) {
+      TrainingSection.Input in = recipe.inputs.get(k);
       long[] shape = new long[in.shape.length + 1];
       shape[0] = batch.length;
       System.arraycopy(in.shape, 0, shape, 1, in.shape.length);
