@@ -15,7 +15,7 @@ from typing import Any
 
 from pflkit.export.contract import Exportable, ExportError, TensorSpec
 from pflkit.export.source import Source
-from pflkit.sdk.algorithms.inference import Choice, ChoiceSpec
+from pflkit.sdk.algorithms.inference import RUNTIME, Choice, ChoiceSpec, RuntimeInput
 
 
 def _declared(method: str, specs: Sequence[ChoiceSpec]) -> str:
@@ -77,6 +77,9 @@ def build_exportable(source: Source, choice: Choice
                                                  choice)
     except (ValueError, KeyError) as err:
         raise ExportError(f"cannot build the model: {err}") from err
+    mixture = None if built.mixture is None else built.mixture.to_card()
+    _check_runtime_input(source.algorithm.name, source.algorithm.choices, built.runtime_input,
+                         mixture)
     spec = source.spec
     layout = str(spec.preprocessing.to_dict()["layout"])  # NCHW images, NF rows, NTF sequences
     inputs = [TensorSpec("image" if layout == "NCHW" else "input", ("batch", *spec.input_shape),
@@ -87,4 +90,26 @@ def build_exportable(source: Source, choice: Choice
     outputs = [TensorSpec(name, ("batch", spec.num_classes), {"meaning": "logits"})
                for name in built.outputs]
     exportable = Exportable(built.module.eval(), inputs, outputs, runtime, built.quantizable)
-    return exportable, None if built.mixture is None else built.mixture.to_card()
+    return exportable, mixture
+
+
+def _check_runtime_input(method: str, specs: Sequence[ChoiceSpec], runtime: RuntimeInput | None,
+                         mixture: dict[str, Any] | None) -> None:
+    """A runtime input is a declared runtime choice, and the card's choice names it "runtime".
+
+    Card readers find the input through ``mixture.choice`` (docs/model-card.md; the Android
+    core refuses a card where the two do not name each other), so export refuses to write one.
+    """
+    marked = sorted(k for k, v in ((mixture or {}).get("choice") or {}).items() if v == RUNTIME)
+    if runtime is None:
+        problem = f"its card marks {marked[0]!r} \"runtime\" but the model has no such input" \
+            if marked else ""
+    elif not any(s.name == runtime.name and s.runtime for s in specs):
+        problem = (f"its runtime input {runtime.name!r} is not a choice it declares with "
+                   f"runtime=True ({_declared(method, specs)})")
+    else:
+        problem = "" if marked == [runtime.name] else (
+            f"its model takes the input {runtime.name!r}, so its card's mixture.choice must mark "
+            f"{runtime.name!r} (and nothing else) \"runtime\", not {marked or 'nothing'}")
+    if problem:
+        raise ExportError(f"cannot build the model: {method}: {problem}")

@@ -1,8 +1,9 @@
 """Export knows no algorithm: everything comes through ``Algorithm.inference_model``.
 
-A method defined here, registered nowhere, with its own runtime input (not ``lam``), exports
-with parity and a card that describes it; a FedRoD client that never trained exported with
-``--client N`` names the class distribution its head comes from.
+A method defined here, registered nowhere, declaring its own runtime choice (not ``lam``),
+exports with parity and a card that describes it; one whose runtime input it does not declare
+is refused (card readers find the input through the declared choice); a FedRoD client that never
+trained exported with ``--client N`` names the class distribution its head comes from.
 """
 
 from __future__ import annotations
@@ -10,30 +11,43 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 from torch import nn
 from typer.testing import CliRunner
 
-from pflkit.export import Choice, export_model, load_run_source
+from pflkit.export import Choice, ExportError, export_model, load_run_source
 from pflkit.export.cli import app
 from pflkit.export.formats import FORMATS
 from pflkit.export.source import Source
 from pflkit.sdk.algorithms import ClientState, LocalTraining, ModelFactory, RoundContext
 from pflkit.sdk.algorithms.fedavg import FedAvg
-from pflkit.sdk.algorithms.inference import InferenceModel, Mixture, RuntimeInput
+from pflkit.sdk.algorithms.inference import (
+    NUMBER,
+    RUNTIME,
+    ChoiceSpec,
+    InferenceModel,
+    Mixture,
+    RuntimeInput,
+)
 from pflkit.sdk.data.datasets import load_dataset
 
 LOW, HIGH, DEFAULT = 0.5, 2.0, 1.0
+TEMPERATURE = ChoiceSpec("temperature", NUMBER, "divides the logits; 'runtime': an input",
+                         LOW, HIGH, runtime=True, default=DEFAULT)
 
 
 class Tempered(nn.Module):
-    """Logits divided by a temperature given at run time, clamped in the graph."""
+    """Logits divided by ``fixed``, or by a temperature given at run time, clamped in the graph."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, fixed: float | None = None) -> None:
         super().__init__()
         self.model = model
+        self.fixed = fixed
 
-    def forward(self, x: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, temperature: torch.Tensor | None = None) -> torch.Tensor:
+        if self.fixed is not None:
+            return self.model(x) / self.fixed
         t = torch.where(torch.isnan(temperature), torch.full_like(temperature, DEFAULT),
                         temperature).clamp(LOW, HIGH)
         return self.model(x) / t
@@ -43,37 +57,64 @@ class TemperedFedAvg(FedAvg):
     """A user's method in one file: FedAvg whose exported model takes a temperature."""
 
     name = "tempered_fedavg"
+    choices = (TEMPERATURE,)
 
     def inference_model(self, global_state, client_state, choice=None) -> InferenceModel:
-        model = super().inference_model(global_state, client_state, choice)
-        return InferenceModel(
-            Tempered(model.module), runtime_input=RuntimeInput("temperature", LOW, HIGH,
-                                                               DEFAULT, DEFAULT),
-            mixture=Mixture("tempered", "FedAvg's model, logits / temperature", {},
-                            {"temperature_range": [LOW, HIGH]}))
+        choice = self.check_choice(choice)
+        t = choice.get(TEMPERATURE.name, TEMPERATURE.default)
+        model = self.global_model(global_state)
+        details = {"temperature_range": [LOW, HIGH]}
+        if t == RUNTIME:
+            return InferenceModel(Tempered(model), runtime_input=TEMPERATURE.runtime_input(DEFAULT),
+                                  mixture=Mixture("tempered", "FedAvg's model, logits / "
+                                                  "temperature", choice.to_card(), details))
+        return InferenceModel(Tempered(model, t), mixture=Mixture(
+            "tempered", f"FedAvg's model, logits / {t:g}", {TEMPERATURE.name: t}, details))
+
+
+class Unmarked(TemperedFedAvg):
+    """Declares the choice but its card does not mark it "runtime": no reader finds the input."""
+
+    name = "unmarked_fedavg"
+
+    def inference_model(self, global_state, client_state, choice=None) -> InferenceModel:
+        return InferenceModel(Tempered(self.global_model(global_state)),
+                              runtime_input=RuntimeInput("temperature", LOW, HIGH, 1.0, 1.0),
+                              mixture=Mixture("tempered", "logits / temperature"))
+
+
+class Undeclared(Unmarked):
+    """Takes a runtime input it does not declare at all."""
+
+    name = "undeclared_fedavg"
+    choices = ()
+
+
+def _source(cls: type[FedAvg]) -> tuple[Source, dict[str, torch.Tensor]]:
+    data = load_dataset("digits", None, None, seed=0)
+    algorithm = cls(ModelFactory("twonn", data.spec.input_shape, data.spec.num_classes),
+                    LocalTraining(epochs=1, batch_size=32), None)
+    start = algorithm.init_global(0)
+    fit = algorithm.fit(start, ClientState(), data.train, RoundContext(0, 1, 0.05, 0, 0))
+    return Source(algorithm, data.spec, fit.update, ClientState(), data.train, data.test,
+                  {"client": None, "new_client": False, "test_data": "dataset test split"}), \
+        fit.update
 
 
 def test_a_method_unknown_to_pflkit_exports_with_parity_and_a_card(tmp_path):
-    data = load_dataset("digits", None, None, seed=0)
-    algorithm = TemperedFedAvg(ModelFactory("twonn", data.spec.input_shape,
-                                            data.spec.num_classes),
-                               LocalTraining(epochs=1, batch_size=32), None)
-    start = algorithm.init_global(0)
-    fit = algorithm.fit(start, ClientState(), data.train, RoundContext(0, 1, 0.05, 0, 0))
-    source = Source(algorithm, data.spec, fit.update, ClientState(), data.train, data.test,
-                    {"client": None, "new_client": False, "test_data": "dataset test split"})
-    card = export_model(source, Choice(), tmp_path / "out").card
+    source, weights = _source(TemperedFedAvg)
+    card = export_model(source, Choice({"temperature": RUNTIME}), tmp_path / "out").card
     assert card["algorithm"] == "tempered_fedavg"
     assert card["inputs"][1] == {"name": "temperature", "shape": [1], "dtype": "float32",
                                  "range": [LOW, HIGH], "default": DEFAULT, "nan": DEFAULT}
     assert card["mixture"] == {"kind": "tempered", "summary": "FedAvg's model, logits / "
-                               "temperature", "choice": {},
+                               "temperature", "choice": {"temperature": "runtime"},
                                "details": {"temperature_range": [LOW, HIGH]}}
     for entry in card["parity"]:
-        assert entry["max_abs_diff"] <= 1e-4
+        assert entry["max_abs_diff"] <= 1e-4 and entry["runtime_input"] == "temperature"
         assert entry["values_checked"] == sorted([LOW, LOW + 0.37 * (HIGH - LOW), DEFAULT, HIGH])
-    x = data.test.x[:16]
-    plain = algorithm.global_model(fit.update)
+    x = source.test.x[:16]
+    plain = source.algorithm.global_model(weights)
     for fmt in FORMATS.values():
         run = fmt.load(tmp_path / "out" / f"model.{fmt.suffix}")
         embedded = json.loads(fmt.embedded_card(tmp_path / "out" / f"model.{fmt.suffix}"))
@@ -82,6 +123,27 @@ def test_a_method_unknown_to_pflkit_exports_with_parity_and_a_card(tmp_path):
             for t, same_as in ((1.5, 1.5), (9.0, HIGH), (math.nan, DEFAULT)):
                 torch.testing.assert_close(run((x, torch.tensor([t])))[0],
                                            plain(x) / same_as, atol=1e-4, rtol=0)
+    baked = export_model(source, Choice({"temperature": 1.5}), tmp_path / "baked",
+                         ("onnx",)).card
+    assert len(baked["inputs"]) == 1 and baked["mixture"]["choice"] == {"temperature": 1.5}
+    with torch.no_grad():
+        torch.testing.assert_close(FORMATS["onnx"].load(tmp_path / "baked" / "model.onnx")(
+            (x,))[0], plain(x) / 1.5, atol=1e-4, rtol=0)
+    with pytest.raises(ExportError, match="temperature must be a number in \\[0.5, 2\\]"):
+        export_model(source, Choice({"temperature": 3.0}), tmp_path / "x", ("onnx",))
+
+
+@pytest.mark.parametrize(("cls", "message"), [
+    (Undeclared, "undeclared_fedavg: its runtime input 'temperature' is not a choice it "
+                 "declares with runtime=True"),
+    (Unmarked, "unmarked_fedavg: its model takes the input 'temperature', so its card's "
+               "mixture.choice must mark 'temperature'"),
+])
+def test_a_runtime_input_not_declared_and_marked_runtime_is_refused(cls, message, tmp_path):
+    source, _ = _source(cls)
+    with pytest.raises(ExportError, match=message):
+        export_model(source, Choice(), tmp_path / "out", ("onnx",))
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_new_fedrod_client_exported_by_id_names_its_class_distribution(make_run, tmp_path):
