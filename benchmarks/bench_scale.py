@@ -36,6 +36,7 @@ from scale_workloads import fedavg_config, superfed_config
 
 from pflkit.sdk.metrics import predict, top_k_accuracy
 from pflkit.sdk.run_config import ExecutionConfig, SimConfig
+from pflkit.sdk.tensorio import save_state
 from pflkit.server.simulator import Simulation
 
 HERE = Path(__file__).resolve().parent
@@ -56,6 +57,10 @@ EXECUTIONS: dict[str, dict[str, Any]] = {
     "ray-bf16": {"executor": "ray", "workers": 2, "num_cpus": 1.0, "precision": "bf16"},
 }
 SYSTEMS = [*EXECUTIONS, "plain", "flower"]
+# Systems that do the same work end with the same top-1 up to rounding: float32 sums in another
+# order or bf16 move it by about 0.1 points; other clients or batches move it by more (Flower
+# sampling its own clients: 71.14 vs 73.95).
+TOP1_TOLERANCE = 0.003
 
 
 def accuracy(sim: Simulation, state: dict[str, torch.Tensor]) -> float:
@@ -87,18 +92,43 @@ def time_plain(config: SimConfig, workdir: Path) -> dict[str, Any]:
     return {"seconds": timed, "per_round": sum(timed) / len(timed), "top1": accuracy(sim, state)}
 
 
-def time_flower(workdir: Path) -> dict[str, Any]:
+def flower_plan(config: SimConfig, workdir: Path) -> Path:
+    """pflkit's draw for every round and its initial weights, for Flower to train the same."""
+    sim = Simulation(config, workdir / "flower-plan", progress=False)
+    clients = [sim.coordinator.sample(r) for r in range(WARMUP + ROUNDS)]
+    save_state(workdir / "initial.safetensors", sim.coordinator.global_state)
+    sim.close()
+    (workdir / "plan.json").write_text(json.dumps({"clients": clients}))
+    return workdir
+
+
+def time_flower(config: SimConfig, workdir: Path) -> dict[str, Any]:
     """Flower 1.42's simulation engine (its own venv) on workload (a), 2 workers."""
     if not FLOWER_PYTHON.is_file():
         return {"skipped": "benchmarks/.venv-flower missing (make bench-scale creates it)"}
     out = workdir / "flower.json"
     env = {**os.environ, "PYTHONPATH": str(HERE)}
     subprocess.run([str(FLOWER_PYTHON), str(HERE / "flower_fedavg.py"), str(out),
-                    str(WARMUP + ROUNDS), "2"], check=True, env=env, cwd=HERE)
+                    str(flower_plan(config, workdir)), "2"], check=True, env=env, cwd=HERE)
     raw = json.loads(out.read_text())
     timed = raw["round_seconds"][WARMUP:]
     return {"seconds": timed, "per_round": sum(timed) / len(timed), "top1": raw["top1"],
             "flwr": raw["flwr"]}
+
+
+def top1_check(rows: dict[str, Any]) -> str:
+    """One line: every system's top-1 against the first one's, mismatches flagged."""
+    done = {k: v["top1"] for k, v in rows.items() if v.get("top1") is not None}
+    if not done:
+        return "Top-1 check: no system ran."
+    ref, value = next(iter(done.items()))
+    off = [f"{name} {100 * top1:.2f}" for name, top1 in done.items()
+           if abs(top1 - value) > TOP1_TOLERANCE]
+    if off:
+        return (f"Top-1 check: MISMATCH, not the same work: {', '.join(off)} vs {ref} "
+                f"{100 * value:.2f} (tolerance {100 * TOP1_TOLERANCE:.1f} points).")
+    return (f"Top-1 check: every system within {100 * TOP1_TOLERANCE:.1f} points of {ref} "
+            f"({100 * value:.2f}): the same work.")
 
 
 def workload_a(systems: list[str], workdir: Path) -> dict[str, Any]:
@@ -108,7 +138,7 @@ def workload_a(systems: list[str], workdir: Path) -> dict[str, Any]:
         if name == "plain":
             rows[name] = time_plain(fedavg_config(), workdir)
         elif name == "flower":
-            rows[name] = time_flower(workdir)
+            rows[name] = time_flower(fedavg_config(), workdir)
         else:
             row, sim = time_pflkit(fedavg_config(ExecutionConfig(**EXECUTIONS[name])),
                                    f"a-{name}", workdir)
@@ -121,6 +151,7 @@ def workload_a(systems: list[str], workdir: Path) -> dict[str, Any]:
             sim.close()
             rows[name] = row
         print(f"(a) {name}: {rows[name]}", flush=True)
+    print(f"(a) {top1_check(rows)}", flush=True)
     return {"rows": rows, "evaluation": evaluation}
 
 
@@ -134,6 +165,7 @@ def workload_b(systems: list[str], workdir: Path) -> dict[str, Any]:
         sim.close()
         rows[name] = row
         print(f"(b) {name}: {row}", flush=True)
+    print(f"(b) {top1_check(rows)}", flush=True)
     return {"rows": rows}
 
 
@@ -177,7 +209,7 @@ def table(title: str, rows: dict[str, Any], baseline: str, rounds: int, warmup: 
         lines.append(f"| {name} | {row['per_round']:.2f} | "
                      f"{', '.join(f'{s:.1f}' for s in row['seconds'])} | "
                      f"{100 * row['top1']:.2f} | {fmt(ratio(rows, name, baseline))}x |")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", top1_check(rows)])
 
 
 def render(result: dict[str, Any]) -> str:
