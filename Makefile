@@ -8,7 +8,7 @@ JUNIT4 := /usr/share/java/junit4.jar
 RUNS   ?= runs
 JOBS   ?= 2
 
-.PHONY: setup demo test test-gpu lint bench-fedavg bench-overhead clean
+.PHONY: setup demo test test-gpu gpu-check lint bench-fedavg bench-overhead clean
 
 # Everything the tests need (every extra), at the tested versions of constraints.txt.
 $(STAMP): pyproject.toml constraints.txt
@@ -43,6 +43,11 @@ test: setup android-core-test android-app-check
 # The device-sensitive tests on a CUDA GPU (skipped, with the reason, on a machine without one).
 test-gpu: setup
 	$(BIN)/python -m pytest -q -rs -m gpu tests
+
+# Whenever a GPU is at hand: test-gpu's tests and bench-scale's GPU section (tests/gpu_check.sh;
+# on an offline GPU machine: bash .gpu/run.sh bash tests/gpu_check.sh).
+gpu-check: setup
+	PYTHON=$(BIN)/python bash tests/gpu_check.sh
 
 # The Android demo's Java core on the host (javac + JUnit 4; no Gradle, no network); its
 # federated-client tests start a real pfl-server from $(VENV).

@@ -53,7 +53,7 @@ from pflkit.sdk.algorithms.base import (
 )
 from pflkit.sdk.client_data import DATA_FILE, data_problem, load_client_data, save_client_data
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.device import check_precision, data_to, resolve_device, state_to
+from pflkit.sdk.device import data_to, resolve_device, state_to, use_device
 from pflkit.sdk.device_files import CACHE, CREDENTIALS, DeviceFiles
 from pflkit.sdk.pending_round import FILE as PENDING_FILE
 from pflkit.sdk.pending_round import PendingRound
@@ -110,7 +110,7 @@ class FederatedClient:
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.device = resolve_device(device)
-        self.autocast = check_precision(precision)
+        self.autocast = use_device(self.device, precision)
         if (problem := data_problem(data.x, data.y)) is not None:  # pfl-sim refuses them too
             raise ValueError(f"data: {problem}")
         self.data = data_to(data, self.device)

@@ -4,7 +4,10 @@ Models are built and seeded on the CPU (the same initial weights whatever the de
 moved; client data is moved to the device once per run; global and client states stay on the
 CPU (they are aggregated, checkpointed and shipped as safetensors) and cross to the device
 once per client fit. A precision of "bf16" runs training forward passes under autocast
-(:func:`pflkit.sdk.training.autocast_training`).
+(:func:`pflkit.sdk.training.autocast_training`) on the CPU; on a CUDA device it is refused,
+since it was measured slower than fp32 there. TF32 (CUDA matmuls and convolutions with a
+10-bit mantissa) is off unless asked for: results then differ from the CPU's beyond the GPU
+tests' tolerance (docs/simulator.md, "Devices and precision").
 """
 
 from __future__ import annotations
@@ -57,6 +60,31 @@ def check_precision(name: str) -> torch.dtype | None:
     if name not in PRECISIONS:
         raise DeviceError(f"precision must be one of {', '.join(PRECISIONS)}, got {name!r}")
     return PRECISIONS[name]
+
+
+BF16_ON_CUDA = ('precision "bf16" is refused on a CUDA device: it was measured slower than fp32 '
+                '(1.3-6 s/round vs 0.745 s, FedAvg ConvNet on an H100, issue 22); use "fp32"')
+
+
+def check_precision_on(device: str | torch.device, precision: str) -> torch.dtype | None:
+    """:func:`check_precision`, refusing bf16 on a CUDA device (``device``: a name or a device)."""
+    dtype = check_precision(precision)
+    kind = device.type if isinstance(device, torch.device) else device.partition(":")[0]
+    if dtype is not None and kind == "cuda":
+        raise DeviceError(BF16_ON_CUDA)
+    return dtype
+
+
+def use_device(device: torch.device, precision: str, tf32: bool = False) -> torch.dtype | None:
+    """Check ``precision`` on the resolved ``device`` and set its TF32 mode; the autocast dtype.
+
+    TF32 is process-wide in torch; every executor and client of a process sets it the same way.
+    It is set on CUDA only, both ways: cuDNN convolutions use TF32 unless told not to.
+    """
+    dtype = check_precision_on(device, precision)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    return dtype
 
 
 def state_to(state: State, device: torch.device | str) -> State:

@@ -13,7 +13,7 @@ import pydantic
 from pydantic import AfterValidator, Strict
 
 from pflkit.sdk.config_types import STRICT_CONFIG, Text, closest, in_range
-from pflkit.sdk.device import check_device, check_precision
+from pflkit.sdk.device import check_device, check_precision, check_precision_on
 
 # executor name -> the class that runs client fits, imported on first use (Ray is optional);
 # server/executors.py builds them (sdk -> server would be an upward import)
@@ -48,7 +48,10 @@ class ExecutionConfig:
     # sequential | batched | ray: see server/executors.py
     executor: Annotated[str, Strict(), _one_of("executor", tuple(EXECUTORS))] = "sequential"
     device: Annotated[str, Strict(), AfterValidator(check_device)] = "cpu"  # auto | cpu | cuda:N
-    precision: Annotated[str, Strict(), AfterValidator(_precision)] = "fp32"  # fp32 | bf16
+    precision: Annotated[str, Strict(), AfterValidator(_precision)] = "fp32"  # fp32 | bf16 (CPU)
+    # TF32 CUDA matmuls and convolutions: faster, but results then differ from the CPU's beyond
+    # the GPU tests' tolerance (docs/simulator.md)
+    tf32: Annotated[bool, Strict()] = False
     ray_address: Text | None = None  # None: start a local Ray on this machine's cores
     # Ray: seconds ray_address may take to accept a connection before the run is refused
     ray_connect_timeout: Annotated[float, Strict(), in_range(0.0, 3600.0, open_low=True)] = 10.0
@@ -60,3 +63,6 @@ class ExecutionConfig:
     workers: Annotated[int, Strict(), in_range(1, 1024)] | None = None
     # the post-federation stage: eager | executorch (docs/on-device.md)
     personalize_on: Annotated[str, Strict(), _one_of("engine", PERSONALIZE_ENGINES)] = "eager"
+
+    def __post_init__(self) -> None:
+        check_precision_on(self.device, self.precision)  # "auto" is checked once resolved

@@ -26,7 +26,7 @@ import torch
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, FitResult, RoundContext, State
 from pflkit.sdk.data.federation import Federation
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.device import check_precision, resolve_device, state_to
+from pflkit.sdk.device import resolve_device, state_to, use_device
 from pflkit.sdk.execution_config import EXECUTORS, ExecutionConfig
 from pflkit.sdk.training import autocast_training
 
@@ -50,7 +50,7 @@ class Executor(ABC):
                  algorithm: Algorithm) -> None:
         self.settings = settings
         self.device = resolve_device(settings.device)
-        self.autocast = check_precision(settings.precision)
+        self.autocast = use_device(self.device, settings.precision, settings.tf32)
         self.algorithm = algorithm.to(self.device)
 
     @abstractmethod

@@ -41,7 +41,7 @@ import torch
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, FitResult, RoundContext, State
 from pflkit.sdk.data.federation import Federation
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.device import check_precision, data_to, resolve_device, state_to
+from pflkit.sdk.device import data_to, resolve_device, state_to, use_device
 from pflkit.sdk.run_config import ExecutionConfig
 from pflkit.sdk.state_store import client_state_from_bytes, client_state_to_bytes
 from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
@@ -104,12 +104,12 @@ class ClientWorker:
     """One worker process: the algorithm, all clients' rows, and the round's global state."""
 
     def __init__(self, algorithm: Algorithm, rows: dict[int, tuple[np.ndarray, np.ndarray]],
-                 device: str, threads: int, precision: str) -> None:
+                 device: str, threads: int, precision: str, tf32: bool) -> None:
         slow_point("ray_worker_start")
         torch.set_num_threads(threads)
         self.device = resolve_device(device)  # "auto" is resolved where the worker runs
         self.algorithm = algorithm.to(self.device)
-        self.autocast = check_precision(precision)
+        self.autocast = use_device(self.device, precision, tf32)
         with warnings.catch_warnings():  # the object store's arrays are read-only: training
             warnings.simplefilter("ignore", UserWarning)  # only reads rows, so no copy is made
             self.data = {cid: data_to(LabeledTensors(torch.from_numpy(x), torch.from_numpy(y)),
@@ -178,7 +178,7 @@ class RayExecutor(Executor):
         # kept referenced for the run: a restarted worker is built from the same objects
         self._algorithm = ray.put(algorithm)
         self.workers = [self._actor.remote(self._algorithm, self._rows, settings.device, threads,
-                                           settings.precision)
+                                           settings.precision, settings.tf32)
                         for _ in range(self._worker_count())]
         self._key = 0
 

@@ -1,21 +1,16 @@
 """Device-sensitive paths on CUDA vs the CPU (``make test-gpu``; skipped without a GPU).
 
 Tolerance: after one round, every global weight on the GPU is within rtol 1e-4 / atol 1e-5 of
-the CPU run (TF32 off: with TF32 matmuls and convolutions, differences reach ~1e-3), and the
-final evaluation's mean accuracies agree within 0.02 (one prediction in 50 may flip).
+the CPU run (TF32 off, pflkit's default: with TF32 matmuls and convolutions, differences reach
+~1e-3), and the final evaluation's mean accuracies agree within 0.02 (one prediction in 50 may
+flip). The same paths run on the CPU under tests/fake_cuda.py (tests/server/test_fake_cuda.py).
 """
 
 import pytest
 import torch
 
-from pflkit.sdk.run_config import (
-    AlgorithmConfig,
-    DataConfig,
-    ExecutionConfig,
-    ModelConfig,
-    SimConfig,
-    TrainingConfig,
-)
+from pflkit.sdk.device import DeviceError
+from pflkit.sdk.run_config import ExecutionConfig, SimConfig
 from pflkit.server.simulator import Simulation
 
 pytestmark = [
@@ -23,42 +18,98 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-ALGORITHMS = [("fedavg", {}), ("fedprox", {}), ("fedrod_hyper", {"ft_epochs": 1}),
-              ("fedper", {}), ("apfl", {}), ("ditto", {}), ("scaffold", {}),
-              ("superfed_mm", {}), ("superfed_lm", {}), ("pflmoe", {"epochs": 2})]
+ALGORITHMS = [("fedavg", ""), ("fedprox", ""), ("fedrod_hyper", "ft_epochs = 1"),
+              ("fedper", ""), ("apfl", ""), ("ditto", ""), ("scaffold", ""),
+              ("superfed_mm", ""), ("superfed_lm", ""), ("pflmoe", "epochs = 2")]
+BATCHED = ["fedavg", "fedprox", "fedrod_hyper", "superfed_mm", "superfed_lm"]
+CASES = [(a, p, "sequential") for a, p in ALGORITHMS] + \
+        [(a, p, "batched") for a, p in ALGORITHMS if a in BATCHED]
+
+TOML = """seed = 4
+rounds = 2
+eval_interval = 2
+checkpoint_interval = 1
+[data]
+dataset = "digits"
+kind = "dirichlet"
+num_clients = 4
+alpha = 0.5
+min_size = 20
+test_fraction = 0.2
+[model]
+name = "twonn"
+[algorithm]
+name = "{algorithm}"
+[algorithm.params]
+{params}
+[training]
+clients_per_round = 2
+epochs = 1
+batch_size = 16
+lr = 0.05
+[execution]
+executor = "{executor}"
+device = "{device}"
+"""
 
 
-def config(algorithm, params, device):
-    return SimConfig(
-        seed=4, rounds=2, eval_interval=2, checkpoint_interval=2,
-        data=DataConfig(dataset="digits", kind="dirichlet", num_clients=4, alpha=0.5, min_size=20,
-                        test_fraction=0.2),
-        model=ModelConfig("twonn"), algorithm=AlgorithmConfig(algorithm, params),
-        training=TrainingConfig(clients_per_round=2, epochs=1, batch_size=16, lr=0.05),
-        execution=ExecutionConfig(device=device),
-    )
+def config(algorithm, params, device, executor="sequential"):
+    return SimConfig.from_toml(TOML.format(algorithm=algorithm, params=params, device=device,
+                                           executor=executor))
 
 
 @pytest.fixture(autouse=True)
-def no_tf32():
+def tf32_flags():
+    """The process-wide TF32 flags, restored after each test (the executors set them)."""
     old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     yield
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
-@pytest.mark.parametrize("algorithm, params", ALGORITHMS)
-def test_a_run_on_cuda_matches_the_cpu_run(tmp_path, algorithm, params):
-    cpu = Simulation(config(algorithm, params, "cpu"), tmp_path / "cpu", progress=False)
-    gpu = Simulation(config(algorithm, params, "cuda"), tmp_path / "gpu", progress=False)
+def assert_close_runs(cpu, gpu):
+    a, b = cpu.run().final, gpu.run().final
+    assert abs(a["global_model"]["top1"] - b["global_model"]["top1"]) <= 0.02
+    for name in ("own_top1_mean", "class_weighted_mean"):
+        assert abs(a["clients"]["summary"][name] - b["clients"]["summary"][name]) <= 0.02
+
+
+@pytest.mark.parametrize("algorithm, params, executor", CASES)
+def test_a_run_on_cuda_matches_the_cpu_run(tmp_path, algorithm, params, executor):
+    cpu = Simulation(config(algorithm, params, "cpu", executor), tmp_path / "cpu",
+                     progress=False)
+    torch.backends.cudnn.allow_tf32 = True  # cuDNN's default: the executor must turn it off
+    gpu = Simulation(config(algorithm, params, "cuda", executor), tmp_path / "gpu",
+                     progress=False)
     assert gpu.federation.test.x.is_cuda
+    assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
     cpu.run_round()
     gpu.run_round()
     for key, value in cpu.coordinator.global_state.items():
         on_gpu = gpu.coordinator.global_state[key]
         assert on_gpu.device.type == "cpu"  # states come back at the aggregation boundary
         torch.testing.assert_close(on_gpu, value, rtol=1e-4, atol=1e-5, msg=key)
-    a, b = cpu.run().final, gpu.run().final
-    assert abs(a["global_model"]["top1"] - b["global_model"]["top1"]) <= 0.02
-    for name in ("own_top1_mean", "class_weighted_mean"):
-        assert abs(a["clients"]["summary"][name] - b["clients"]["summary"][name]) <= 0.02
+    assert_close_runs(cpu, gpu)
+
+
+@pytest.mark.parametrize("algorithm, params", [("pflmoe", "epochs = 2"), ("superfed_mm", "")])
+def test_a_cpu_run_resumed_on_cuda_matches_the_cpu_run(tmp_path, algorithm, params):
+    cpu = Simulation(config(algorithm, params, "cpu", "batched"), tmp_path / "cpu",
+                     progress=False)
+    moved = Simulation(config(algorithm, params, "cpu", "batched"), tmp_path / "moved",
+                       progress=False)
+    moved.run_round()
+    moved.close()
+    gpu = Simulation.resume(tmp_path / "moved", progress=False,
+                            execution=ExecutionConfig(executor="batched", device="cuda"))
+    assert 'device = "cuda"' in (tmp_path / "moved" / "config.toml").read_text()
+    assert_close_runs(cpu, gpu)
+
+
+def test_tf32_and_bf16_on_cuda(tmp_path):
+    tf32 = config("fedavg", "", "cuda").replace(
+        execution=ExecutionConfig(device="cuda", tf32=True))
+    Simulation(tf32, tmp_path / "tf32", progress=False).close()
+    assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+    bf16 = tf32.replace(execution=ExecutionConfig(device="auto", precision="bf16"))
+    with pytest.raises(DeviceError, match="measured slower than fp32"):
+        Simulation(bf16, tmp_path / "bf16", progress=False)
