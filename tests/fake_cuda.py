@@ -12,8 +12,9 @@ device; what is computed from a marked tensor is marked too, and a marked tensor
 - ``.cpu()`` / ``.to("cpu")`` of a device tensor is an unmarked copy, as on CUDA.
 
 Host synchronizations of device tensors (``.item()``, ``.tolist()``, ``bool``/``float``/``int``,
-data-dependent shapes) are allowed, as on CUDA, and recorded in :attr:`FakeCuda.syncs` as
-"name at module:line" of the innermost pflkit frame: the batched step's tests count them.
+``nonzero``/``masked_select``/``unique``; boolean-mask indexing is not seen) are allowed, as on
+CUDA, and recorded in :attr:`FakeCuda.syncs` as "name at module:line" of the innermost pflkit
+frame: the batched step's tests count them.
 
 ``nn.Parameter(t)`` and a parameter's deepcopy are no torch calls: both are wrapped to keep
 the mark. Functorch's vmap hands its function fresh batched tensors and returns fresh ones: every
@@ -28,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten
 
 MARK = "_pflkit_fake_cuda"
 CUDA = torch.device("cuda", 0)
@@ -177,7 +178,7 @@ class FakeCuda(TorchFunctionMode):
             elif on_device(self_):
                 delattr(self_, MARK)
         elif any(marked):
-            tree_map(lambda t: _mark(t) if isinstance(t, torch.Tensor) else t, out)
+            _mark(out)
         return out
 
     @staticmethod
