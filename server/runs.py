@@ -124,7 +124,7 @@ def build_setup(config_toml: str, rules: RunRules) -> RunSetup:
     a dataset that needs its files to tell its spec reads them only inside ``dataset_dir``.
     """
     from pflkit.sdk.builder import build_algorithm, data_spec
-    from pflkit.sdk.run_config import SimConfig
+    from pflkit.sdk.run_config import Sampling, SimConfig
 
     with refused_as_invalid():
         config = SimConfig.from_toml(config_toml, "config_toml", rules.imports)
@@ -132,7 +132,7 @@ def build_setup(config_toml: str, rules: RunRules) -> RunSetup:
         algorithm = build_algorithm(config, spec)
     schedule = config.schedule()
     if rules.clients_per_round is not None:
-        schedule = replace(schedule, clients_per_round=rules.clients_per_round)
+        schedule = replace(schedule, sampling=Sampling(clients_per_round=rules.clients_per_round))
     return RunSetup(config, algorithm, schedule, spec)
 
 

@@ -159,6 +159,11 @@ def test_norm_clipping_bounds_each_change(tmp_path, database_url):
     assert change == pytest.approx(1.0, rel=1e-4)
 
 
+def test_the_servers_clients_per_round_overrides_the_run_configs(tmp_path, database_url):
+    service, _ = service_for(tmp_path, database_url, per_round=2, clients_per_round=3)
+    assert len(current(service)[1]["sampled"]) == 3
+
+
 @pytest.mark.parametrize("run_clip, server_clip", [(1.0, None), (1.0, 3.0), (3.0, 1.0)])
 def test_the_run_configs_clip_norm_applies_and_the_stricter_bound_wins(
         tmp_path, database_url, run_clip, server_clip):
