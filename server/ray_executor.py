@@ -86,6 +86,18 @@ def check_reachable(address: str, timeout: float) -> None:
                               f"within execution.ray_connect_timeout = {timeout:g} s)") from None
 
 
+def largest_first(tasks: Sequence[ClientTask]) -> list[int]:
+    """Task indices, most training rows first (ties in task order).
+
+    A fit's time grows with its rows, and a Dir(0.3) round's clients differ up to ~10x: handed
+    out in client-id order, a large client drawn last runs alone while the other workers idle
+    (bench-scale (a), 2 workers, rounds 0-3: 1.4-9.6% over an even split in steps,
+    largest-first under 0.5%).
+    Results are still folded in task order, so the run is unchanged.
+    """
+    return sorted(range(len(tasks)), key=lambda i: -len(tasks[i].data))
+
+
 @contextlib.contextmanager
 def _ctrl_c_kills() -> Iterator[None]:
     """Ctrl-C ends the process at once (its default action) instead of waiting for Python."""
@@ -201,7 +213,7 @@ class RayExecutor(Executor):
         ray = self._ray
         self._key += 1
         payload = ray.put(state_to_bytes(global_state))  # once per round, for every worker
-        queue = list(range(len(tasks)))
+        queue = largest_first(tasks)
         attempts = [0] * len(tasks)
         running: dict[Any, tuple[int, int]] = {}  # object ref -> (task index, worker index)
         restarting: dict[Any, tuple[int, float]] = {}  # probe ref -> (worker index, since)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -65,6 +66,28 @@ def test_ray_is_bit_identical_to_sequential(tmp_path, cluster):
     par = Simulation(config(executor="ray"), tmp_path / "ray", progress=False).run()
     assert_same_run(tmp_path / "seq", tmp_path / "ray")
     assert par.final["clients"]["summary"] == seq.final["clients"]["summary"]
+
+
+def test_clients_go_out_largest_first_and_are_folded_in_client_order(tmp_path, cluster):
+    """One worker: the calls' order is the dispatch order; the round is still sequential's."""
+    seq = Simulation(config(), tmp_path / "seq", progress=False)
+    seq.run_round()
+    sim = Simulation(config(executor="ray", workers=1), tmp_path / "ray", progress=False)
+    actor, sent = sim.executor.workers[0], []
+
+    def fit(key, payload, client_id, state, ctx):
+        sent.append(client_id)
+        return actor.fit.remote(key, payload, client_id, state, ctx)
+
+    sim.executor.workers = [SimpleNamespace(fit=SimpleNamespace(remote=fit), pid=actor.pid)]
+    sampled = sim.run_round()["clients"]
+    rows = {cid: len(sim.federation.clients[cid].train) for cid in sampled}
+    assert sorted(rows.values(), reverse=True) != list(rows.values())  # the order matters here
+    assert sent == sorted(sampled, key=lambda cid: -rows[cid])
+    for name, tensor in seq.coordinator.global_state.items():
+        assert torch.equal(tensor, sim.coordinator.global_state[name]), name
+    sim.executor.workers = [actor]
+    sim.close()
 
 
 def test_a_worker_killed_mid_round_gets_its_client_retried(tmp_path, cluster, monkeypatch):
