@@ -66,6 +66,7 @@ MAX_ROUNDS = 100_000
 MAX_CLIENTS = 100_000  # clients of one federation (and a round's sample)
 Rounds = Annotated[int, Strict(), in_range(1, MAX_ROUNDS)]
 
+_LISTED = 3  # an unknown key of a table with at most this many keys comes with all of them
 # Words users write for keys our schemas abbreviate: tried before the fuzzy match.
 _GLOSSARY = {"learning_rate": "lr", "learningrate": "lr"}
 
@@ -128,10 +129,12 @@ def describe(err: ValidationError, key: Callable[[Sequence[Any]], str] = ".".joi
     kind = first["type"]
     if kind in _MESSAGES:
         reason = _MESSAGES[kind]
-        guess = closest(loc[-1], known(loc[:-1])) if known and loc and \
-            reason == "unknown key" else None
+        keys = list(known(loc[:-1])) if known and loc and reason == "unknown key" else []
+        guess = closest(loc[-1], keys)
         if guess:
             reason += f" (did you mean {key([*loc[:-1], guess])}?)"
+        elif 0 < len(keys) <= _LISTED:  # a small table: name all it holds ([model] name)
+            reason += f" (known: {', '.join(keys)})"
     elif kind == "value_error":
         reason = str(first.get("ctx", {}).get("error", first["msg"]))
     elif kind == "dataclass_type":  # a value where a section belongs

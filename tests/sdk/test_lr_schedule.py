@@ -31,7 +31,7 @@ def test_a_device_computes_each_rounds_rate_from_the_task():
 @pytest.mark.parametrize("schedule,message", [
     ({"lr": 0.0, "decay": 0.9}, "lr_schedule.lr: must be in (0, 10], got 0.0"),
     ({"lr": 0.1, "decay": 1.5}, "lr_schedule.decay: must be in (0, 1], got 1.5"),
-    ({"lr": 0.1, "decay": 0.9, "rounds": 3}, "lr_schedule.rounds: unknown key"),
+    ({"lr": 0.1, "decay": 0.9, "rounds": 3}, "lr_schedule.rounds: unknown key (known: lr, decay)"),
 ])
 def test_a_malformed_schedule_in_a_task_is_one_line_naming_the_key(schedule, message):
     with pytest.raises(ConfigError) as err:

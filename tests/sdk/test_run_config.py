@@ -43,7 +43,7 @@ def load(text: str, *overrides: str) -> SimConfig:
     ("training.learning_rate=0.1", "training.learning_rate: unknown key (did you mean "
                                    "training.lr?)"),
     ("data.partitions=3", "data.partitions: unknown key"),
-    ("model.width=3", "model.width: unknown key"),
+    ("model.width=3", "model.width: unknown key (known: name)"),
     ("colour=1", "colour: unknown key"),
     ("model.name=resnet9000", "model.name: unknown model 'resnet9000'; known: fedrod_convnet"),
     ("data.dataset=imagenet", "data.dataset: unknown dataset 'imagenet'"),
