@@ -1,8 +1,8 @@
 """Aggregation rules shared by pfl-sim and pfl-server: norm clipping and robust rules.
 
-A run config's ``[aggregation]`` section (:class:`AggregationConfig`: ``rule``,
-``trim_fraction``, ``clip_norm``) chooses them; ``pfl-server``'s settings of the same names are
-the operator's floor (:meth:`AggregationConfig.at_least`). The maths are pure functions (tested
+A run config's ``[aggregation]`` section
+(:class:`~pflkit.sdk.aggregation_config.AggregationConfig`) chooses them; ``pfl-server``'s
+settings of the same names are the operator's floor. The maths are pure functions (tested
 against numpy). The aggregators plug into the Coordinator through :func:`aggregator_factory`:
 
 - :class:`ClippedAggregator` bounds each update's change to the round's global state,
@@ -23,46 +23,14 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal
 
 import numpy as np
-import pydantic
 import torch
-from pydantic import Strict
 
+from pflkit.sdk.aggregation_config import AggregationConfig
 from pflkit.sdk.algorithms.aggregators import Aggregator, State
-from pflkit.sdk.config_types import STRICT_CONFIG, in_range
 
 CHUNK = 1 << 16  # coordinates read per tensor and pass in RobustAggregator.result
-# mean: the algorithm's own aggregator (weighted, streaming); the others are unweighted
-Rule = Literal["mean", "median", "trimmed_mean"]
-_TRIM = in_range(0.0, 0.5, open_high=True)  # share cut at each end (0.5 would cut everything)
-_CLIP = in_range(0.0, 1e6, open_low=True)  # L2 bound on an update's change to the global state
-# pfl-server's settings read the same ranges from environment text, so not Strict there
-TrimFraction = Annotated[float, _TRIM]
-ClipNorm = Annotated[float, _CLIP]
-_ROBUSTNESS = {"mean": 0, "trimmed_mean": 1, "median": 2}  # median: the highest breakdown point
-
-
-@pydantic.dataclasses.dataclass(frozen=True, config=STRICT_CONFIG)
-class AggregationConfig:
-    """How a round's updates become the next global state (the ``[aggregation]`` section)."""
-
-    rule: Rule = "mean"
-    trim_fraction: Annotated[float, Strict(), _TRIM] = 0.1  # for trimmed_mean
-    clip_norm: Annotated[float, Strict(), _CLIP] | None = None  # None: updates are not clipped
-
-    def at_least(self, floor: AggregationConfig) -> AggregationConfig:
-        """The stricter of this config and ``floor`` (the server operator's), setting by setting.
-
-        The more robust rule wins (mean < trimmed_mean < median), with the larger trim share
-        when both trim; the smaller clip norm wins (None is no bound). So a run may ask for more
-        protection than the server's default, never for less.
-        """
-        rule = max(self.rule, floor.rule, key=_ROBUSTNESS.__getitem__)
-        trims = [c.trim_fraction for c in (self, floor) if c.rule == rule]
-        norms = [c.clip_norm for c in (self, floor) if c.clip_norm is not None]
-        return AggregationConfig(rule, max(trims), min(norms) if norms else None)
 
 
 def clip_update(global_state: State, update: State, max_norm: float) -> State:

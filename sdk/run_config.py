@@ -40,7 +40,7 @@ from typing import Annotated, Any
 import pydantic
 from pydantic import Strict, TypeAdapter, ValidationError
 
-from pflkit.sdk.aggregation_rules import AggregationConfig as AggregationConfig
+from pflkit.sdk.aggregation_config import AggregationConfig as AggregationConfig
 from pflkit.sdk.algorithms.base import LocalTraining, algorithm_class, check_algorithm
 from pflkit.sdk.config_toml import apply_overrides, dump_toml, parse_toml, read_toml
 from pflkit.sdk.config_types import (

@@ -20,7 +20,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from pflkit.sdk.aggregation_rules import AggregationConfig, ClipNorm, Rule, TrimFraction
+from pflkit.sdk.aggregation_config import AggregationConfig, ClipNorm, Rule, TrimFraction
 from pflkit.sdk.config_toml import read_toml
 from pflkit.sdk.config_types import MAX_CLIENTS, closest, describe, in_range
 from pflkit.sdk.registry import ImportPolicy

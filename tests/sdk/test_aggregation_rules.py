@@ -7,8 +7,8 @@ import pytest
 import torch
 from scipy import stats
 
+from pflkit.sdk.aggregation_config import AggregationConfig
 from pflkit.sdk.aggregation_rules import (
-    AggregationConfig,
     ClippedAggregator,
     RobustAggregator,
     aggregator_factory,
