@@ -10,7 +10,7 @@ checkpoint_interval = 10
 [algorithm]   name, and [algorithm.params] for its hyperparameters
 [training]    clients_per_round | fraction, epochs, batch_size, lr, lr_decay, momentum,
               weight_decay
-[aggregation] rule, trim_fraction, clip_norm (sdk/aggregation_rules.py)
+[aggregation] rule, trim_fraction, clip_norm (sdk/aggregation_config.py)
 [execution]   executor, device, precision, and the Ray settings (sdk/execution_config.py)
 
 The Python layout is the TOML layout: each section is one typed class, and each setting is
