@@ -14,7 +14,6 @@ from pflkit.sdk.run_config import (
     SimConfig,
     TrainingConfig,
 )
-from pflkit.server.simulator import Simulation
 from pflkit.server.simulator_cli import app
 
 
