@@ -101,7 +101,7 @@ def with_choices(row: dict[str, Any]) -> dict[str, Any]:
     run_dir = Path(row["run_dir"])
     if "rules" in row or not (run_dir / "personalized").is_dir():
         return row
-    if not RunDir(run_dir).config().algorithm.startswith("superfed"):
+    if not RunDir(run_dir).config().algorithm.name.startswith("superfed"):
         return row
     return row | lambda_choices(run_dir)
 
