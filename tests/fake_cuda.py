@@ -18,7 +18,9 @@ frame: the batched step's tests count them.
 
 ``nn.Parameter(t)`` and a parameter's deepcopy are no torch calls: both are wrapped to keep
 the mark. Functorch's vmap hands its function fresh batched tensors and returns fresh ones: every
-``vmap`` a pflkit module imported is wrapped to carry the mark in and out.
+``vmap`` a pflkit module imported is wrapped to carry the mark in and out. Not covered:
+torch internals that call CUDA themselves once ``is_available()`` is True (torch.export's
+lowering, so ``personalize_on = "executorch"``), and whatever runs in other processes (Ray).
 """
 
 from __future__ import annotations
