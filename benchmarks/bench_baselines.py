@@ -105,7 +105,7 @@ def fedavg_row(run_dir: Path, rounds: int) -> dict[str, Any]:
     """FedAvg = the fedavg_ft run's final global model on every client's own test split."""
     files = RunDir(run_dir)
     federation, algorithm = build_run(files.config())
-    model = algorithm.global_model(load_state(files.latest))
+    model = algorithm.inference.global_model(load_state(files.latest))
     reports = [evaluate_client(model, client, None, federation.spec.num_classes)
                for client in federation.clients.values()]
     return row_from_summary(summarize(reports), rounds, 0.0)

@@ -79,10 +79,11 @@ def train(config: SimConfig, name: str) -> tuple[Path, dict]:
     row: dict = {}
     while not sim.coordinator.finished:
         row = sim.run_round()
-    if sim.algorithm.has_personalization_stage:
+    if sim.algorithm.personalization.has_stage:
         client = sim.federation.all_clients[CLIENT]
-        state = sim.algorithm.personalize(sim.coordinator.global_state, sim.client_state(CLIENT),
-                                          client.train, sim.context(CLIENT, config.rounds))
+        state = sim.algorithm.personalization.personalize(
+            sim.coordinator.global_state, sim.client_state(CLIENT), client.train,
+            sim.context(CLIENT, config.rounds))
         atomic_write_bytes(RunDir(run_dir).personalized(CLIENT),
                            client_state_to_bytes(state))
     return run_dir, {"run_dir": str(run_dir), "seconds": time.perf_counter() - started,

@@ -58,7 +58,7 @@ def plain_rounds(sim: Simulation, rounds: int) -> tuple[list[float], dict[str, t
     Same clients, batches, SGD settings (from ``sim.config``) and n-weighted float64 mean.
     """
     model = sim.algorithm.model_factory.build()
-    global_state = sim.algorithm.init_global(sim.config.seed)
+    global_state = sim.algorithm.aggregation.init_global(sim.config.seed)
     schedule, t = sim.config.schedule(), sim.config.training
     seconds = []
     for r in range(rounds):

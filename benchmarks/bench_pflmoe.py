@@ -106,7 +106,8 @@ def stage_one(sim: Simulation, counts: dict[int, torch.Tensor]) -> list[dict[str
         row = sim.run_round()
         done = row["round"] + 1
         if done % EVAL_EVERY == 0 or sim.coordinator.finished:
-            logits = predict(sim.algorithm.global_model(sim.coordinator.global_state), test)
+            global_model = sim.algorithm.inference.global_model(sim.coordinator.global_state)
+            logits = predict(global_model, test)
             local = [class_weighted_accuracy(logits.argmax(1), test.y, c) for c in counts.values()]
             curve.append({"round": done, "global_test": top_k_accuracy(logits, test.y, 1),
                           "local_test": sum(local) / len(local), "train_loss": row["train_loss"]})
@@ -119,7 +120,7 @@ def stage_two(sim: Simulation, per_epochs: int) -> dict[str, dict[str, float]]:
     """PFL-FB / -MF / -MFE for every client from the final global model; FedAvg alongside."""
     fed, state = sim.federation, sim.coordinator.global_state
     test, spec = fed.test, fed.spec
-    base = sim.algorithm.global_model(state)
+    base = sim.algorithm.inference.global_model(state)
     with torch.no_grad():
         a_test = base.body(test.x)  # (10000, 400): the frozen extractor, shared by all
         global_logits = base.head(a_test)
@@ -132,8 +133,9 @@ def stage_two(sim: Simulation, per_epochs: int) -> dict[str, dict[str, float]]:
         pairs["fedavg"].append(scores(global_logits, test.y, counts))
         ctx = sim.context(cid, sim.config.rounds)
         for variant in ("mf", "mfe"):
-            cstate = algos[variant].personalize(state, sim.client_state(cid), client.train, ctx)
-            model = algos[variant].personalized_model(state, cstate)
+            cstate = algos[variant].personalization.personalize(state, sim.client_state(cid),
+                                                                client.train, ctx)
+            model = algos[variant].inference.personalized_model(state, cstate)
             with torch.no_grad():
                 logits = model.mixed_logits(test.x, a_test)
             pairs[variant].append(scores(logits, test.y, counts))
@@ -145,7 +147,7 @@ def stage_two(sim: Simulation, per_epochs: int) -> dict[str, dict[str, float]]:
                 fb_state = ClientState({k: v for k, v in cstate.tensors.items()
                                         if k.startswith(PERSONAL)},
                                        {**cstate.meta, "variant": "fb"})
-                fb = algos["fb"].personalized_model(state, fb_state)
+                fb = algos["fb"].inference.personalized_model(state, fb_state)
                 with torch.no_grad():
                     pairs["fb"].append(scores(fb.head(a_test), test.y, counts))
         if (i + 1) % 10 == 0:
@@ -165,8 +167,8 @@ def local_only(alpha: float, epochs: int) -> dict[str, float]:
                              [:2000])
     pairs = []
     for cid, client in fed.clients.items():
-        model = sim.algorithm.personalized_model(sim.coordinator.global_state,
-                                                 sim.client_state(cid))
+        model = sim.algorithm.inference.personalized_model(sim.coordinator.global_state,
+                                                           sim.client_state(cid))
         pairs.append(scores(predict(model, subset), subset.y,
                             client.class_counts(fed.spec.num_classes)))
     return mean_pair(pairs)

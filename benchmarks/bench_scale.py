@@ -65,7 +65,7 @@ TOP1_TOLERANCE = 0.003
 
 def accuracy(sim: Simulation, state: dict[str, torch.Tensor]) -> float:
     test = sim.federation.test
-    return top_k_accuracy(predict(sim.algorithm.global_model(state), test), test.y, 1)
+    return top_k_accuracy(predict(sim.algorithm.inference.global_model(state), test), test.y, 1)
 
 
 def time_pflkit(config: SimConfig, name: str, workdir: Path) -> tuple[dict[str, Any], Simulation]:

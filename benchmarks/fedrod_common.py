@@ -61,7 +61,7 @@ def config(algorithm: str, alpha: float, rounds: int, *, new_clients: int = 0,
 def features(algorithm: Algorithm, global_state: State, test: LabeledTensors
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """Test-set features z = f(x; theta-bar) and generic logits h_G(z), computed once."""
-    model = algorithm.global_model(global_state)
+    model = algorithm.inference.global_model(global_state)
     z = torch.cat([model.body(test.x[i:i + 2000]) for i in range(0, len(test), 2000)])
     return z, model.head(z)
 

@@ -106,7 +106,8 @@ def main(
             ("--lambda", lam), ("--class-counts", class_counts), ("--proportions", proportions))
                    if text is not None]
         algorithm = source.algorithm
-        chosen = parse_choice(algorithm.name, algorithm.choices, choice or [], aliases, head)
+        chosen = parse_choice(algorithm.name, algorithm.inference.choices, choice or [], aliases,
+                              head)
         result = export_model(source, chosen, out or default_out,
                               fmt or ("onnx", "executorch"), int8=int8, force_int8=force_int8,
                               max_int8_drop_points=max_int8_drop,

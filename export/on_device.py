@@ -65,7 +65,7 @@ class OnDevicePersonalizer:
                  ctx: RoundContext) -> ClientState:
         """The client's new state after its stage ran on the training program."""
         if len(data) == 0:  # nothing to train on: the stage's own rule for empty clients
-            return self.algorithm.personalize(global_state, client_state, data, ctx)
+            return self.algorithm.personalization.personalize(global_state, client_state, data, ctx)
         data = LabeledTensors(data.x.cpu(), data.y.cpu())  # the runtime is a CPU one
         part = self.part(global_state, client_state, data, ctx)
         part.program.cpu()

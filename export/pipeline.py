@@ -132,7 +132,7 @@ def export_model(source: Source, choice: Choice, out_dir: Path,
                           f"from {name!r} in the graph; fix the choice (--choice {name}=VALUE) to "
                           f"quantize")
     card = base_card(source, ex, mixture)
-    new_client = for_new_client(source.algorithm.choices, choice)
+    new_client = for_new_client(source.algorithm.inference.choices, choice)
     if new_client:  # known only by its choice (e.g. its classes): a new client
         card["source"]["new_client"] = True
     if trainer and (choice.head == "generic" or new_client

@@ -1,10 +1,11 @@
 """From the user's choice to an :class:`Exportable`, without knowing any algorithm.
 
 The command line's text becomes a :class:`~pflkit.sdk.algorithms.inference.Choice`
-(:func:`parse_choice`) read through the method's declaration (``Algorithm.choices``): each
+(:func:`parse_choice`) read through the method's declaration (its inference role's
+``choices``): each
 ``--choice NAME=VALUE`` names a declared choice, and an alias such as ``--lambda`` sets the
 choice that declares it. The algorithm resolves the choice
-(:meth:`~pflkit.sdk.algorithms.base.Algorithm.inference_model`: the module, its outputs, an
+(its inference role's ``inference_model``: the module, its outputs, an
 optional runtime input, the card's mixture) and checks it: its errors name the method.
 """
 
@@ -73,13 +74,13 @@ def build_exportable(source: Source, choice: Choice
                      ) -> tuple[Exportable, dict[str, Any] | None]:
     """The module to export for ``choice`` and the card's ``mixture`` (None: plain model)."""
     try:
-        built = source.algorithm.inference_model(source.global_state, source.client_state,
-                                                 choice)
+        built = source.algorithm.inference.inference_model(source.global_state,
+                                                           source.client_state, choice)
     except (ValueError, KeyError) as err:
         raise ExportError(f"cannot build the model: {err}") from err
     mixture = None if built.mixture is None else built.mixture.to_card()
-    _check_runtime_input(source.algorithm.name, source.algorithm.choices, built.runtime_input,
-                         mixture)
+    _check_runtime_input(source.algorithm.name, source.algorithm.inference.choices,
+                         built.runtime_input, mixture)
     spec = source.spec
     layout = str(spec.preprocessing.to_dict()["layout"])  # NCHW images, NF rows, NTF sequences
     inputs = [TensorSpec("image" if layout == "NCHW" else "input", ("batch", *spec.input_shape),

@@ -137,7 +137,7 @@ def _client_state(run: RunDir, algorithm: Algorithm, client: int, round_done: in
     if round_done == last and personalized.is_file():
         return client_state_from_bytes(personalized.read_bytes(), str(personalized))
     stored = run.clients.load(client, round_done - 1)
-    return stored if stored is not None else algorithm.init_client(client, seed, train)
+    return stored if stored is not None else algorithm.training.init_client(client, seed, train)
 
 
 def load_device_source(state_dir: Path, global_file: Path, config_file: Path) -> Source:

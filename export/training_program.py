@@ -1,6 +1,6 @@
 """A method's personal part as an ExecuTorch training program (``pfl-export --trainer``).
 
-The algorithm describes its post-federation stage (``Algorithm.personal_training``, a
+The algorithm describes its post-federation stage (``Personalization.personal_training``, a
 :class:`~pflkit.sdk.algorithms.personal.PersonalTraining`); this module knows no algorithm and
 turns any such description into files a device runs:
 
@@ -55,7 +55,7 @@ class OnDeviceStageError(ValueError):
 def device_stage(algorithm: Algorithm, global_state: State, client_state: ClientState,
                  data: LabeledTensors, ctx: RoundContext) -> PersonalTraining:
     """The algorithm's post-federation stage for one client, if a device can run it."""
-    part = algorithm.personal_training(global_state, client_state, data, ctx)
+    part = algorithm.personalization.personal_training(global_state, client_state, data, ctx)
     if part is None:
         raise OnDeviceStageError(f"{algorithm.name}: these hyperparameters give no "
                                  f"post-federation stage a device can run (docs/on-device.md "

@@ -185,7 +185,7 @@ class FederatedClient:
         stored = self.store.load()
         if stored is not None and self.files.read_json(CACHE).get("state_run") == run_id:
             return ClientState(state_to(stored.tensors, self.device), stored.meta)
-        return algorithm.init_client(self.client_id, seed, self.data)
+        return algorithm.training.init_client(self.client_id, seed, self.data)
 
     def _train(self, task: dict[str, Any]) -> PendingRound:
         """Fit one round and persist the result as the pending file; return it."""
@@ -193,9 +193,9 @@ class FederatedClient:
         algorithm = self._algorithm(task["run_id"], cfg)
         ctx = cfg.context(task["round"], self.client_id)
         with autocast_training(self.autocast):
-            result = algorithm.fit(state_to(self.global_state(task["global_hash"]), self.device),
-                                   self._client_state(task["run_id"], algorithm, cfg.seed),
-                                   self.data, ctx)
+            result = algorithm.training.fit(
+                state_to(self.global_state(task["global_hash"]), self.device),
+                self._client_state(task["run_id"], algorithm, cfg.seed), self.data, ctx)
         metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(v)}
         upload = state_to_bytes(result.update, {METRICS_KEY: json.dumps(metrics)})
         pending = PendingRound(task["run_id"], task["round"], result.num_samples, metrics,
@@ -248,11 +248,12 @@ class FederatedClient:
         cfg = TaskConfig.from_wire(task["config"], self.imports)
         algorithm = self._algorithm(task["run_id"], cfg)
         global_state = state_to(self.global_state(task["global_hash"]), self.device)
-        if algorithm.has_personalization_stage:
+        if algorithm.personalization.has_stage:
             ctx = cfg.context(cfg.total_rounds, self.client_id)
             state = self._client_state(task["run_id"], algorithm, cfg.seed)
             with autocast_training(self.autocast):
-                self.store.save(algorithm.personalize(global_state, state, self.data, ctx))
+                self.store.save(algorithm.personalization.personalize(global_state, state,
+                                                                      self.data, ctx))
         self.files.write_json(CACHE, {**self.files.read_json(CACHE), "state_run": task["run_id"],
                                       "finished_run": task["run_id"], "config": task["config"]})
 
@@ -264,8 +265,8 @@ class FederatedClient:
         config = TaskConfig.from_wire(cache["config"], self.imports)
         algorithm = self._algorithm(cache["finished_run"], config)
         state = self.store.load() or ClientState()
-        return algorithm.personalized_model(self.global_state(cache["global_hash"]), state,
-                                            choice)
+        return algorithm.inference.personalized_model(self.global_state(cache["global_hash"]),
+                                                      state, choice)
 
     def run(self, max_rounds: int | None = None) -> int:
         """Loop :meth:`step` until the run ends (or ``max_rounds`` trained); return rounds."""

@@ -1,9 +1,9 @@
 """The batched executor: the clients of a round train together as one program.
 
-Each round's sampled clients go to :meth:`Algorithm.fit_batch` in one call (stacked weights,
+Each round's sampled clients go to :meth:`DeviceTraining.fit_batch` in one call (stacked weights,
 vmapped loss, masked batches: :mod:`pflkit.sdk.batched_training`); the results equal the
 sequential executor's up to float rounding. A method or model that cannot batch
-(:meth:`Algorithm.batching_blocker`) trains its clients one by one; the reason is logged once.
+(:meth:`DeviceTraining.batching_blocker`) trains its clients one by one; the reason is logged once.
 """
 
 from __future__ import annotations
@@ -27,18 +27,18 @@ class BatchedExecutor(SequentialExecutor):
     def __init__(self, settings: ExecutionConfig, federation: Federation,
                  algorithm: Algorithm) -> None:
         super().__init__(settings, federation, algorithm)
-        self.blocker = self.algorithm.batching_blocker()
+        self.blocker = self.algorithm.training.batching_blocker()
         if self.blocker is not None:
             log.warning("batched executor: %s; training clients one by one", self.blocker)
 
     def fit(self, global_state: State, tasks: Sequence[ClientTask]) -> Iterator[FitResult]:
-        """One :meth:`Algorithm.fit_batch` over every task; results in task order, on the CPU."""
+        """One ``training.fit_batch`` over every task; results in task order, on the CPU."""
         if self.blocker is not None or not tasks:
             yield from super().fit(global_state, tasks)
             return
         on_device = state_to(global_state, self.device)
         jobs = [FitJob(to_device(t.state, self.device), t.data, t.context) for t in tasks]
         with autocast_training(self.autocast):
-            results = self.algorithm.fit_batch(on_device, jobs)
+            results = self.algorithm.training.fit_batch(on_device, jobs)
         for result in results:
             yield result_to_cpu(result)

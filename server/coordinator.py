@@ -48,10 +48,10 @@ class Coordinator:
         self.global_state = global_state
         self.seed = seed
         self.round = round_index
-        self._schema = algorithm.update_schema(global_state)
+        self._schema = algorithm.aggregation.update_schema(global_state)
         self._open: OpenRound | None = None
         # the config's aggregation rules (sdk/aggregation_rules.py); None: the algorithm's own
-        self._new_aggregator = aggregator_factory or algorithm.new_aggregator
+        self._new_aggregator = aggregator_factory or algorithm.aggregation.new_aggregator
 
     @property
     def finished(self) -> bool:
@@ -77,8 +77,8 @@ class Coordinator:
     def validate(self, client_id: int, num_samples: int, update: State) -> None:
         """Raise :class:`UpdateRejected` unless the update has exactly the round's schema.
 
-        Every name of :meth:`Algorithm.update_schema` with its shape and dtype, nothing else:
-        a partial update would be averaged as if the missing tensors were unchanged.
+        Every name of the method's ``aggregation.update_schema``, with its shape and dtype, and
+        nothing else: a partial update would be averaged as if the missing tensors were unchanged.
         """
         current = self.open_round()
         if client_id not in current.sampled:

@@ -66,8 +66,8 @@ class Executor(ABC):
         on_device = state_to(global_state, self.device)
         for task in tasks:
             with autocast_training(self.autocast):
-                state = self.algorithm.personalize(on_device, to_device(task.state, self.device),
-                                                   task.data, task.context)
+                state = self.algorithm.personalization.personalize(
+                    on_device, to_device(task.state, self.device), task.data, task.context)
             yield to_device(state, CPU)
 
     def close(self) -> None:  # noqa: B027 - optional hook, in-process executors have nothing
@@ -93,8 +93,8 @@ class SequentialExecutor(Executor):
         on_device = state_to(global_state, self.device)
         for task in tasks:
             with autocast_training(self.autocast):
-                result = self.algorithm.fit(on_device, to_device(task.state, self.device),
-                                            task.data, task.context)
+                result = self.algorithm.training.fit(
+                    on_device, to_device(task.state, self.device), task.data, task.context)
             yield result_to_cpu(result)
 
 

@@ -148,8 +148,8 @@ class ClientWorker:
         crash_point("ray_worker_fit")
         global_state = self._global_state(key, global_payload)
         with autocast_training(self.autocast):
-            result = self.algorithm.fit(global_state, self._client_state(state),
-                                        self.data[client_id], ctx)
+            result = self.algorithm.training.fit(global_state, self._client_state(state),
+                                                 self.data[client_id], ctx)
         return (state_to_bytes(result.update), client_state_to_bytes(result.client_state),
                 result.num_samples, result.metrics)
 
@@ -158,8 +158,8 @@ class ClientWorker:
         """One client's post-federation stage: its new state."""
         global_state = self._global_state(key, global_payload)
         with autocast_training(self.autocast):
-            new = self.algorithm.personalize(global_state, self._client_state(state),
-                                             self.data[client_id], ctx)
+            new = self.algorithm.personalization.personalize(
+                global_state, self._client_state(state), self.data[client_id], ctx)
         return client_state_to_bytes(new)
 
 

@@ -83,7 +83,7 @@ def swept_choice(algorithm: str) -> str:
     from pflkit.sdk.algorithms.inference import NUMBER
 
     try:
-        specs = algorithm_class(algorithm).choices
+        specs = algorithm_class(algorithm).Inference.choices
     except (ValueError, ImportError):  # a method this process cannot import: a plain label
         return "choice"
     return next((s.name for s in specs if s.kind == NUMBER), "choice")

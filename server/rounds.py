@@ -50,7 +50,8 @@ class RoundKeeper:
         """The round's Coordinator, with the run's aggregation rules, at least the server's."""
         setup, s = self.store.setup(run), self.store.settings
         rules = setup.config.aggregation.at_least(s.aggregation_floor)
-        factory = aggregator_factory(setup.algorithm.new_aggregator, rules, s.data_dir / "scratch")
+        factory = aggregator_factory(setup.algorithm.aggregation.new_aggregator, rules,
+                                     s.data_dir / "scratch")
         return Coordinator(setup.algorithm, setup.schedule, rnd.roster,
                            self.store.global_states.get(rnd.global_hash), setup.config.seed,
                            rnd.index, aggregator_factory=factory)

@@ -142,8 +142,9 @@ def terms_of(setup: RunSetup, global_state: State) -> RunTerms:
 
     cfg = setup.config
     task = TaskConfig.of(cfg, setup.spec).to_wire()
+    expected = setup.algorithm.aggregation.update_schema(global_state)
     schema = {name: (list(shape), SAFETENSORS_DTYPES[str(dtype).removeprefix("torch.")])
-              for name, (shape, dtype) in setup.algorithm.update_schema(global_state).items()}
+              for name, (shape, dtype) in expected.items()}
     return RunTerms(cfg.algorithm.name, cfg.model.name, task, schema)
 
 
@@ -153,7 +154,7 @@ def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules) -> tuple[str,
 
     setup = build_setup(config_toml, rules)
     with refused_as_invalid():  # builds the model
-        state = setup.algorithm.init_global(setup.config.seed)
+        state = setup.algorithm.aggregation.init_global(setup.config.seed)
     terms = terms_of(setup, state)
     rules.check_update_size(terms)
     digest = BlobStore(blob_dir).put(state_to_bytes(state, {"rounds_done": "0"}))

@@ -25,12 +25,12 @@ def round_scores(algorithm: Algorithm, state: State, federation: Federation,
                  client_state: Callable[[int], ClientState]) -> dict[str, Any]:
     """Generic model on the global test set; personalized models on clients' own tests."""
     test = federation.test
-    scoring = ScoringCache()
-    generic = scores_from_logits(scoring.predict(algorithm.global_model(state), test), test.y)
+    scoring, inference = ScoringCache(), algorithm.inference
+    generic = scores_from_logits(scoring.predict(inference.global_model(state), test), test.y)
     row: dict[str, Any] = {f"global_{k}": v for k, v in generic.to_dict().items()}
     if any(len(c.test) for c in federation.clients.values()):
         reports = [
-            evaluate_client(algorithm.personalized_model(state, client_state(cid)), client, None,
+            evaluate_client(inference.personalized_model(state, client_state(cid)), client, None,
                             federation.spec.num_classes, scoring.predict)
             for cid, client in federation.clients.items()
         ]
@@ -60,8 +60,8 @@ def final_scores(algorithm: Algorithm, state: State, federation: Federation,
             task = bar.add_task(f"evaluating {group}", total=len(members))
             reports: dict[str, list[ClientReport]] = {}
             for client, cstate in zip(members.values(), states_of(members), strict=True):
-                for label, choice in algorithm.evaluation_choices(cstate).items():
-                    model = algorithm.personalized_model(state, cstate, choice)
+                for label, choice in algorithm.inference.evaluation_choices(cstate).items():
+                    model = algorithm.inference.personalized_model(state, cstate, choice)
                     reports.setdefault(label, []).append(
                         evaluate_client(model, client, federation.test, spec.num_classes,
                                         scoring.predict))
@@ -72,6 +72,7 @@ def final_scores(algorithm: Algorithm, state: State, federation: Federation,
             if len(reports) > 1:
                 out[group]["by_choice"] = {k: summarize(v) for k, v in reports.items()}
     test = federation.test
-    generic = scores_from_logits(scoring.predict(algorithm.global_model(state), test), test.y)
+    generic = scores_from_logits(scoring.predict(algorithm.inference.global_model(state), test),
+                                 test.y)
     out["global_model"] = generic.to_dict()
     return out

@@ -76,8 +76,8 @@ class Simulation:
         if resume:
             start_round, global_state = self._committed()
         if global_state is None:
-            global_state = self.algorithm.init_global(config.seed)
-        rules = aggregator_factory(self.algorithm.new_aggregator, config.aggregation,
+            global_state = self.algorithm.aggregation.init_global(config.seed)
+        rules = aggregator_factory(self.algorithm.aggregation.new_aggregator, config.aggregation,
                                    Path(tempfile.gettempdir()))  # robust rules spill there
         self.coordinator = Coordinator(self.algorithm, config.schedule(),
                                        list(self.federation.clients), global_state, config.seed,
@@ -116,9 +116,9 @@ class Simulation:
 
         engine = OnDevicePersonalizer(self.algorithm, self.federation.spec.input_shape)
         cid, client = next(iter(self.federation.all_clients.items()))
-        state = self.algorithm.init_global(self.config.seed)
-        engine.part(state, self.algorithm.init_client(cid, self.config.seed, client.train),
-                    client.train, self.context(cid, self.config.rounds))
+        state = self.algorithm.aggregation.init_global(self.config.seed)
+        start = self.algorithm.training.init_client(cid, self.config.seed, client.train)
+        engine.part(state, start, client.train, self.context(cid, self.config.rounds))
         return engine
 
     # -- run directory ----------------------------------------------------------------------------
@@ -173,8 +173,8 @@ class Simulation:
         if client_id not in self._states:
             stored = self.store.load(client_id, self.coordinator.round - 1)
             self._states[client_id] = stored if stored is not None else \
-                self.algorithm.init_client(client_id, self.config.seed,
-                                           self.federation.all_clients[client_id].train)
+                self.algorithm.training.init_client(client_id, self.config.seed,
+                                                    self.federation.all_clients[client_id].train)
         return self._states[client_id]
 
     def context(self, client_id: int, round_index: int) -> RoundContext:
@@ -283,7 +283,7 @@ class Simulation:
 
     def _final_states(self, members: dict[int, ClientData]) -> Iterator[ClientState]:
         """Each member's state for the final evaluation, after the method's stage if any."""
-        if not self.algorithm.has_personalization_stage:
+        if not self.algorithm.personalization.has_stage:
             yield from (self.client_state(cid) for cid in members)
             return
         tasks = [ClientTask(cid, self.client_state(cid), client.train,

@@ -87,7 +87,7 @@ class Tasks:
         return self.store.global_bytes.get(digest)
 
     def query(self, run_id: int, name: str, body: Any) -> bytes:
-        """Answer an algorithm query (``Algorithm.server_queries``) on the run's newest global.
+        """Answer an algorithm query (``ServerAggregation.queries``) on the run's newest global.
 
         The answer is safetensors whose metadata names the global state it was computed from.
         """
@@ -97,7 +97,7 @@ class Tasks:
             run = self.store.get_run(s, run_id)
             digest = run.global_hash
             setup = self.store.setup(run)
-        queries = setup.algorithm.server_queries()
+        queries = setup.algorithm.aggregation.queries()
         if name not in queries:
             offered = ", ".join(sorted(queries)) or "none"
             raise NotFound(f"run {run_id} ({setup.config.algorithm.name}) answers no query "

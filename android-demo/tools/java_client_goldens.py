@@ -58,13 +58,13 @@ def write_goldens(out: Path) -> None:
     (out / "run.toml").write_text(RUN_TOML)
     config = SimConfig.from_mapping(tomllib.loads(RUN_TOML))
     federation, algorithm = build_run(config)
-    global0 = algorithm.init_global(config.seed)
+    global0 = algorithm.aggregation.init_global(config.seed)
     save_state(out / "global0.safetensors", global0)
     for cid, client in sorted(federation.clients.items()):
         ctx = RoundContext(0, config.rounds, config.training.lr_schedule.at(0), config.seed,
                            cid)
-        state = algorithm.init_client(cid, config.seed, client.train)
-        result = algorithm.fit(global0, state, client.train, ctx)
+        state = algorithm.training.init_client(cid, config.seed, client.train)
+        result = algorithm.training.fit(global0, state, client.train, ctx)
         tensors = {f"delta/{k}": (v - global0[k]) if v.is_floating_point() else v
                    for k, v in result.update.items()}
         tensors.update({f"state/{k}": v for k, v in result.client_state.tensors.items()})

@@ -32,7 +32,9 @@ from pflkit.sdk.algorithms.base import (
     State,
     register,
 )
+from pflkit.sdk.algorithms.device_training import DeviceTraining
 from pflkit.sdk.algorithms.inference import NUMBER, ChoiceSpec
+from pflkit.sdk.algorithms.inference_role import Inference
 from pflkit.sdk.algorithms.paramcheck import require
 from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of
 from pflkit.sdk.data.tensors import LabeledTensors
@@ -64,18 +66,10 @@ class APFLParams:
         require("apfl", "alpha_lr", lr is None or lr >= 0, ">= 0", lr)
 
 
-@register
-class APFL(Algorithm):
-    """Global model w trained as FedAvg, local model v and alpha trained through the mixture."""
+class APFLTraining(DeviceTraining):
+    """w trained as FedAvg; v and alpha trained through the mixture, kept on the device."""
 
-    name = "apfl"
-    Params = APFLParams
-    params: APFLParams
-    choices = (ALPHA,)
-
-    def alpha_of(self, client_state: ClientState) -> float:
-        """Return the client's current mixing weight."""
-        return float(client_state.meta.get("alpha", self.params.alpha))
+    method: APFL
 
     def fit(self, global_state: State, client_state: ClientState, data: LabeledTensors,
             ctx: RoundContext) -> FitResult:
@@ -84,7 +78,7 @@ class APFL(Algorithm):
         names = [n for n, _ in model.named_parameters()]
         start = personal_of(client_state) or global_state
         v = {n: start[n].clone().requires_grad_(True) for n in names}
-        alpha = torch.tensor(self.alpha_of(client_state), device=self.device,
+        alpha = torch.tensor(self.method.alpha_of(client_state), device=self.device,
                              requires_grad=self.params.adaptive)
         alpha_lr = ctx.lr if self.params.alpha_lr is None else self.params.alpha_lr
         opt_w = sgd(model.parameters(), ctx.lr, self.local.momentum, self.local.weight_decay)
@@ -116,6 +110,13 @@ class APFL(Algorithm):
                          {"train_loss": total / steps if steps else float("nan"),
                           "alpha": final_alpha})
 
+
+class APFLInference(Inference):
+    """alpha v + (1 - alpha) w_global, alpha the client's or a chosen :data:`ALPHA`."""
+
+    method: APFL
+    choices = (ALPHA,)
+
     def personalized_model(self, global_state: State, client_state: ClientState,
                            choice: Choice | None = None) -> nn.Module:
         """Build alpha * v + (1 - alpha) * w_global (the global model if the client never trained).
@@ -126,5 +127,20 @@ class APFL(Algorithm):
         local = personal_of(client_state)
         if not local:
             return self.global_model(global_state)
-        alpha = self.alpha_of(client_state) if alpha is None else alpha
+        alpha = self.method.alpha_of(client_state) if alpha is None else alpha
         return self.global_model(alpha_mixture(local, global_state, alpha))
+
+
+@register
+class APFL(Algorithm):
+    """Global model w trained as FedAvg, local model v and alpha trained through the mixture."""
+
+    name = "apfl"
+    Params = APFLParams
+    params: APFLParams
+    Training = APFLTraining
+    Inference = APFLInference
+
+    def alpha_of(self, client_state: ClientState) -> float:
+        """Return the client's current mixing weight."""
+        return float(client_state.meta.get("alpha", self.params.alpha))

@@ -14,17 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torch import nn
-
 from pflkit.sdk.algorithms.base import (
-    Choice,
+    Algorithm,
     ClientState,
     FitResult,
     RoundContext,
     State,
     register,
 )
-from pflkit.sdk.algorithms.fedavg import FedAvg
+from pflkit.sdk.algorithms.fedavg import FedAvgTraining, PersonalModel
 from pflkit.sdk.algorithms.gradtools import added_gradient
 from pflkit.sdk.algorithms.paramcheck import require
 from pflkit.sdk.algorithms.state_layout import PERSONAL, add_prefix, personal_of
@@ -46,13 +44,8 @@ class DittoParams:
         require("ditto", "personal_epochs", epochs is None or epochs >= 0, ">= 0", epochs)
 
 
-@register
-class Ditto(FedAvg):
-    """FedAvg for the global model plus a proximally regularized personal model."""
-
-    name = "ditto"
-    Params = DittoParams
-    params: DittoParams
+class DittoTraining(FedAvgTraining):
+    """FedAvg's update for w, then the personal model v's epochs toward this round's w^t."""
 
     def fit(self, global_state: State, client_state: ClientState, data: LabeledTensors,
             ctx: RoundContext) -> FitResult:
@@ -72,9 +65,16 @@ class Ditto(FedAvg):
         result.metrics["personal_loss"] = loss
         return result
 
-    def personalized_model(self, global_state: State, client_state: ClientState,
-                           choice: Choice | None = None) -> nn.Module:
-        """Return the personal model v (the global model if the client never trained)."""
-        self._reject_choice(choice)
-        return self.global_model(personal_of(client_state) or global_state)
 
+@register
+class Ditto(Algorithm):
+    """FedAvg for the global model plus a proximally regularized personal model.
+
+    The personalized model is the personal model v (the global model if the client never
+    trained).
+    """
+
+    name = "ditto"
+    Params = DittoParams
+    Training = DittoTraining
+    Inference = PersonalModel

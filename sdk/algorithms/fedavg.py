@@ -26,8 +26,10 @@ from pflkit.sdk.algorithms.base import (
     RoundContext,
     State,
     register,
-    shared_lr,
 )
+from pflkit.sdk.algorithms.device_training import DeviceTraining, shared_lr
+from pflkit.sdk.algorithms.inference_role import Inference
+from pflkit.sdk.algorithms.personalization import Personalization
 from pflkit.sdk.algorithms.state_layout import PERSONAL, add_prefix, personal_of
 from pflkit.sdk.batched_training import BatchPlan, Stacked, repeat, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
@@ -82,11 +84,8 @@ def train_proximal_batch(model: nn.Module, global_state: State, datas: Sequence[
                           local.momentum, local.weight_decay)
 
 
-@register
-class FedAvg(Algorithm):
-    """Federated averaging of the whole model."""
-
-    name = "fedavg"
+class FedAvgTraining(DeviceTraining):
+    """E epochs of SGD on the whole model from the global weights; the new weights are sent."""
 
     @property
     def proximal_strength(self) -> float:
@@ -113,6 +112,14 @@ class FedAvg(Algorithm):
                 for k, j in enumerate(jobs)]
 
 
+@register
+class FedAvg(Algorithm):
+    """Federated averaging of the whole model."""
+
+    name = "fedavg"
+    Training = FedAvgTraining
+
+
 @dataclass(frozen=True)
 class FedProxParams:
     """FedProx's proximal strength (Li et al. 2020 search {0.001, 0.01, 0.1, 1})."""
@@ -124,18 +131,22 @@ class FedProxParams:
             raise HyperparameterError(f"fedprox: hyperparameter 'mu' must be >= 0, got {self.mu}")
 
 
-@register
-class FedProx(FedAvg):
-    """FedAvg with the proximal term (mu / 2) ||w - w_g||^2."""
-
-    name = "fedprox"
-    Params = FedProxParams
-    params: FedProxParams
+class FedProxTraining(FedAvgTraining):
+    """FedAvg's training with the proximal term (mu / 2) ||w - w_g||^2."""
 
     @property
     def proximal_strength(self) -> float:
         """Half of mu: the loss adds (mu / 2) ||w - w_g||^2 over the trainable weights."""
         return 0.5 * self.params.mu
+
+
+@register
+class FedProx(Algorithm):
+    """FedAvg with the proximal term (mu / 2) ||w - w_g||^2."""
+
+    name = "fedprox"
+    Params = FedProxParams
+    Training = FedProxTraining
 
 
 @dataclass(frozen=True)
@@ -150,13 +161,8 @@ class FineTuneParams:
             raise HyperparameterError("fedavg_ft: hyperparameter 'ft_epochs' must be >= 0")
 
 
-@register
-class FedAvgFineTune(FedAvg):
-    """FedAvg, then each client fine-tunes the final global model on its own data."""
-
-    name = "fedavg_ft"
-    Params = FineTuneParams
-    params: FineTuneParams
+class FineTune(Personalization):
+    """After federation each client fine-tunes a copy of the final global model."""
 
     def personalize(self, global_state: State, client_state: ClientState, data: LabeledTensors,
                     ctx: RoundContext) -> ClientState:
@@ -169,8 +175,23 @@ class FedAvgFineTune(FedAvg):
         return ClientState(add_prefix(float_state(model), PERSONAL),
                            {**client_state.meta, "fine_tuned_round": ctx.round})
 
+
+class PersonalModel(Inference):
+    """The client's own whole model (``personal.*``) if it has one, else the global model."""
+
     def personalized_model(self, global_state: State, client_state: ClientState,
                            choice: Choice | None = None) -> nn.Module:
-        """The fine-tuned model if this client has one, else the global model."""
+        """The personal model if this client has one, else the global model."""
         self._reject_choice(choice)
         return self.global_model(personal_of(client_state) or global_state)
+
+
+@register
+class FedAvgFineTune(Algorithm):
+    """FedAvg, then each client fine-tunes the final global model on its own data."""
+
+    name = "fedavg_ft"
+    Params = FineTuneParams
+    Training = FedAvgTraining
+    Personalization = FineTune
+    Inference = PersonalModel

@@ -6,7 +6,8 @@ bodies. The personalized model is the global body with the client's head.
 
 :class:`PartialSharing` is the shared machinery for every method that splits the parameters
 by name into a shared and a personal part (FedPer, FedRep, LG-FedAvg): subclasses choose
-``personal_prefixes`` and, if needed, how the local epochs are spent (:meth:`train_round`).
+``personal_prefixes`` and, if needed, how the local epochs are spent (a
+:class:`PartialTraining` with its own :meth:`~PartialTraining.train_round`).
 
 Choice: a client's personal part starts as a copy of the round-0 global model's (all clients
 share one initialization, as in the FedPer, FedRep and LG-FedAvg experiments); the server's copy
@@ -30,33 +31,29 @@ from pflkit.sdk.algorithms.base import (
     State,
     register,
 )
+from pflkit.sdk.algorithms.device_training import DeviceTraining
+from pflkit.sdk.algorithms.inference_role import Inference
+from pflkit.sdk.algorithms.server_aggregation import ServerAggregation
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import SplitModel, float_state
 from pflkit.sdk.training import cross_entropy_of, run_epochs, sgd
 
 
-class PartialSharing(Algorithm):
-    """A model split by parameter name: shared tensors go to the server, personal ones stay."""
+class PartialTraining(DeviceTraining):
+    """Train the merged model; the shared part is the update, the personal part stays."""
 
-    personal_prefixes: ClassVar[tuple[str, ...]]
-
-    def is_personal(self, name: str) -> bool:
-        """Whether a state entry belongs to the client's personal part."""
-        return name.startswith(self.personal_prefixes)
-
-    def merged(self, global_state: State, client_state: ClientState) -> State:
-        """Global shared part + the client's personal part (the global copy if it has none)."""
-        return {**global_state, **client_state.tensors}
+    method: PartialSharing
 
     def fit(self, global_state: State, client_state: ClientState, data: LabeledTensors,
             ctx: RoundContext) -> FitResult:
         """Train the merged model; send the shared part, keep the personal part."""
-        model = self.template(self.merged(global_state, client_state))
+        model = self.template(self.method.merged(global_state, client_state))
         loss = self.train_round(model, data, ctx)
         state = float_state(model)
-        update = {k: v for k, v in state.items() if not self.is_personal(k)}
-        personal = {k: v for k, v in state.items() if self.is_personal(k)}
-        return FitResult(update, ClientState(personal, client_state.meta), len(data),
+        personal = self.method.is_personal
+        update = {k: v for k, v in state.items() if not personal(k)}
+        mine = {k: v for k, v in state.items() if personal(k)}
+        return FitResult(update, ClientState(mine, client_state.meta), len(data),
                          {"train_loss": loss})
 
     def train_round(self, model: SplitModel, data: LabeledTensors, ctx: RoundContext) -> float:
@@ -71,16 +68,45 @@ class PartialSharing(Algorithm):
         return run_epochs(optimizer, cross_entropy_of(model), data, epochs,
                           self.local.batch_size, ctx.generator(purpose))
 
+
+class PartialAggregation(ServerAggregation):
+    """The weighted mean of the shared part; a personal tensor in an update is rejected."""
+
+    method: PartialSharing
+
     def update_schema(self, global_state: State) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-        """Only the shared part may be uploaded: a personal tensor in an update is rejected."""
+        """Only the shared part may be uploaded."""
         return {k: (tuple(v.shape), v.dtype) for k, v in global_state.items()
-                if not self.is_personal(k)}
+                if not self.method.is_personal(k)}
+
+
+class PartialInference(Inference):
+    """The global shared part with the client's personal part."""
+
+    method: PartialSharing
 
     def personalized_model(self, global_state: State, client_state: ClientState,
                            choice: Choice | None = None) -> nn.Module:
         """Combine the global shared part with this client's personal part."""
         self._reject_choice(choice)
-        return self.global_model(self.merged(global_state, client_state))
+        return self.global_model(self.method.merged(global_state, client_state))
+
+
+class PartialSharing(Algorithm):
+    """A model split by parameter name: shared tensors go to the server, personal ones stay."""
+
+    personal_prefixes: ClassVar[tuple[str, ...]]
+    Training = PartialTraining
+    Aggregation = PartialAggregation
+    Inference = PartialInference
+
+    def is_personal(self, name: str) -> bool:
+        """Whether a state entry belongs to the client's personal part."""
+        return name.startswith(self.personal_prefixes)
+
+    def merged(self, global_state: State, client_state: ClientState) -> State:
+        """Global shared part + the client's personal part (the global copy if it has none)."""
+        return {**global_state, **client_state.tensors}
 
 
 @register

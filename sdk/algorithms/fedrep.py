@@ -20,7 +20,7 @@ from pflkit.sdk.algorithms.base import (
     RoundContext,
     register,
 )
-from pflkit.sdk.algorithms.fedper import PartialSharing
+from pflkit.sdk.algorithms.fedper import PartialSharing, PartialTraining
 from pflkit.sdk.algorithms.gradtools import frozen
 from pflkit.sdk.algorithms.paramcheck import require
 from pflkit.sdk.data.tensors import LabeledTensors
@@ -37,19 +37,8 @@ class FedRepParams:
         require("fedrep", "body_epochs", self.body_epochs >= 0, ">= 0", self.body_epochs)
 
 
-@register
-class FedRep(PartialSharing):
-    """Personal head, shared body; head epochs first, then body epochs."""
-
-    name = "fedrep"
-    Params = FedRepParams
-    params: FedRepParams
-    personal_prefixes = ("head.",)
-
-    def __init__(self, model: ModelFactory, local: LocalTraining, params: Any = None) -> None:
-        super().__init__(model, local, params or FedRepParams())
-        require("fedrep", "body_epochs", self.params.body_epochs <= local.epochs,
-                f"<= the local epochs E ({local.epochs})", self.params.body_epochs)
+class FedRepTraining(PartialTraining):
+    """Head epochs first with the body frozen, then body epochs with the head frozen."""
 
     def train_round(self, model: SplitModel, data: LabeledTensors, ctx: RoundContext) -> float:
         """Head with the body frozen, then body with the head frozen."""
@@ -61,3 +50,19 @@ class FedRep(PartialSharing):
         with frozen(head):
             body_loss = self.train_params(model, body, data, self.params.body_epochs, ctx, "body")
         return body_loss if self.params.body_epochs else head_loss
+
+
+@register
+class FedRep(PartialSharing):
+    """Personal head, shared body; head epochs first, then body epochs."""
+
+    name = "fedrep"
+    Params = FedRepParams
+    params: FedRepParams
+    personal_prefixes = ("head.",)
+    Training = FedRepTraining
+
+    def __init__(self, model: ModelFactory, local: LocalTraining, params: Any = None) -> None:
+        super().__init__(model, local, params or FedRepParams())
+        require("fedrep", "body_epochs", self.params.body_epochs <= local.epochs,
+                f"<= the local epochs E ({local.epochs})", self.params.body_epochs)

@@ -17,9 +17,12 @@ The server averages theta and psi (eq. 10) with the usual n-weighted mean.
   averaged with theta and psi. A client that never trained gets a zero-shot head from its
   class distribution alone (:func:`zero_shot_head`), optionally fine-tuned on its data.
 
-The loss is in :mod:`~pflkit.sdk.algorithms.fedrod_objective`, the hypernetwork and zero-shot
-heads in :mod:`~pflkit.sdk.algorithms.fedrod_hypernet`, the modules in
-:mod:`~pflkit.sdk.algorithms.fedrod_modules`; each records the choices it makes. Choices where
+The method composes its roles: training in :mod:`~pflkit.sdk.algorithms.fedrod_training`,
+inference (the nets' heads, export, evaluation variants) in
+:mod:`~pflkit.sdk.algorithms.fedrod_inference`, the server's init and ``head`` query and the
+final pass here. The loss is in :mod:`~pflkit.sdk.algorithms.fedrod_objective`, the
+hypernetwork and zero-shot heads in :mod:`~pflkit.sdk.algorithms.fedrod_hypernet`, the modules
+in :mod:`~pflkit.sdk.algorithms.fedrod_modules`; each records the choices it makes. Choices where
 the paper is silent, made here (as ALGORITHMS.md asks):
 
 * phi_m of ``fedrod_linear`` starts at zero, so a client's personalized model starts equal to
@@ -35,25 +38,26 @@ the paper is silent, made here (as ALGORITHMS.md asks):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
-from torch import nn
-from torch.func import functional_call
 
 from pflkit.sdk.algorithms.base import (
+    Algorithm,
     ClientState,
-    FitJob,
-    FitResult,
     HyperparameterError,
     RoundContext,
     State,
     register,
-    shared_lr,
 )
-from pflkit.sdk.algorithms.fedrod_hypernet import HYPER, HyperNetwork
+from pflkit.sdk.algorithms.fedrod_hypernet import (
+    CLASS_DISTRIBUTION,
+    HYPER,
+    HyperNetwork,
+    head_query,
+)
 from pflkit.sdk.algorithms.fedrod_hypernet import zero_shot_head as zero_shot_head
 from pflkit.sdk.algorithms.fedrod_inference import COUNTS, LOCAL, PHI, FedRoDInference
 from pflkit.sdk.algorithms.fedrod_modules import FrozenFeatures, PersonalHeadProgram, TwoHeadNet
@@ -63,16 +67,17 @@ from pflkit.sdk.algorithms.fedrod_objective import (  # noqa: F401 (re-exported 
     fedrod_loss,
     log_prior,
 )
+from pflkit.sdk.algorithms.fedrod_training import FedRoDTraining
 from pflkit.sdk.algorithms.personal import EagerSession, PersonalTraining, personalize_with
+from pflkit.sdk.algorithms.personalization import Personalization
 from pflkit.sdk.algorithms.recipe import TRAIN_ROWS, Optimizer, Phase, Recipe
-from pflkit.sdk.algorithms.state_layout import strip_prefix
-from pflkit.sdk.batched_training import BatchPlan, stack, train_together
+from pflkit.sdk.algorithms.server_aggregation import ServerAggregation
+from pflkit.sdk.algorithms.state_layout import add_prefix, strip_prefix
 from pflkit.sdk.class_distribution import ClassDistributionError as ClassDistributionError
-from pflkit.sdk.class_distribution import class_proportions
+from pflkit.sdk.class_distribution import class_proportions as class_proportions
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import SplitModel
 from pflkit.sdk.seeding import seeded_torch
-from pflkit.sdk.training import Batch, run_epochs, sgd
 
 FT_SCOPES = ("model", "personal_head")
 
@@ -108,132 +113,33 @@ class FedRoDHyperParams(FedRoDParams):
             raise HyperparameterError("fedrod_hyper: hyperparameter 'hidden' must be > 0")
 
 
-class FedRoD(FedRoDInference):
-    """Training, shared by both variants (the nets and inference: :class:`FedRoDInference`)."""
+class FedRoDAggregation(ServerAggregation):
+    """The weighted mean of body, generic head (and nu); the ``head`` query for new clients."""
 
-    Params: ClassVar[type] = FedRoDParams
-    params: FedRoDParams
+    method: FedRoD
 
     def init_global(self, seed: int) -> State:
         """Seeded body and generic head (as every method), plus the seeded hypernetwork."""
         state = super().init_global(seed)
         split = self.model_factory.build()
         with seeded_torch(seed, "hypernetwork-init"):
-            hyper = self._hypernetwork(split)
+            hyper = self.method.hypernetwork(split)
         if hyper is not None:
             state.update({f"{HYPER}{k}": v.detach().clone() for k, v in hyper.state_dict().items()})
         return state
 
-    # -- training -----------------------------------------------------------------------------
-    def _trainable(self, net: TwoHeadNet) -> dict[str, nn.Parameter]:
-        """What local training updates: body, generic head, and phi (linear) or nu (hyper)."""
-        own = HYPER if self.uses_hypernetwork else "phead."
-        return {n: p for n, p in net.named_parameters() if n.startswith(("body.", "head.", own))}
+    def queries(self) -> Mapping[str, Callable[[State, Any], State]]:
+        """``head``: a new client's personalized head from its class distribution alone."""
+        return {"head": head_query}
 
-    def _local_loss(self, net: TwoHeadNet, params: Mapping[str, torch.Tensor], batch: Batch,
-                    prior: torch.Tensor, proportions: torch.Tensor | None) -> torch.Tensor:
-        """Eq. 14 on one batch, ``net`` run with the trainable weights ``params``."""
-        def body(x: torch.Tensor) -> torch.Tensor:
-            return functional_call(net.body, strip_prefix(params, "body."), (x,))
 
-        def head(z: torch.Tensor) -> torch.Tensor:
-            return functional_call(net.head, strip_prefix(params, "head."), (z,))
+class FedRoDFinalPass(Personalization):
+    """The post-federation local pass (``ft_epochs > 0``): eq. 14, or L_m on phi alone."""
 
-        phi = (functional_call(net.hyper, strip_prefix(params, HYPER), (proportions,))
-               if self.uses_hypernetwork else strip_prefix(params, "phead."))
-        l_br, l_m = fedrod_loss(body, head, net.phead, batch, prior, phi)
-        return l_br + l_m
-
-    def _start(self, global_state: State, client_state: ClientState, data: LabeledTensors
-               ) -> tuple[TwoHeadNet, torch.Tensor, torch.Tensor | None]:
-        """(net at the round's start, the client's log prior, its class proportions for hyper)."""
-        c = self.model_factory.num_classes
-        counts = data.class_counts(c)
-        phi0 = None if self.uses_hypernetwork else strip_prefix(client_state.tensors, PHI) or None
-        net = self._net(global_state, phi0).train()
-        a = class_proportions(counts, c) if self.uses_hypernetwork else None
-        return net, log_prior(counts, self.params.gamma), a
-
-    def _finish(self, net: TwoHeadNet, proportions: torch.Tensor | None) -> None:
-        """hyper: materialize phi_m = H(a_m; nu) into the personalized head."""
-        if self.uses_hypernetwork:
-            with torch.no_grad():
-                net.phead.load_state_dict(net.hyper(proportions))
-
-    def _train(self, global_state: State, client_state: ClientState, data: LabeledTensors,
-               epochs: int, lr: float, generator: torch.Generator) -> tuple[TwoHeadNet, float]:
-        """Eq. 14 for ``epochs`` epochs from the global state (and the client's phi)."""
-        net, prior, a = self._start(global_state, client_state, data)
-        params = self._trainable(net)
-        optimizer = sgd(params.values(), lr, self.local.momentum, self.local.weight_decay)
-        mean_loss = run_epochs(
-            optimizer, lambda x, y: self._local_loss(net, params, Batch(x, y), prior, a), data,
-            epochs, self.local.batch_size, generator)
-        self._finish(net, a)
-        return net, mean_loss
-
-    def _client_state(self, net: TwoHeadNet, data: LabeledTensors, meta: dict,
-                      keep: tuple[str, ...]) -> ClientState:
-        """Keep phi (``"phead."`` in ``keep``) and/or the local body and head, and the counts."""
-        tensors: State = {}
-        for key, value in net.state_dict().items():
-            if key.startswith(keep):
-                name = f"{PHI}{key.removeprefix('phead.')}" if key.startswith("phead.") \
-                    else f"{LOCAL}{key}"
-                tensors[name] = value.detach().clone()
-        counts = data.class_counts(self.model_factory.num_classes).tolist()
-        return ClientState(tensors, {**meta, COUNTS: counts})
-
-    def fit(self, global_state: State, client_state: ClientState, data: LabeledTensors,
-            ctx: RoundContext) -> FitResult:
-        """One round of eq. 14; send body, generic head (and hypernetwork), keep phi (linear)."""
-        net, loss = self._train(global_state, client_state, data, self.local.epochs, ctx.lr,
-                                ctx.generator("batches"))
-        return self._fit_result(net, data, client_state, loss)
-
-    def _fit_result(self, net: TwoHeadNet, data: LabeledTensors, client_state: ClientState,
-                    loss: float) -> FitResult:
-        update = {k: v.detach().clone() for k, v in net.state_dict().items()
-                  if not k.startswith("phead.")}
-        # hyper: phi is regenerated from nu-bar every round, so nothing private persists.
-        keep = () if self.uses_hypernetwork else ("phead.",)
-        new_state = self._client_state(net, data, client_state.meta, keep)
-        return FitResult(update, new_state, len(data), {"train_loss": loss})
-
-    def fit_together(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
-        """:meth:`fit` for several clients of one round at once, one vmapped program."""
-        starts = [self._start(global_state, j.client_state, j.data) for j in jobs]
-        nets = [net for net, _, _ in starts]
-        inputs = {"prior": torch.stack([prior for _, prior, _ in starts])}  # (K, C)
-        if self.uses_hypernetwork:  # every client has proportions then
-            inputs["a"] = torch.stack([a for _, _, a in starts if a is not None])  # (K, C)
-        plan = BatchPlan.build([j.data for j in jobs], self.local.epochs, self.local.batch_size,
-                               [j.ctx.generator("batches") for j in jobs])
-        template = nets[0]
-
-        def loss(p: dict[str, torch.Tensor], batch: Batch, inp: dict[str, torch.Tensor]
-                 ) -> torch.Tensor:
-            return self._local_loss(template, p, batch, inp["prior"], inp.get("a"))
-
-        start = stack([{n: p.detach().clone() for n, p in self._trainable(net).items()}
-                       for net in nets])
-        trained, losses = train_together(loss, start, plan, shared_lr(jobs), self.local.momentum,
-                                         self.local.weight_decay, client_inputs=inputs)
-        results = []
-        for k, ((net, _, a), job) in enumerate(zip(starts, jobs, strict=True)):
-            with torch.no_grad():
-                for name, param in self._trainable(net).items():
-                    param.copy_(trained[name][k])
-            self._finish(net, a)
-            results.append(self._fit_result(net, job.data, job.client_state, float(losses[k])))
-        return results
-
-    def init_client(self, client_id: int, seed: int, data: LabeledTensors) -> ClientState:
-        """No tensors yet (phi starts at zero / comes from the hypernetwork); the class counts."""
-        return ClientState({}, {COUNTS: data.class_counts(self.model_factory.num_classes).tolist()})
+    method: FedRoD
 
     @property
-    def has_personalization_stage(self) -> bool:
+    def has_stage(self) -> bool:
         """Only with a final local pass (``ft_epochs > 0``)."""
         return self.params.ft_epochs > 0
 
@@ -249,10 +155,11 @@ class FedRoD(FedRoDInference):
         if part is not None:
             return personalize_with(part, EagerSession(part), data)
         lr = ctx.lr if self.params.ft_lr is None else self.params.ft_lr
-        net, _ = self._train(global_state, client_state, data, self.params.ft_epochs, lr,
-                             ctx.generator("fedrod-final-pass"))
-        return self._client_state(net, data, {**client_state.meta, "fine_tuned_round": ctx.round},
-                                  ("phead.", "body.", "head."))
+        training = self.method.training
+        net, _ = training.train(global_state, client_state, data, self.params.ft_epochs, lr,
+                                ctx.generator("fedrod-final-pass"))
+        meta = {**client_state.meta, "fine_tuned_round": ctx.round}
+        return training.client_state_of(net, data, meta, ("phead.", "body.", "head."))
 
     def personal_training(self, global_state: State, client_state: ClientState,
                           data: LabeledTensors, ctx: RoundContext) -> PersonalTraining | None:
@@ -265,8 +172,8 @@ class FedRoD(FedRoDInference):
             return None
         counts = data.class_counts(self.model_factory.num_classes).tolist()
         state = ClientState(client_state.tensors, {COUNTS: counts, **client_state.meta})
-        net = self._net(global_state, self._phi(global_state, state),
-                        strip_prefix(state.tensors, LOCAL)).eval()
+        net = self.method.net(global_state, self.method.phi(global_state, state),
+                              strip_prefix(state.tensors, LOCAL)).eval()
         program = PersonalHeadProgram(net.phead)
         names = tuple(n for n, _ in program.named_parameters())
         lr = ctx.lr if p.ft_lr is None else p.ft_lr
@@ -285,6 +192,48 @@ class FedRoD(FedRoDInference):
                                 ("features", "generic_logits"))
 
 
+class FedRoD(Algorithm):
+    """Both variants' roles and nets; the variants differ in phi's origin."""
+
+    Params: ClassVar[type] = FedRoDParams
+    params: FedRoDParams
+    uses_hypernetwork: ClassVar[bool] = False
+    Training = FedRoDTraining
+    Aggregation = FedRoDAggregation
+    Personalization = FedRoDFinalPass
+    Inference = FedRoDInference
+
+    def hypernetwork(self, split: SplitModel) -> HyperNetwork | None:
+        """Build the hypernetwork for ``split``'s head (variant hook; linear has none)."""
+        return None
+
+    def net(self, global_state: State, phi: State | None = None,
+            local: State | None = None) -> TwoHeadNet:
+        """Build a two-head net: body and generic head from ``local`` (else global), and phi."""
+        split = self.model_factory.build()
+        net = TwoHeadNet(split, self.hypernetwork(split)).to(self.device)
+        state = {**global_state, **(local or {})}
+        phi = phi if phi is not None else {k: torch.zeros_like(v)
+                                           for k, v in net.phead.state_dict().items()}
+        net.load_state_dict({**state, **add_prefix(phi, "phead.")})
+        return net
+
+    def counts(self, client_state: ClientState) -> list[int] | None:
+        """The client's train class counts, if its state records them."""
+        return client_state.meta.get(COUNTS)
+
+    def phi(self, global_state: State, client_state: ClientState) -> State | None:
+        """Return a trained client's phi (linear: its own; hyper: H(a_m; nu-bar)); None: zero."""
+        phi = strip_prefix(client_state.tensors, PHI)
+        if phi or not self.uses_hypernetwork:
+            return phi or None
+        counts = self.counts(client_state)
+        if counts is None:
+            raise ValueError(f"{self.name}: this client state has no class counts; "
+                             f"choose {CLASS_DISTRIBUTION.name} for a zero-shot head")
+        return zero_shot_head(global_state, counts)
+
+
 @register
 class FedRoDLinear(FedRoD):
     """FedRoD (linear): phi_m is a private head kept on the client (Algorithm 1)."""
@@ -301,7 +250,7 @@ class FedRoDHyper(FedRoD):
     params: FedRoDHyperParams
     uses_hypernetwork = True
 
-    def _hypernetwork(self, split: SplitModel) -> HyperNetwork:
+    def hypernetwork(self, split: SplitModel) -> HyperNetwork:
         """Two bias-free FC layers, class proportions -> every parameter of the head."""
         shapes = {k: p.shape for k, p in split.head.named_parameters()}
         return HyperNetwork(self.model_factory.num_classes, self.params.hidden, shapes)

@@ -1,79 +1,40 @@
-"""FedRoD's models built from states, and the hooks that serve them.
+"""FedRoD's inference role: a client's models from the global state and its client state.
 
-:class:`FedRoDInference` builds the two-head net of a client from the global state and its
-client state (phi: its own, or H(a_m; nu-bar), or zero) and answers every inference-side hook
-of the algorithm contract: the personalized and generic models, export's
-:meth:`~FedRoDInference.inference_model` with its model-card description, the evaluation
-variants and the server's ``head`` query. :class:`~pflkit.sdk.algorithms.fedrod.FedRoD` adds
-training on top.
+:class:`FedRoDInference` takes the two-head net the method builds (phi: the client's own, or
+H(a_m; nu-bar), or zero) and answers the inference side of the contract: the personalized and
+generic models, export's :meth:`~FedRoDInference.inference_model` with its model-card
+description and the evaluation variants. :class:`~pflkit.sdk.algorithms.fedrod.FedRoD`
+composes it with training, the server's side and the final pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING
 
-import torch
 from torch import nn
 
-from pflkit.sdk.algorithms.base import Algorithm, ClientState, State
-from pflkit.sdk.algorithms.fedrod_hypernet import (
-    CLASS_DISTRIBUTION,
-    HyperNetwork,
-    head_query,
-    zero_shot_head,
-)
+from pflkit.sdk.algorithms.aggregators import State
+from pflkit.sdk.algorithms.contract_types import ClientState
+from pflkit.sdk.algorithms.fedrod_hypernet import CLASS_DISTRIBUTION, zero_shot_head
 from pflkit.sdk.algorithms.fedrod_modules import PersonalizedOnly, TwoHeadNet
 from pflkit.sdk.algorithms.inference import Choice, InferenceModel, Mixture
-from pflkit.sdk.algorithms.state_layout import add_prefix, strip_prefix
-from pflkit.sdk.models import SplitModel
+from pflkit.sdk.algorithms.inference_role import Inference
+from pflkit.sdk.algorithms.state_layout import strip_prefix
+
+if TYPE_CHECKING:
+    from pflkit.sdk.algorithms.fedrod import FedRoD
 
 PHI = "phi."  # client-state prefix of the personalized head phi_m
 LOCAL = "local."  # client-state prefix of the local body and generic head after a final pass
 COUNTS = "class_counts"  # client-state metadata: the client's train class counts
 
 
-class FedRoDInference(Algorithm):
-    """FedRoD's nets from states and its inference hooks; the variants differ in phi's origin."""
+class FedRoDInference(Inference):
+    """FedRoD's models of a client: h_G + h_P, h_G alone, a new client's zero-shot model."""
 
-    uses_hypernetwork: ClassVar[bool] = False
+    method: FedRoD
     choices = (CLASS_DISTRIBUTION,)
 
-    def server_queries(self) -> Mapping[str, Callable[[State, Any], State]]:
-        """``head``: a new client's personalized head from its class distribution alone."""
-        return {"head": head_query}
-
-    # -- model plumbing -----------------------------------------------------------------------
-    def _hypernetwork(self, split: SplitModel) -> HyperNetwork | None:
-        """Build the hypernetwork for ``split``'s head (variant hook; linear has none)."""
-        return None
-
-    def _net(self, global_state: State, phi: State | None = None,
-             local: State | None = None) -> TwoHeadNet:
-        """Build a two-head net: body and generic head from ``local`` (else global), and phi."""
-        split = self.model_factory.build()
-        net = TwoHeadNet(split, self._hypernetwork(split)).to(self.device)
-        state = {**global_state, **(local or {})}
-        phi = phi if phi is not None else {k: torch.zeros_like(v)
-                                           for k, v in net.phead.state_dict().items()}
-        net.load_state_dict({**state, **add_prefix(phi, "phead.")})
-        return net
-
-    def _counts(self, client_state: ClientState) -> list[int] | None:
-        return client_state.meta.get(COUNTS)
-
-    def _phi(self, global_state: State, client_state: ClientState) -> State | None:
-        """Return a trained client's phi (linear: its own; hyper: H(a_m; nu-bar)); None: zero."""
-        phi = strip_prefix(client_state.tensors, PHI)
-        if phi or not self.uses_hypernetwork:
-            return phi or None
-        counts = self._counts(client_state)
-        if counts is None:
-            raise ValueError(f"{self.name}: this client state has no class counts; "
-                             f"choose {CLASS_DISTRIBUTION.name} for a zero-shot head")
-        return zero_shot_head(global_state, counts)
-
-    # -- inference ----------------------------------------------------------------------------
     def generic_and_personalized_model(self, global_state: State, client_state: ClientState,
                                        choice: Choice | None = None) -> TwoHeadNet:
         """Inference module whose forward returns ``(personalized, generic)`` logits.
@@ -84,11 +45,11 @@ class FedRoDInference(Algorithm):
         """
         dist = self._reject_choice(choice).get(CLASS_DISTRIBUTION.name)
         if dist is not None:
-            net = self._net(global_state, zero_shot_head(global_state, dist))
+            net = self.method.net(global_state, zero_shot_head(global_state, dist))
         else:
-            net = self._net(global_state, self._phi(global_state, client_state),
+            net = self.method.net(global_state, self.method.phi(global_state, client_state),
                             strip_prefix(client_state.tensors, LOCAL))
-        if self.uses_hypernetwork:
+        if self.method.uses_hypernetwork:
             del net.hyper  # phi is materialized: the inference module has one input, images
         return net.eval()
 
@@ -106,8 +67,8 @@ class FedRoDInference(Algorithm):
         (given, or a hyper client's own counts), so a new client's card names it.
         """
         choice = self.check_choice(choice)
-        counts = self._counts(client_state)
-        details = {"variant": "hyper" if self.uses_hypernetwork else "linear",
+        counts = self.method.counts(client_state)
+        details = {"variant": "hyper" if self.method.uses_hypernetwork else "linear",
                    "class_counts": counts}
         if choice.head == "generic":
             return InferenceModel(self.global_model(global_state), mixture=Mixture(
@@ -117,11 +78,11 @@ class FedRoDInference(Algorithm):
         dist, own = choice.get(CLASS_DISTRIBUTION.name), strip_prefix(client_state.tensors, PHI)
         if dist is not None:
             how = "generated by the hypernetwork from the given class distribution" \
-                if self.uses_hypernetwork else "zero (fedrod_linear has no zero-shot head)"
+                if self.method.uses_hypernetwork else "zero (fedrod_linear has no zero-shot head)"
         elif own:
             how = "the client's own trained head" + (
                 " after a final local pass" if strip_prefix(client_state.tensors, LOCAL) else "")
-        elif self.uses_hypernetwork:  # H(a_m; nu-bar) from the client's counts (new or not)
+        elif self.method.uses_hypernetwork:  # H(a_m; nu-bar) from the client's counts (new or not)
             dist, how = counts, "generated by the hypernetwork from its class counts"
         else:
             how = "zero: the client never trained, so it is the generic model"
@@ -138,7 +99,7 @@ class FedRoDInference(Algorithm):
 
     def evaluation_choices(self, client_state: ClientState) -> dict[str, Choice | None]:
         """Score the client's model; for hyper also its zero-shot model H(a_m; nu-bar)."""
-        counts = self._counts(client_state)
-        if not self.uses_hypernetwork or counts is None:
+        counts = self.method.counts(client_state)
+        if not self.method.uses_hypernetwork or counts is None:
             return {"": None}
         return {"": None, "zero_shot": Choice({CLASS_DISTRIBUTION.name: tuple(map(float, counts))})}

@@ -1,15 +1,14 @@
 """The inference side of the algorithm contract: a user's choice -> the model a device runs.
 
 A method declares the options its inference model takes as :class:`ChoiceSpec` entries in
-``Algorithm.choices``, as it declares its hyperparameters in ``Params``. Export, the server's
-queries and the model card know no method: they turn what the user asked for into a
-:class:`Choice` (``{name: value}`` plus the head), check it against the declaration
-(:func:`check_choice`), hand it to
-:meth:`Algorithm.inference_model <pflkit.sdk.algorithms.base.Algorithm.inference_model>` and
-write what comes back, an :class:`InferenceModel`: the module, the names of its outputs, an
-optional scalar :class:`RuntimeInput` besides the images (named like the choice it realizes),
-and a :class:`Mixture` that the model card carries so that any reader can show, and rebuild,
-the model without knowing the method.
+its inference role's ``choices`` (:mod:`~pflkit.sdk.algorithms.inference_role`), as it
+declares its hyperparameters in ``Params``. Export, the server's queries and the model card
+know no method: they turn what the user asked for into a :class:`Choice` (``{name: value}``
+plus the head), check it against the declaration (:func:`check_choice`), hand it to the role's
+``inference_model`` and write what comes back, an :class:`InferenceModel`: the module, the
+names of its outputs, an optional scalar :class:`RuntimeInput` besides the images (named like
+the choice it realizes), and a :class:`Mixture` that the model card carries so that any reader
+can show, and rebuild, the model without knowing the method.
 """
 
 from __future__ import annotations

@@ -19,17 +19,17 @@ from pflkit.sdk.algorithms.base import (
     State,
     register,
 )
+from pflkit.sdk.algorithms.device_training import DeviceTraining
+from pflkit.sdk.algorithms.inference_role import Inference
+from pflkit.sdk.algorithms.server_aggregation import ServerAggregation
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.seeding import derive_seed
 from pflkit.sdk.training import cross_entropy_of, run_epochs, sgd
 
 
-@register
-class LocalOnly(Algorithm):
-    """Each client trains alone for E epochs per round."""
-
-    name = "local"
+class LocalOnlyTraining(DeviceTraining):
+    """Each client trains its own model for E epochs per round and sends nothing."""
 
     def init_client(self, client_id: int, seed: int, data: LabeledTensors) -> ClientState:
         """The client's own seeded initialization."""
@@ -46,12 +46,30 @@ class LocalOnly(Algorithm):
         return FitResult({}, ClientState(float_state(model), client_state.meta), len(data),
                          {"train_loss": loss})
 
+
+class NothingShared(ServerAggregation):
+    """Nothing is uploaded: the update is empty and the global state never changes."""
+
     def update_schema(self, global_state: State) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-        """Nothing is uploaded: the update is empty."""
+        """No tensor may be uploaded."""
         return {}
+
+
+class OwnModel(Inference):
+    """The client's own model."""
 
     def personalized_model(self, global_state: State, client_state: ClientState,
                            choice: Choice | None = None) -> nn.Module:
-        """The client's own model."""
+        """The client's own model (the global one before it trained)."""
         self._reject_choice(choice)
         return self.global_model(client_state.tensors or global_state)
+
+
+@register
+class LocalOnly(Algorithm):
+    """Each client trains alone for E epochs per round."""
+
+    name = "local"
+    Training = LocalOnlyTraining
+    Aggregation = NothingShared
+    Inference = OwnModel

@@ -34,7 +34,10 @@ from pflkit.sdk.algorithms.base import (
     WeightedMean,
     register,
 )
+from pflkit.sdk.algorithms.device_training import DeviceTraining
+from pflkit.sdk.algorithms.inference_role import Inference
 from pflkit.sdk.algorithms.paramcheck import require
+from pflkit.sdk.algorithms.server_aggregation import ServerAggregation
 from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
@@ -70,13 +73,8 @@ class BlendedMean(WeightedMean):
                 for k, v in mean.items()}
 
 
-@register
-class PFedMe(Algorithm):
-    """Bi-level personalized FL: theta per client, w shared."""
-
-    name = "pfedme"
-    Params = PFedMeParams
-    params: PFedMeParams
+class PFedMeTraining(DeviceTraining):
+    """Per mini-batch: K inner steps on theta, one outer step on w; w is sent, theta kept."""
 
     def fit(self, global_state: State, client_state: ClientState, data: LabeledTensors,
             ctx: RoundContext) -> FitResult:
@@ -106,14 +104,33 @@ class PFedMe(Algorithm):
         return FitResult(update, ClientState(personal, client_state.meta), len(data),
                          {"train_loss": total / steps if steps else float("nan")})
 
+
+class PFedMeAggregation(ServerAggregation):
+    """w_g <- (1 - beta) w_g + beta * mean(w_i)."""
+
     def new_aggregator(self, global_state: State, population: int) -> Aggregator:
         """Use the weighted mean, blended with the old global model when beta != 1."""
         if self.params.beta == 1.0:
             return WeightedMean(global_state)
         return BlendedMean(global_state, self.params.beta)
 
+
+class PFedMeInference(Inference):
+    """The client's theta (pFedMe's personalized model) over the global state."""
+
     def personalized_model(self, global_state: State, client_state: ClientState,
                            choice: Choice | None = None) -> nn.Module:
         """Return theta from the client's last round (the global model if it never trained)."""
         self._reject_choice(choice)
         return self.global_model({**global_state, **personal_of(client_state)})
+
+
+@register
+class PFedMe(Algorithm):
+    """Bi-level personalized FL: theta per client, w shared."""
+
+    name = "pfedme"
+    Params = PFedMeParams
+    Training = PFedMeTraining
+    Aggregation = PFedMeAggregation
+    Inference = PFedMeInference

@@ -1,7 +1,7 @@
 """PFL-MoE (Guo et al. 2021): PFL-FB, PFL-MF and PFL-MFE, one class with a ``variant``.
 
-Stage 1 is plain FedAvg on the whole model (``fit`` is :meth:`FedAvg.fit`). Stage 2 runs once per
-client after federation (:meth:`PFLMoE.personalize`, Algorithm 2 of the paper):
+Stage 1 is plain FedAvg on the whole model (training is FedAvg's). Stage 2 runs once per
+client after federation (:meth:`Stage2.personalize`, Algorithm 2 of the paper):
 
 1. split the client's data into D_per and D_gate with a seed kept in the client state;
 2. for E epochs: one pass of SGD over D_per on a COPY of the classifier C_i with the extractor E
@@ -42,10 +42,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from pflkit.sdk.algorithms.base import (
+    Algorithm,
     Choice,
     ClientState,
     HyperparameterError,
@@ -53,9 +53,17 @@ from pflkit.sdk.algorithms.base import (
     State,
     register,
 )
-from pflkit.sdk.algorithms.fedavg import FedAvg
+from pflkit.sdk.algorithms.fedavg import FedAvgTraining
 from pflkit.sdk.algorithms.inference import InferenceModel, Mixture
+from pflkit.sdk.algorithms.inference_role import Inference
 from pflkit.sdk.algorithms.personal import EagerSession, PersonalTraining, personalize_with
+from pflkit.sdk.algorithms.personalization import Personalization
+from pflkit.sdk.algorithms.pflmoe_modules import (
+    ClassifierProgram,
+    FrozenExperts,
+    GatedExperts,
+    GatedProgram,
+)
 from pflkit.sdk.algorithms.recipe import TRAIN_ROWS, Optimizer, Phase, Recipe, Split
 from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of, strip_prefix
 from pflkit.sdk.data.tensors import LabeledTensors
@@ -107,43 +115,6 @@ class PFLMoEParams:
             raise bad("gate_fraction", "must be in (0, 1)")
 
 
-def mix_experts(g: torch.Tensor, global_logits: torch.Tensor,
-                personal_logits: torch.Tensor) -> torch.Tensor:
-    """Eq. 15: ``g * C(a) + (1 - g) * C_i(a)``; ``g`` (B, 1) weighs the global expert."""
-    return g * global_logits + (1 - g) * personal_logits
-
-
-def gate_value(gate: nn.Linear, u: torch.Tensor) -> torch.Tensor:
-    """``sigmoid(Linear(u))``: (B, 1) weights of the global expert, in (0, 1)."""
-    return torch.sigmoid(gate(u))
-
-
-class GatedExperts(nn.Module):
-    """The PFL-MF / PFL-MFE inference model: images in, mixed logits out."""
-
-    def __init__(self, body: nn.Module, global_head: nn.Module, personal_head: nn.Module,
-                 gate: nn.Linear, gate_on_features: bool) -> None:
-        super().__init__()
-        self.body = body
-        self.global_head = global_head
-        self.personal_head = personal_head
-        self.gate = gate
-        self.gate_on_features = gate_on_features
-
-    def gate_input(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        """Pick the gate's input: the activations a (MFE) or the flattened raw input (MF)."""
-        return a if self.gate_on_features else x.flatten(1)  # (B, D) or (B, C*H*W)
-
-    def head_logits(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        """Mixed logits from inputs x and their activations ``a = body(x)`` (reusable a)."""
-        g = gate_value(self.gate, self.gate_input(x, a))
-        return mix_experts(g, self.global_head(a), self.personal_head(a))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Mixed logits (B, num_classes) for inputs (B, C, H, W)."""
-        return self.head_logits(x, self.body(x))  # body(x): (B, feature_dim)
-
-
 def split_for_gate(n: int, gate_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Row indices (D_per, D_gate): a seeded shuffle, the first floor(fraction * n) to the gate."""
     order = torch.randperm(n, generator=torch_generator(seed, "pflmoe-split"))
@@ -151,80 +122,19 @@ def split_for_gate(n: int, gate_fraction: float, seed: int) -> tuple[torch.Tenso
     return order[cut:], order[:cut]
 
 
-class FrozenExperts(nn.Module):
-    """Images in, what stage 2 reads out: activations a, global logits C(a), the gate input.
 
-    PFL-FB: ``(a,)``; PFL-MF / -MFE: ``(a, C(a), u)`` with u = the flattened x or a.
-    """
-
-    def __init__(self, body: nn.Module, head: nn.Module, variant: str) -> None:
-        super().__init__()
-        self.body = body
-        self.head = head
-        self.variant = variant
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Frozen per-row tensors of a batch of images."""
-        a = self.body(x)  # (B, feature_dim)
-        if self.variant == "fb":
-            return (a,)
-        return a, self.head(a), a if self.variant == "mfe" else x.flatten(1)
-
-
-class ClassifierProgram(nn.Module):
-    """PFL-FB: ``personal.head.*`` trained with cross-entropy on frozen activations."""
-
-    def __init__(self, head: nn.Module) -> None:
-        super().__init__()
-        self.personal = nn.ModuleDict({"head": head})
-
-    def forward(self, features: torch.Tensor, label: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(loss, personal logits)."""
-        logits = self.personal["head"](features)  # (B, C)
-        return F.cross_entropy(logits, label), logits.detach()
-
-
-class GatedProgram(ClassifierProgram):
-    """PFL-MF / -MFE: the classifier's loss plus the gate's loss with both experts frozen.
-
-    The two terms share no parameter (the gate term sees the personal logits detached), so
-    each optimizer's step follows its own term: stepping ``personal_head`` on D_per rows and
-    ``gate`` on D_gate rows is Algorithm 2's two passes.
-    """
-
-    def __init__(self, head: nn.Module, gate: nn.Linear) -> None:
-        super().__init__(head)
-        self.gate = gate
-
-    def forward(self, features: torch.Tensor, global_logits: torch.Tensor,  # type: ignore[override]
-                gate_input: torch.Tensor, label: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(classifier CE + gate CE, mixed logits g C(a) + (1 - g) C_i(a))."""
-        personal = self.personal["head"](features)  # (B, C)
-        g = gate_value(self.gate, gate_input)  # (B, 1)
-        gate_loss = F.cross_entropy(mix_experts(g, global_logits, personal.detach()), label)
-        loss = F.cross_entropy(personal, label) + gate_loss
-        return loss, mix_experts(g, global_logits, personal).detach()
-
-
-@register
-class PFLMoE(FedAvg):
-    """FedAvg, then per-client PFL-FB fine-tuning and (MF / MFE) a gated mixture of experts."""
-
-    name = "pflmoe"
-    Params = PFLMoEParams
-    params: PFLMoEParams
+class PFLMoETraining(FedAvgTraining):
+    """Stage 1 is FedAvg; each client fixes the seed of its stage-2 split once."""
 
     def init_client(self, client_id: int, seed: int, data: LabeledTensors) -> ClientState:
         """Fix the split seed once, so that a re-run of stage 2 splits the same way."""
         return ClientState(meta={"split_seed": derive_seed(seed, "pflmoe-split", client_id)})
 
-    def gate_input_dim(self, model: SplitModel) -> int:
-        """Gate fan-in: C*H*W for PFL-MF, the extractor's feature size for PFL-MFE."""
-        if self.params.variant == "mf":
-            return math.prod(self.model_factory.input_shape)
-        return model.feature_dim
+
+class Stage2(Personalization):
+    """Stage 2 (Algorithm 2): the personal classifier C_i and (MF / MFE) the gate."""
+
+    method: PFLMoE
 
     def personalize(self, global_state: State, client_state: ClientState, data: LabeledTensors,
                     ctx: RoundContext) -> ClientState:
@@ -245,7 +155,7 @@ class PFLMoE(FedAvg):
         if p.variant == "fb":
             program = ClassifierProgram(head)
         else:
-            gate = nn.Linear(self.gate_input_dim(model), 1).to(self.device)
+            gate = nn.Linear(self.method.gate_input_dim(model), 1).to(self.device)
             nn.init.zeros_(gate.weight)
             nn.init.zeros_(gate.bias)
             program = GatedProgram(head, gate)
@@ -277,6 +187,12 @@ class PFLMoE(FedAvg):
         return PersonalTraining(recipe, program, prepare, {TRAIN_ROWS: per_idx, "gate": gate_idx},
                                 ctx.generator, finish, prepared)
 
+
+class PFLMoEInference(Inference):
+    """The personal classifier (FB) or the gated mixture of experts (MF / MFE)."""
+
+    method: PFLMoE
+
     def inference_model(self, global_state: State, client_state: ClientState,
                         choice: Choice | None = None) -> InferenceModel:
         """The personalized model of :meth:`personalized_model`, described by its variant."""
@@ -305,8 +221,25 @@ class PFLMoE(FedAvg):
         if variant == "fb":
             return fb_model
         base = self.global_model(global_state)
-        gate = nn.Linear(self.gate_input_dim(base), 1).to(self.device)
+        gate = nn.Linear(self.method.gate_input_dim(base), 1).to(self.device)
         gate.load_state_dict(strip_prefix(client_state.tensors, GATE))
         return GatedExperts(base.body, base.head, fb_model.head, gate,
                             variant == "mfe").eval()
 
+
+@register
+class PFLMoE(Algorithm):
+    """FedAvg, then per-client PFL-FB fine-tuning and (MF / MFE) a gated mixture of experts."""
+
+    name = "pflmoe"
+    Params = PFLMoEParams
+    params: PFLMoEParams
+    Training = PFLMoETraining
+    Personalization = Stage2
+    Inference = PFLMoEInference
+
+    def gate_input_dim(self, model: SplitModel) -> int:
+        """Gate fan-in: C*H*W for PFL-MF, the extractor's feature size for PFL-MFE."""
+        if self.params.variant == "mf":
+            return math.prod(self.model_factory.input_shape)
+        return model.feature_dim

@@ -44,8 +44,11 @@ from pflkit.sdk.algorithms.base import (
     State,
     register,
 )
+from pflkit.sdk.algorithms.device_training import DeviceTraining
 from pflkit.sdk.algorithms.gradtools import added_gradient
+from pflkit.sdk.algorithms.inference_role import Inference
 from pflkit.sdk.algorithms.paramcheck import require
+from pflkit.sdk.algorithms.server_aggregation import ServerAggregation
 from pflkit.sdk.algorithms.state_layout import strip_prefix
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
@@ -124,19 +127,8 @@ class ScaffoldAggregator(Aggregator):
         return out
 
 
-@register
-class Scaffold(Algorithm):
-    """FedAvg with drift-correcting control variates on the server and every client."""
-
-    name = "scaffold"
-    Params = ScaffoldParams
-    params: ScaffoldParams
-
-    def init_global(self, seed: int) -> State:
-        """Build the model plus a zero global control variate per parameter."""
-        state = super().init_global(seed)
-        names = [n for n, _ in self.model_factory.build().named_parameters()]
-        return {**state, **{CONTROL + n: torch.zeros_like(state[n]) for n in names}}
+class ScaffoldTraining(DeviceTraining):
+    """Corrected local SGD, then the client's new control variate and its change."""
 
     def fit(self, global_state: State, client_state: ClientState, data: LabeledTensors,
             ctx: RoundContext) -> FitResult:
@@ -174,6 +166,16 @@ class Scaffold(Algorithm):
         model.zero_grad(set_to_none=True)
         return grads
 
+
+class ScaffoldAggregation(ServerAggregation):
+    """The model and the global control variate, stepped by :class:`ScaffoldAggregator`."""
+
+    def init_global(self, seed: int) -> State:
+        """Build the model plus a zero global control variate per parameter."""
+        state = super().init_global(seed)
+        names = [n for n, _ in self.model_factory.build().named_parameters()]
+        return {**state, **{CONTROL + n: torch.zeros_like(state[n]) for n in names}}
+
     def new_aggregator(self, global_state: State, population: int) -> Aggregator:
         """Unweighted model mean with server step size, plus the control-variate step."""
         return ScaffoldAggregator(global_state, self.params.server_lr, population)
@@ -185,6 +187,21 @@ class Scaffold(Algorithm):
         schema.update({DELTA + k: (tuple(v.shape), v.dtype) for k, v in control.items()})
         return schema
 
+
+class ScaffoldInference(Inference):
+    """The model part of the global state (the control variate is no model)."""
+
     def global_model(self, global_state: State) -> nn.Module:
         """Build the model part of the global state."""
         return super().global_model(split_state(global_state)[0])
+
+
+@register
+class Scaffold(Algorithm):
+    """FedAvg with drift-correcting control variates on the server and every client."""
+
+    name = "scaffold"
+    Params = ScaffoldParams
+    Training = ScaffoldTraining
+    Aggregation = ScaffoldAggregation
+    Inference = ScaffoldInference

@@ -2,24 +2,30 @@
 
 :class:`SuPerFedInference` answers the inference-side hooks of the algorithm contract: the one
 place a lambda choice is resolved and range-checked, the personalized model with lambda baked
-in or as a runtime input, and export's description of the mixture for the model card.
-:class:`~pflkit.sdk.algorithms.superfed.SuPerFed` adds training on top.
+in or as a runtime input, export's description of the mixture for the model card, and the
+lambdas evaluation scores. :class:`~pflkit.sdk.algorithms.superfed.SuPerFed` composes it with
+training and the lambda choice.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from pflkit.sdk.algorithms.base import Algorithm, ClientState, State
+from pflkit.sdk.algorithms.aggregators import State
+from pflkit.sdk.algorithms.contract_types import ClientState
 from pflkit.sdk.algorithms.inference import NUMBER, Choice, ChoiceSpec, InferenceModel, Mixture
+from pflkit.sdk.algorithms.inference_role import Inference
 from pflkit.sdk.algorithms.mixing import RuntimeMixture, mix_states
 from pflkit.sdk.algorithms.recipe import LAMBDA_GRID
 from pflkit.sdk.algorithms.state_layout import strip_prefix
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.metrics import Scores, predict, scores_from_logits
+
+if TYPE_CHECKING:
+    from pflkit.sdk.algorithms.superfed import SuPerFed
 
 LOCAL = "local."  # client-state key prefix of w_l and the client's own running statistics
 LAMBDA = ChoiceSpec(
@@ -29,10 +35,10 @@ LAMBDA = ChoiceSpec(
     runtime=True, default="best", aliases=(("--lambda", ""),))
 
 
-class SuPerFedInference(Algorithm):
-    """W(lambda) for a client; ``mixing`` (model or layer) only names the variant on the card."""
+class SuPerFedInference(Inference):
+    """W(lambda) for a client; the method's ``mixing`` only names the variant on the card."""
 
-    mixing: ClassVar[str] = "model"
+    method: SuPerFed
     choices = (LAMBDA,)
 
     def default_lambda(self, client_state: ClientState) -> float:
@@ -72,9 +78,9 @@ class SuPerFedInference(Algorithm):
             return super().inference_model(global_state, client_state, choice)
         asked = choice.get(LAMBDA.name)
         lam = self.resolve_lambda(client_state, asked)
-        federated, local, names = self._endpoints(global_state, client_state)
+        federated, local, names = self.endpoints(global_state, client_state)
         chosen = client_state.meta.get("lambda")
-        details = {"mode": "mm" if self.mixing == "model" else "lm", "chosen_lambda": chosen}
+        details = {"mode": "mm" if self.method.mixing == "model" else "lm", "chosen_lambda": chosen}
         formula = "W(lambda) = (1 - lambda) w_f + lambda w_l"
         if lam == "runtime":
             default = self.default_lambda(client_state)
@@ -92,7 +98,13 @@ class SuPerFedInference(Algorithm):
         return InferenceModel(federated, mixture=Mixture(
             "superfed", f"{formula} at lambda = {lam:g} ({origin})", {LAMBDA.name: lam}, details))
 
-    def _endpoints(self, global_state: State, client_state: ClientState
+    def evaluation_choices(self, client_state: ClientState) -> dict[str, Choice | None]:
+        """Score the chosen lambda first (the headline), then every lambda of the grid."""
+        grid = LAMBDA_GRID if self.params.sweep else ()
+        return {"best": Choice({LAMBDA.name: "best"})} | {
+            f"{lam:.1f}": Choice({LAMBDA.name: lam}) for lam in grid}
+
+    def endpoints(self, global_state: State, client_state: ClientState
                    ) -> tuple[nn.Module, nn.Module, list[str]]:
         """(w_f module, w_l module, names of the tensors that mix: parameters, float buffers)."""
         wl = strip_prefix(client_state.tensors, LOCAL)
@@ -105,9 +117,9 @@ class SuPerFedInference(Algorithm):
         return self.global_model(global_state), local, list(wl)
 
 
-def lambda_sweep(algorithm: SuPerFedInference, global_state: State, client_state: ClientState,
+def lambda_sweep(algorithm: SuPerFed, global_state: State, client_state: ClientState,
                  data: LabeledTensors) -> dict[float, Scores]:
     """Scores of W(lambda) on ``data`` for every lambda of the grid (choice, oracle, plots)."""
-    return {lam: scores_from_logits(predict(algorithm.personalized_model(
+    return {lam: scores_from_logits(predict(algorithm.inference.personalized_model(
         global_state, client_state, Choice({LAMBDA.name: lam})), data), data.y)
         for lam in LAMBDA_GRID}

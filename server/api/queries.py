@@ -1,6 +1,6 @@
 """Algorithm queries: what an algorithm computes for its clients on the newest global state.
 
-``Algorithm.server_queries`` names them; e.g. FedRoD's zero-shot head for a new client.
+``ServerAggregation.queries`` names them; e.g. FedRoD's zero-shot head for a new client.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Export knows no algorithm: everything comes through ``Algorithm.inference_model``.
+"""Export knows no algorithm: everything comes through the method's ``inference_model``.
 
 A method defined here, registered nowhere, declaring its own runtime choice (not ``lam``),
 exports with parity and a card that describes it; one whose runtime input it does not declare
@@ -20,8 +20,15 @@ from pflkit.export import Choice, ExportError, export_model, load_run_source
 from pflkit.export.cli import app
 from pflkit.export.formats import FORMATS
 from pflkit.export.source import Source
-from pflkit.sdk.algorithms import ClientState, LocalTraining, ModelFactory, RoundContext
-from pflkit.sdk.algorithms.fedavg import FedAvg
+from pflkit.sdk.algorithms import (
+    Algorithm,
+    ClientState,
+    Inference,
+    LocalTraining,
+    ModelFactory,
+    RoundContext,
+)
+from pflkit.sdk.algorithms.fedavg import FedAvgTraining
 from pflkit.sdk.algorithms.inference import (
     NUMBER,
     RUNTIME,
@@ -53,10 +60,9 @@ class Tempered(nn.Module):
         return self.model(x) / t
 
 
-class TemperedFedAvg(FedAvg):
-    """A user's method in one file: FedAvg whose exported model takes a temperature."""
+class TemperedInference(Inference):
+    """FedAvg's model whose exported logits are divided by a temperature."""
 
-    name = "tempered_fedavg"
     choices = (TEMPERATURE,)
 
     def inference_model(self, global_state, client_state, choice=None) -> InferenceModel:
@@ -72,10 +78,16 @@ class TemperedFedAvg(FedAvg):
             "tempered", f"FedAvg's model, logits / {t:g}", {TEMPERATURE.name: t}, details))
 
 
-class Unmarked(TemperedFedAvg):
-    """Declares the choice but its card does not mark it "runtime": no reader finds the input."""
+class TemperedFedAvg(Algorithm):
+    """A user's method in one file: FedAvg whose exported model takes a temperature."""
 
-    name = "unmarked_fedavg"
+    name = "tempered_fedavg"
+    Training = FedAvgTraining
+    Inference = TemperedInference
+
+
+class UnmarkedInference(TemperedInference):
+    """Declares the choice but its card does not mark it "runtime": no reader finds the input."""
 
     def inference_model(self, global_state, client_state, choice=None) -> InferenceModel:
         return InferenceModel(Tempered(self.global_model(global_state)),
@@ -83,19 +95,32 @@ class Unmarked(TemperedFedAvg):
                               mixture=Mixture("tempered", "logits / temperature"))
 
 
-class Undeclared(Unmarked):
+class Unmarked(TemperedFedAvg):
+    """A method whose card does not mark its runtime choice."""
+
+    name = "unmarked_fedavg"
+    Inference = UnmarkedInference
+
+
+class UndeclaredInference(UnmarkedInference):
     """Takes a runtime input it does not declare at all."""
 
-    name = "undeclared_fedavg"
     choices = ()
 
 
-def _source(cls: type[FedAvg]) -> tuple[Source, dict[str, torch.Tensor]]:
+class Undeclared(Unmarked):
+    """A method with an undeclared runtime input."""
+
+    name = "undeclared_fedavg"
+    Inference = UndeclaredInference
+
+
+def _source(cls: type[Algorithm]) -> tuple[Source, dict[str, torch.Tensor]]:
     data = load_dataset("digits", None, None, seed=0)
     algorithm = cls(ModelFactory("twonn", data.spec.input_shape, data.spec.num_classes),
                     LocalTraining(epochs=1, batch_size=32), None)
-    start = algorithm.init_global(0)
-    fit = algorithm.fit(start, ClientState(), data.train, RoundContext(0, 1, 0.05, 0, 0))
+    start = algorithm.aggregation.init_global(0)
+    fit = algorithm.training.fit(start, ClientState(), data.train, RoundContext(0, 1, 0.05, 0, 0))
     return Source(algorithm, data.spec, fit.update, ClientState(), data.train, data.test,
                   {"client": None, "new_client": False, "test_data": "dataset test split"}), \
         fit.update
@@ -114,7 +139,7 @@ def test_a_method_unknown_to_pflkit_exports_with_parity_and_a_card(tmp_path):
         assert entry["max_abs_diff"] <= 1e-4 and entry["runtime_input"] == "temperature"
         assert entry["values_checked"] == sorted([LOW, LOW + 0.37 * (HIGH - LOW), DEFAULT, HIGH])
     x = source.test.x[:16]
-    plain = source.algorithm.global_model(weights)
+    plain = source.algorithm.inference.global_model(weights)
     for fmt in FORMATS.values():
         run = fmt.load(tmp_path / "out" / f"model.{fmt.suffix}")
         embedded = json.loads(fmt.embedded_card(tmp_path / "out" / f"model.{fmt.suffix}"))
@@ -158,8 +183,8 @@ def test_a_new_fedrod_client_exported_by_id_names_its_class_distribution(make_ru
     assert card["source"]["new_client"] is True
     assert card["mixture"]["choice"] == {"class_distribution": [float(c) for c in counts]}
     # the card's choice alone (no client state) rebuilds the exported model
-    zero_shot = new.algorithm.inference_model(new.global_state, ClientState(),
-                                              Choice.from_card(card["mixture"]["choice"]))
+    zero_shot = new.algorithm.inference.inference_model(new.global_state, ClientState(),
+                                                        Choice.from_card(card["mixture"]["choice"]))
     x = new.test.x[:16]
     got = FORMATS["onnx"].load(tmp_path / "o" / "model.onnx")((x,))
     with torch.no_grad():

@@ -62,11 +62,12 @@ def test_every_algorithm_exports_to_every_format_with_parity(algorithm, make_run
         assert entry["max_abs_diff"] <= 1e-4 and entry["top1_agreement"] == 1.0
         assert entry["test_top1_artifact"] == entry["test_top1_eager"]
     # Reload independently and compare with the algorithm's own module on the client's rows.
-    module = (source.algorithm.generic_and_personalized_model
-              if hasattr(source.algorithm, "generic_and_personalized_model")
-              else source.algorithm.personalized_model)(source.global_state, source.client_state,
-                                                         None if algorithm[:8] != "superfed"
-                                                         else Choice({"lam": "best"}))
+    inference = source.algorithm.inference
+    module = (inference.generic_and_personalized_model
+              if hasattr(inference, "generic_and_personalized_model")
+              else inference.personalized_model)(source.global_state, source.client_state,
+                                                 None if algorithm[:8] != "superfed"
+                                                 else Choice({"lam": "best"}))
     x = source.test.x[:20]
     expected = eager_outputs(module.eval(), x)
     assert [o["name"] for o in card["outputs"]] == \
@@ -80,8 +81,9 @@ def test_every_algorithm_exports_to_every_format_with_parity(algorithm, make_run
     if mixture is not None:
         assert isinstance(mixture["kind"], str) and isinstance(mixture["summary"], str)
         assert isinstance(mixture["details"], dict)
-    rebuilt = source.algorithm.inference_model(source.global_state, source.client_state,
-                                               Choice.from_card((mixture or {}).get("choice", {})))
+    rebuilt = source.algorithm.inference.inference_model(
+        source.global_state, source.client_state,
+        Choice.from_card((mixture or {}).get("choice", {})))
     for ref, out in zip(expected, eager_outputs(rebuilt.module.eval(), x), strict=True):
         torch.testing.assert_close(out, ref, atol=0, rtol=0)
 
@@ -102,8 +104,8 @@ def test_superfed_runtime_lambda_equals_baked_lambda(make_run, tmp_path):
     for fmt in FORMATS.values():
         runtime = fmt.load(tmp_path / "rt" / f"model.{fmt.suffix}")
         for lam in (0.0, 0.3, 1.0):
-            baked = source.algorithm.personalized_model(source.global_state,
-                                                        source.client_state, Choice({"lam": lam}))
+            baked = source.algorithm.inference.personalized_model(
+                source.global_state, source.client_state, Choice({"lam": lam}))
             got = runtime((x, torch.tensor([lam])))[0]
             torch.testing.assert_close(got, eager_outputs(baked, x)[0], atol=1e-4, rtol=0)
         torch.testing.assert_close(runtime((x, torch.tensor([0.3])))[0], baked_onnx((x,))[0],
@@ -126,7 +128,7 @@ def test_fedrod_new_client_export_equals_zero_shot_model(make_run, tmp_path):
                         tmp_path / "out").card
     assert card["mixture"]["choice"] == {"class_distribution": [float(c) for c in counts]}
     assert card["source"]["new_client"] is True
-    zero_shot = source.algorithm.generic_and_personalized_model(
+    zero_shot = source.algorithm.inference.generic_and_personalized_model(
         source.global_state, ClientState(), Choice({"class_distribution": torch.tensor(counts)}))
     x = source.test.x[:16]
     expected = eager_outputs(zero_shot, x)
@@ -145,7 +147,7 @@ def test_fedrod_generic_head_is_the_global_model(make_run, tmp_path):
     x = source.test.x[:16]
     got = FORMATS["onnx"].load(tmp_path / "out" / "model.onnx")((x,))[0]
     torch.testing.assert_close(got, eager_outputs(
-        source.algorithm.global_model(source.global_state), x)[0], atol=1e-4, rtol=0)
+        source.algorithm.inference.global_model(source.global_state), x)[0], atol=1e-4, rtol=0)
 
 
 def test_int8_keeps_top1_agreement_on_a_real_batch(make_run, tmp_path):
@@ -154,7 +156,7 @@ def test_int8_keeps_top1_agreement_on_a_real_batch(make_run, tmp_path):
     int8 = [e for e in card["parity"] if e["precision"] == "int8"]
     assert [e["file"] for e in int8] == ["model_int8.onnx", "model_int8.pte"]
     x = source.test.x[:32]
-    reference = eager_outputs(source.algorithm.personalized_model(
+    reference = eager_outputs(source.algorithm.inference.personalized_model(
         source.global_state, source.client_state), x)[0].argmax(1)
     for entry in int8:
         fmt = FORMATS["onnx" if entry["file"].endswith("onnx") else "executorch"]
@@ -187,7 +189,7 @@ def test_golden_vectors_hold_real_pixels_and_eager_outputs(make_run, tmp_path):
     assert golden["schema_version"] == "pflkit.golden/1" and golden["card"] == "model_card.json"
     raw, labels = raw_images(source, 3)
     assert labels.tolist() == source.test.y[:3].tolist()  # the client's own test rows
-    model = source.algorithm.personalized_model(source.global_state, source.client_state)
+    model = source.algorithm.inference.personalized_model(source.global_state, source.client_state)
     for sample, pixels, label in zip(golden["samples"], raw, labels, strict=True):
         assert sample["label"] == int(label) and sample["raw_shape"] == [8, 8, 1]
         assert sample["raw"] == pixels.transpose(1, 2, 0).reshape(-1).tolist()
@@ -217,7 +219,7 @@ def test_device_state_folder_exports_like_the_run(make_run, tmp_path):
     assert card["source"]["test_data"] == "dataset test split"
     x = from_run.test.x[:8]
     got = FORMATS["onnx"].load(tmp_path / "o" / "model.onnx")((x,))[0]
-    torch.testing.assert_close(got, eager_outputs(from_run.algorithm.personalized_model(
+    torch.testing.assert_close(got, eager_outputs(from_run.algorithm.inference.personalized_model(
         from_run.global_state, from_run.client_state), x)[0], atol=1e-4, rtol=0)
     shown = CliRunner().invoke(app, ["classify", str(tmp_path / "o"), "--count", "4"])
     assert shown.exit_code == 0, shown.output

@@ -72,9 +72,9 @@ def test_clients_without_rows_keep_the_stages_own_rule():
     algo = make_algorithm("pflmoe", ModelFactory("twonn", (1, 8, 8), 10), LocalTraining(1, 8),
                           {"epochs": 1})
     empty = LabeledTensors(torch.zeros(0, 1, 8, 8), torch.zeros(0, dtype=torch.long))
-    glob, ctx = algo.init_global(0), RoundContext(1, 1, 0.1, 0, 0)
-    state = OnDevicePersonalizer(algo, (1, 8, 8))(glob, algo.init_client(0, 0, empty), empty,
-                                                  ctx)
+    glob, ctx = algo.aggregation.init_global(0), RoundContext(1, 1, 0.1, 0, 0)
+    start = algo.training.init_client(0, 0, empty)
+    state = OnDevicePersonalizer(algo, (1, 8, 8))(glob, start, empty, ctx)
     assert state.meta["n_per"] == 0 and torch.equal(state.tensors["personal.head.weight"],
                                                     glob["head.weight"])
 
@@ -87,10 +87,10 @@ def test_a_client_without_rows_keeps_its_lambda_on_both_engines():
     algo = make_algorithm("superfed_mm", ModelFactory("twonn", (1, 8, 8), 10),
                           LocalTraining(1, 8), {"ft_epochs": 1})
     empty = LabeledTensors(torch.zeros(0, 1, 8, 8), torch.zeros(0, dtype=torch.long))
-    glob, ctx = algo.init_global(0), RoundContext(1, 1, 0.1, 0, 0)
-    start = algo.init_client(0, 0, empty)
+    glob, ctx = algo.aggregation.init_global(0), RoundContext(1, 1, 0.1, 0, 0)
+    start = algo.training.init_client(0, 0, empty)
     start.meta["lambda"] = 0.3
-    for engine in (algo.personalize, OnDevicePersonalizer(algo, (1, 8, 8))):
+    for engine in (algo.personalization.personalize, OnDevicePersonalizer(algo, (1, 8, 8))):
         state = engine(glob, start, empty, ctx)
         assert state.meta["lambda"] == 0.3
         assert all(torch.equal(v, start.tensors[k]) for k, v in state.tensors.items())

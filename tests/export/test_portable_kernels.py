@@ -61,8 +61,8 @@ def test_the_superfed_twocnn_train_graph_has_no_slow_kernels_and_a_dynamic_batch
     data = load_dataset("digits", seed=0).train.subset(torch.arange(64))
     algo = make_algorithm("superfed_mm", ModelFactory("twocnn", (1, 8, 8), 10),
                           LocalTraining(1, 16, 0.9, 1e-4), {"ft_epochs": 1})
-    part = device_stage(algo, algo.init_global(0), algo.init_client(3, 0, data), data,
-                        RoundContext(2, 2, 0.05, 0, 3))
+    part = device_stage(algo, algo.aggregation.init_global(0),
+                        algo.training.init_client(3, 0, data), data, RoundContext(2, 2, 0.05, 0, 3))
     trainer = TrainerExport(part, training_section(part, (1, 8, 8), data.x[:1]), (1, 8, 8))
     graph = train_graph(trainer, data.x[:32], data.y[:32])
     ops = {str(n.target) for n in graph.graph.nodes if n.op == "call_function"}

@@ -28,8 +28,8 @@ def runtime_export(make_run, tmp_path_factory):
 
 
 def baked(source, lam: float, x: torch.Tensor) -> torch.Tensor:
-    module = source.algorithm.personalized_model(source.global_state, source.client_state,
-                                                 Choice({"lam": lam}))
+    module = source.algorithm.inference.personalized_model(source.global_state, source.client_state,
+                                                           Choice({"lam": lam}))
     with torch.no_grad():
         return module(x)
 
@@ -90,8 +90,8 @@ def test_lambda_outside_the_range_is_clamped_and_nan_is_the_default(runtime_expo
 
 def test_eager_runtime_module_clamps_like_the_files(make_run):
     source = load_run_source(make_run("superfed_mm"), CLIENT)
-    module = source.algorithm.personalized_model(source.global_state, source.client_state,
-                                                 Choice({"lam": "runtime"}))
+    module = source.algorithm.inference.personalized_model(source.global_state, source.client_state,
+                                                           Choice({"lam": "runtime"}))
     x = source.test.x[:8]
     with torch.no_grad():
         for value, same_as in ((2.0, 1.0), (-3.0, 0.0), (math.nan, module.nan_lambda)):

@@ -132,7 +132,7 @@ def test_device_personalization_feeds_the_algorithms_own_model(exported):
     state = dataclasses.replace(source.client_state,
                                 tensors={**source.client_state.tensors, **device.weights()},
                                 meta={**source.client_state.meta, **result.chosen})
-    model = source.algorithm.personalized_model(source.global_state, state)
+    model = source.algorithm.inference.personalized_model(source.global_state, state)
     x = source.test.x[:16]
     lam = device.recipe.lam.constant(result.chosen["lambda"])
     got = device.logits((x, torch.zeros(16, dtype=torch.long), lam))
@@ -212,8 +212,8 @@ def test_variants_and_conv_models_train_like_eager(algorithm, model, params):
     data = rows.subset(torch.arange(200))  # real rows, one client's worth
     algo = make_algorithm(algorithm, ModelFactory(model, (1, 8, 8), 10),
                           LocalTraining(1, 16, 0.9, 1e-4), params)
-    glob = algo.init_global(0)
-    part = device_stage(algo, glob, algo.init_client(3, 0, data), data,
+    glob = algo.aggregation.init_global(0)
+    part = device_stage(algo, glob, algo.training.init_client(3, 0, data), data,
                         RoundContext(2, 2, 0.05, 0, 3))
     trainer = TrainerExport(part, training_section(part, (1, 8, 8), data.x[:1]), (1, 8, 8))
     device = DeviceTrainer(program_bytes(trainer, data.x[:32], data.y[:32], "{}"),

@@ -42,7 +42,7 @@ def relative_error(got, want):
 
 def jobs_for(algorithm, round_index, states=None):
     datas = [client_data(n, k) for k, n in enumerate(SIZES)]
-    states = states or [algorithm.init_client(k, 0, d) for k, d in enumerate(datas)]
+    states = states or [algorithm.training.init_client(k, 0, d) for k, d in enumerate(datas)]
     return [FitJob(s, d, RoundContext(round_index, TOTAL_ROUNDS, 0.05, seed=0, client_id=k))
             for k, (s, d) in enumerate(zip(states, datas, strict=True))]
 
@@ -78,22 +78,22 @@ CASES = [
 @pytest.mark.parametrize(("name", "params", "round_index"), CASES)
 def test_one_batched_round_equals_the_sequential_round(name, params, round_index):
     algorithm = make_algorithm(name, FACTORY, LocalTraining(epochs=2, batch_size=8), params)
-    assert algorithm.batching_blocker() is None
-    glob = algorithm.init_global(0)
+    assert algorithm.training.batching_blocker() is None
+    glob = algorithm.aggregation.init_global(0)
     jobs = jobs_for(algorithm, round_index)
-    sequential = [algorithm.fit(glob, j.client_state, j.data, j.ctx) for j in jobs]
-    assert_same_results(algorithm.fit_batch(glob, jobs), sequential)
+    sequential = [algorithm.training.fit(glob, j.client_state, j.data, j.ctx) for j in jobs]
+    assert_same_results(algorithm.training.fit_batch(glob, jobs), sequential)
 
 
 def test_fedrod_linear_batched_continues_from_each_clients_own_head():
     algorithm = make_algorithm("fedrod_linear", FACTORY, LocalTraining(epochs=1, batch_size=8))
-    glob = algorithm.init_global(0)
-    first = algorithm.fit_batch(glob, jobs_for(algorithm, 0))
+    glob = algorithm.aggregation.init_global(0)
+    first = algorithm.training.fit_batch(glob, jobs_for(algorithm, 0))
     states = [r.client_state for r in first]
     assert all(any(k.startswith("phi.") for k in s.tensors) for s in states)
     jobs = jobs_for(algorithm, 1, states)
-    sequential = [algorithm.fit(glob, j.client_state, j.data, j.ctx) for j in jobs]
-    assert_same_results(algorithm.fit_batch(glob, jobs), sequential)
+    sequential = [algorithm.training.fit(glob, j.client_state, j.data, j.ctx) for j in jobs]
+    assert_same_results(algorithm.training.fit_batch(glob, jobs), sequential)
 
 
 def test_batch_plan_draws_the_batches_sequential_training_draws():
@@ -119,7 +119,7 @@ def test_models_with_batch_norm_or_dropout_are_named_as_blockers():
     assert reason is not None and "BatchNorm2d" in reason
     algorithm = make_algorithm("superfed_mm", ModelFactory("mobilenet", (3, 32, 32), 10),
                                LocalTraining())
-    assert "superfed_mm on mobilenet" in algorithm.batching_blocker()
+    assert "superfed_mm on mobilenet" in algorithm.training.batching_blocker()
 
 
 @pytest.mark.parametrize(("name", "reason"), [
@@ -129,23 +129,23 @@ def test_models_with_batch_norm_or_dropout_are_named_as_blockers():
 ])
 def test_methods_without_a_batched_trainer_say_so_and_train_one_by_one(name, reason):
     algorithm = make_algorithm(name, FACTORY, LocalTraining(epochs=1, batch_size=8))
-    assert algorithm.batching_blocker() == reason
-    glob = algorithm.init_global(0)
+    assert algorithm.training.batching_blocker() == reason
+    glob = algorithm.aggregation.init_global(0)
     jobs = jobs_for(algorithm, 0)
-    batched = algorithm.fit_batch(glob, jobs)
-    sequential = [algorithm.fit(glob, j.client_state, j.data, j.ctx) for j in jobs]
+    batched = algorithm.training.fit_batch(glob, jobs)
+    sequential = [algorithm.training.fit(glob, j.client_state, j.data, j.ctx) for j in jobs]
     for got, want in zip(batched, sequential, strict=True):
         assert all(torch.equal(got.update[k], want.update[k]) for k in want.update)
 
 
 def test_a_client_without_rows_keeps_the_global_weights_and_reports_no_loss():
     algorithm = make_algorithm("fedavg", FACTORY, LocalTraining(epochs=1, batch_size=8))
-    glob = algorithm.init_global(0)
+    glob = algorithm.aggregation.init_global(0)
     empty = FitJob(ClientState(), client_data(0, 9), RoundContext(0, 1, 0.05, 0, 9))
-    results = algorithm.fit_batch(glob, [*jobs_for(algorithm, 0)[:1], empty])
+    results = algorithm.training.fit_batch(glob, [*jobs_for(algorithm, 0)[:1], empty])
     assert all(torch.equal(results[1].update[k], glob[k]) for k in glob)
     assert math.isnan(results[1].metrics["train_loss"])
-    assert algorithm.fit_batch(glob, []) == []
+    assert algorithm.training.fit_batch(glob, []) == []
 
 
 @pytest.mark.parametrize(("name", "params", "round_index"), [
@@ -158,11 +158,11 @@ def test_the_batched_step_asks_the_device_for_nothing(name, params, round_index)
                                    params)
         with FakeCuda() as fake:
             algorithm.to("cuda")
-            glob = state_to(algorithm.init_global(0), "cuda")
+            glob = state_to(algorithm.aggregation.init_global(0), "cuda")
             jobs = [FitJob(ClientState(state_to(j.client_state.tensors, "cuda"),
                                        j.client_state.meta), data_to(j.data, "cuda"), j.ctx)
                     for j in jobs_for(algorithm, round_index)]
-            results = algorithm.fit_batch(glob, jobs)
+            results = algorithm.training.fit_batch(glob, jobs)
         assert all(on_device(v) for r in results for v in r.update.values())
         syncs[epochs] = fake.syncs
     assert syncs[3] == syncs[1]  # 3x the steps, the same syncs (per client or per round)

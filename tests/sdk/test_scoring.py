@@ -36,10 +36,10 @@ def client_models(sim):
     state = sim.coordinator.global_state
     for cid, client in sim.federation.clients.items():
         cstate = sim.client_state(cid)
-        if sim.algorithm.has_personalization_stage:
-            cstate = sim.algorithm.personalize(state, cstate, client.train,
-                                               sim.context(cid, sim.config.rounds))
-        yield client, sim.algorithm.personalized_model(state, cstate)
+        if sim.algorithm.personalization.has_stage:
+            cstate = sim.algorithm.personalization.personalize(state, cstate, client.train,
+                                                               sim.context(cid, sim.config.rounds))
+        yield client, sim.algorithm.inference.personalized_model(state, cstate)
 
 
 def same(a, b):
@@ -76,7 +76,7 @@ def test_cached_scores_equal_scoring_every_model_alone(tmp_path, algorithm, para
 def test_fingerprint_tells_models_apart_by_weights_not_by_identity(tmp_path):
     sim = trained(tmp_path, "fedavg")
     state = sim.coordinator.global_state
-    a, b = sim.algorithm.global_model(state), sim.algorithm.global_model(state)
+    a, b = sim.algorithm.inference.global_model(state), sim.algorithm.inference.global_model(state)
     assert a is not b and fingerprint(a) == fingerprint(b)
     with __import__("torch").no_grad():
         b.head.bias[0] += 1e-6

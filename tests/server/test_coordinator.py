@@ -12,7 +12,7 @@ FACTORY = ModelFactory("twonn", (1, 8, 8), 10)
 def coordinator(rounds=3):
     algo = make_algorithm("fedavg", FACTORY, LocalTraining())
     return Coordinator(algo, Schedule(rounds, Sampling(clients_per_round=3)),
-                       list(range(10)), algo.init_global(0), seed=5)
+                       list(range(10)), algo.aggregation.init_global(0), seed=5)
 
 
 def test_sampling_is_seeded_per_round_and_without_replacement():

@@ -2,7 +2,9 @@
 
 The shared model is trained by federated averaging. Each client also learns a bias on the
 logits (its own label prior, in the spirit of logit adjustment) with the shared model frozen,
-and keeps it on the device: its personalized model is the shared model plus its bias.
+and keeps it on the device: its personalized model is the shared model plus its bias. The
+method names two roles of its own (device training, inference); the server's weighted mean
+and "no post-federation stage" are the defaults.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from pflkit.sdk.algorithms import (
     Algorithm,
     Choice,
     ClientState,
+    DeviceTraining,
     FitResult,
     HyperparameterError,
+    Inference,
     RoundContext,
     State,
 )
@@ -54,12 +58,8 @@ class Biased(nn.Module):
         return self.model(x) + self.bias
 
 
-class PriorShift(Algorithm):
-    """FedAvg for the model; a private logit bias per client."""
-
-    name = "prior_shift"
-    Params = PriorShiftParams
-    params: PriorShiftParams
+class PriorShiftTraining(DeviceTraining):
+    """FedAvg's local SGD for the model; the bias learned on the frozen new model, kept."""
 
     def init_client(self, client_id: int, seed: int, data: LabeledTensors) -> ClientState:
         """A zero bias."""
@@ -83,9 +83,22 @@ class PriorShift(Algorithm):
         state = ClientState({BIAS: bias.detach()})
         return FitResult(float_state(model), state, len(data), {"train_loss": loss})
 
+
+class PriorShiftInference(Inference):
+    """The shared model plus the client's bias."""
+
     def personalized_model(self, global_state: State, client_state: ClientState,
                            choice: Choice | None = None) -> nn.Module:
         """The shared model plus this client's bias (there is nothing to choose)."""
         self.check_choice(choice)  # declares no choices: any is refused, naming none
         bias = client_state.tensors.get(BIAS, torch.zeros(self.model_factory.num_classes))
         return Biased(self.global_model(global_state), bias).eval()
+
+
+class PriorShift(Algorithm):
+    """FedAvg for the model; a private logit bias per client."""
+
+    name = "prior_shift"
+    Params = PriorShiftParams
+    Training = PriorShiftTraining
+    Inference = PriorShiftInference

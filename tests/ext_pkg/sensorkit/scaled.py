@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pflkit.sdk.algorithms import ClientState, State
+from pflkit.sdk.algorithms import ClientState, Inference, State
 from pflkit.sdk.algorithms.inference import NUMBER, ChoiceSpec, InferenceModel, Mixture
 from sensorkit.methods import BIAS, Biased, PriorShift
 
@@ -36,10 +36,9 @@ class ScaledBias(nn.Module):
         return self.model(x) + s * self.bias
 
 
-class ScaledPrior(PriorShift):
-    """PriorShift with the bias strength chosen at export (baked) or on the device (runtime)."""
+class ScaledInference(Inference):
+    """The shared model plus strength x the client's bias, strength a declared choice."""
 
-    name = "scaled_prior"
     choices = (STRENGTH,)
 
     def _bias(self, client_state: ClientState) -> torch.Tensor:
@@ -66,3 +65,9 @@ class ScaledPrior(PriorShift):
         return InferenceModel(baked, mixture=Mixture(
             self.name, f"{summary}, strength = {strength:g}", {STRENGTH.name: strength}))
 
+
+class ScaledPrior(PriorShift):
+    """PriorShift with the bias strength chosen at export (baked) or on the device (runtime)."""
+
+    name = "scaled_prior"
+    Inference = ScaledInference

@@ -76,23 +76,24 @@ def test_bad_hyperparameters_name_method_and_parameter(method, params, words):
 @pytest.mark.parametrize("method", NEW_METHODS)
 def test_every_baseline_trains_runs_on_the_coordinator_and_is_deterministic(method):
     a = algo(method, local=LocalTraining(epochs=1, batch_size=16))
-    glob = a.init_global(seed=0)
+    glob = a.aggregation.init_global(seed=0)
     coord = Coordinator(a, Schedule(2, Sampling(clients_per_round=2)), [0, 1], glob, seed=0)
-    states = {c: a.init_client(c, 0, tiny_data(seed=c)) for c in (0, 1)}
+    states = {c: a.training.init_client(c, 0, tiny_data(seed=c)) for c in (0, 1)}
     for r in range(2):
         for cid in coord.open_round().sampled:
-            result = a.fit(coord.global_state, states[cid], tiny_data(seed=cid), ctx(r, client=cid))
-            again = a.fit(coord.global_state, states[cid], tiny_data(seed=cid),
-                          ctx(r, client=cid))
+            result = a.training.fit(coord.global_state, states[cid], tiny_data(seed=cid),
+                                    ctx(r, client=cid))
+            again = a.training.fit(coord.global_state, states[cid], tiny_data(seed=cid),
+                                   ctx(r, client=cid))
             assert all(torch.equal(result.update[k], again.update[k]) for k in result.update)
             coord.submit(cid, result.num_samples, result.update)
             states[cid] = result.client_state
         coord.close_round()
     x = tiny_data().x[:5]
     for cid in (0, 1):
-        logits = model_out(a.personalized_model(coord.global_state, states[cid]), x)
+        logits = model_out(a.inference.personalized_model(coord.global_state, states[cid]), x)
         assert logits.shape == (5, 10) and torch.isfinite(logits).all()
-    assert model_out(a.global_model(coord.global_state), x).shape == (5, 10)
+    assert model_out(a.inference.global_model(coord.global_state), x).shape == (5, 10)
 
 
 # -- FedPer / LG-FedAvg / FedRep: which part travels ------------------------------------------
@@ -102,8 +103,8 @@ def test_every_baseline_trains_runs_on_the_coordinator_and_is_deterministic(meth
 ])
 def test_partial_sharing_never_sends_its_personal_part(method, personal, shared):
     a = algo(method)
-    glob = a.init_global(seed=0)
-    result = a.fit(glob, ClientState(), tiny_data(), ctx())
+    glob = a.aggregation.init_global(seed=0)
+    result = a.training.fit(glob, ClientState(), tiny_data(), ctx())
     assert result.update and all(k.startswith(shared) for k in result.update)
     assert result.client_state.tensors and all(k.startswith(personal)
                                                for k in result.client_state.tensors)
@@ -112,8 +113,8 @@ def test_partial_sharing_never_sends_its_personal_part(method, personal, shared)
     assert distance(result.client_state.tensors, glob, keys) > 0
     merged = {**glob, **result.update, **result.client_state.tensors}
     x = tiny_data().x[:8]
-    expected = a.global_model(merged)
-    got = a.personalized_model({**glob, **result.update}, result.client_state)
+    expected = a.inference.global_model(merged)
+    got = a.inference.personalized_model({**glob, **result.update}, result.client_state)
     assert torch.allclose(model_out(got, x), model_out(expected, x))
     # the server refuses a personal tensor in an upload
     coord = Coordinator(a, Schedule(1, Sampling(clients_per_round=1)), [0], glob, seed=0)
@@ -123,13 +124,13 @@ def test_partial_sharing_never_sends_its_personal_part(method, personal, shared)
 
 def test_fedrep_trains_the_head_first_then_the_body():
     a = algo("fedrep", local=LocalTraining(epochs=3, batch_size=16), body_epochs=1)
-    glob = a.init_global(seed=0)
+    glob = a.aggregation.init_global(seed=0)
     model = a.template(glob)
     events = []
     hooks = [p.register_hook(lambda g, part=part: events.append(part) or g)
              for part in ("body", "head") for p in getattr(model, part).parameters()]
     try:
-        a.fit(glob, ClientState(), tiny_data(), ctx())
+        a.training.fit(glob, ClientState(), tiny_data(), ctx())
     finally:
         for h in hooks:
             h.remove()
@@ -144,8 +145,8 @@ def test_fedrep_trains_the_head_first_then_the_body():
 
 def test_fedrep_with_zero_body_epochs_leaves_the_body_untouched():
     a = algo("fedrep", body_epochs=0)
-    glob = a.init_global(seed=0)
-    result = a.fit(glob, ClientState(), tiny_data(), ctx())
+    glob = a.aggregation.init_global(seed=0)
+    result = a.training.fit(glob, ClientState(), tiny_data(), ctx())
     assert all(torch.equal(result.update[k], glob[k]) for k in result.update)
     assert distance(result.client_state.tensors, glob, list(result.client_state.tensors)) > 0
 
@@ -154,33 +155,33 @@ def test_fedrep_with_zero_body_epochs_leaves_the_body_untouched():
 
 def test_scaffold_global_state_carries_a_control_variate_per_parameter():
     a = algo("scaffold")
-    glob = a.init_global(seed=0)
+    glob = a.aggregation.init_global(seed=0)
     params = [n for n, _ in FACTORY.build().named_parameters()]
     assert sorted(k for k in glob if k.startswith(CONTROL)) == sorted(CONTROL + n for n in params)
     assert all(float(glob[CONTROL + n].abs().sum()) == 0 for n in params)
-    schema = a.update_schema(glob)
+    schema = a.aggregation.update_schema(glob)
     assert set(schema) == {k for k in glob if not k.startswith(CONTROL)} | {DELTA + n
                                                                           for n in params}
 
 
 def test_scaffold_without_control_variates_is_fedavg_and_with_them_is_not():
-    glob = algo("scaffold").init_global(seed=0)
+    glob = algo("scaffold").aggregation.init_global(seed=0)
     plain = {k: v for k, v in glob.items() if not k.startswith(CONTROL)}
-    fedavg = algo("fedavg").fit(plain, ClientState(), tiny_data(), ctx())
-    first = algo("scaffold").fit(glob, ClientState(), tiny_data(), ctx())
+    fedavg = algo("fedavg").training.fit(plain, ClientState(), tiny_data(), ctx())
+    first = algo("scaffold").training.fit(glob, ClientState(), tiny_data(), ctx())
     assert all(torch.allclose(first.update[k], fedavg.update[k], atol=1e-6) for k in plain)
     # a client whose c_i differs from c gets a corrected gradient: a different update
     drifted = {**glob, **{k: torch.full_like(v, 0.05) for k, v in glob.items()
                           if k.startswith(CONTROL)}}
-    corrected = algo("scaffold").fit(drifted, first.client_state, tiny_data(), ctx())
+    corrected = algo("scaffold").training.fit(drifted, first.client_state, tiny_data(), ctx())
     assert distance(corrected.update, fedavg.update, plain) > 1e-3
 
 
 def test_scaffold_option_one_control_variate_is_the_full_gradient_at_the_server_model():
     a = algo("scaffold", option=1)
-    glob = a.init_global(seed=0)
+    glob = a.aggregation.init_global(seed=0)
     data = tiny_data()
-    result = a.fit(glob, ClientState(), data, ctx())
+    result = a.training.fit(glob, ClientState(), data, ctx())
     model = FACTORY.build()
     model.load_state_dict({k: v for k, v in glob.items() if not k.startswith(CONTROL)})
     torch.nn.functional.cross_entropy(model(data.x), data.y).backward()
@@ -202,13 +203,14 @@ def test_scaffold_option_two_is_the_mean_gradient_along_the_local_steps():
     lr, data = 0.1, tiny_data(n=32)
     plain_sgd = LocalTraining(epochs=2, batch_size=32, momentum=0.0, weight_decay=0.0)
     a = algo("scaffold", local=plain_sgd)
-    glob = a.init_global(seed=0)
+    glob = a.aggregation.init_global(seed=0)
     names = [n for n, _ in FACTORY.build().named_parameters()]
     g = torch.Generator().manual_seed(1)
     c = {n: 0.01 * torch.randn(glob[n].shape, generator=g) for n in names}
     c_i = {n: 0.01 * torch.randn(glob[n].shape, generator=g) for n in names}
     glob = {**glob, **{CONTROL + n: c[n] for n in names}}
-    result = a.fit(glob, ClientState({CONTROL + n: c_i[n] for n in names}), data, ctx(lr=lr))
+    start = ClientState({CONTROL + n: c_i[n] for n in names})
+    result = a.training.fit(glob, start, data, ctx(lr=lr))
 
     def gradient(weights):
         model = FACTORY.build()
@@ -264,11 +266,11 @@ def test_scaffold_aggregator_matches_the_paper_update():
 
 def test_scaffold_control_step_takes_n_from_the_coordinators_population():
     a = algo("scaffold")
-    glob = a.init_global(seed=0)
+    glob = a.aggregation.init_global(seed=0)
     coord = Coordinator(a, Schedule(1, Sampling(clients_per_round=2)), list(range(8)), glob, seed=0)
     deltas = []
     for cid in coord.open_round().sampled:
-        result = a.fit(glob, ClientState(), tiny_data(seed=cid), ctx(client=cid))
+        result = a.training.fit(glob, ClientState(), tiny_data(seed=cid), ctx(client=cid))
         coord.submit(cid, result.num_samples, result.update)
         deltas.append({k.removeprefix(DELTA): v for k, v in result.update.items()
                        if k.startswith(DELTA)})
@@ -282,39 +284,40 @@ def test_scaffold_control_step_takes_n_from_the_coordinators_population():
 
 def test_apfl_alpha_moves_and_the_personal_model_is_the_alpha_mixture():
     a = algo("apfl", alpha=0.5)
-    glob = a.init_global(seed=0)
-    result = a.fit(glob, ClientState(), tiny_data(), ctx())
+    glob = a.aggregation.init_global(seed=0)
+    result = a.training.fit(glob, ClientState(), tiny_data(), ctx())
     alpha = result.client_state.meta["alpha"]
     assert 0.0 <= alpha <= 1.0 and alpha != 0.5
-    fixed = algo("apfl", alpha=0.5, adaptive=False).fit(glob, ClientState(), tiny_data(), ctx())
+    fixed = algo("apfl", alpha=0.5, adaptive=False).training.fit(glob, ClientState(), tiny_data(),
+                                                                 ctx())
     assert fixed.client_state.meta["alpha"] == 0.5
     # personalized model = alpha * v + (1 - alpha) * w_global, checked against a plain module
     new_global = result.update
     v = personal_of(result.client_state)
     mixed = {k: alpha * v[k] + (1 - alpha) * new_global[k] for k in new_global}
     x = tiny_data().x[:8]
-    got = model_out(a.personalized_model(new_global, result.client_state), x)
-    assert torch.allclose(got, model_out(a.global_model(mixed), x), atol=1e-5)
+    got = model_out(a.inference.personalized_model(new_global, result.client_state), x)
+    assert torch.allclose(got, model_out(a.inference.global_model(mixed), x), atol=1e-5)
     # the alpha choice sweeps the mixture: 0 is the global model
-    at_zero = model_out(a.personalized_model(new_global, result.client_state,
-                                             Choice({"alpha": 0.0})), x)
-    assert torch.allclose(at_zero, model_out(a.global_model(new_global), x), atol=1e-5)
+    at_zero = model_out(a.inference.personalized_model(new_global, result.client_state,
+                                                       Choice({"alpha": 0.0})), x)
+    assert torch.allclose(at_zero, model_out(a.inference.global_model(new_global), x), atol=1e-5)
 
 
 # -- Ditto ------------------------------------------------------------------------------------
 
 def test_ditto_personal_model_differs_from_global_and_approaches_it_as_lambda_grows():
-    glob = algo("ditto").init_global(seed=0)
+    glob = algo("ditto").aggregation.init_global(seed=0)
     keys = [n for n, _ in FACTORY.build().named_parameters()]
     gaps = []
     for lam in (0.0, 0.5, 5.0):
-        result = algo("ditto", lam=lam).fit(glob, ClientState(), tiny_data(), ctx())
+        result = algo("ditto", lam=lam).training.fit(glob, ClientState(), tiny_data(), ctx())
         v = personal_of(result.client_state)
         gaps.append(distance(v, glob, keys))
         assert distance(v, result.update, keys) > 0  # personal != the model sent to the server
     assert gaps[0] > gaps[1] > gaps[2] > 0
     # the global update is FedAvg's, untouched by the personal step
-    fedavg = algo("fedavg").fit(glob, ClientState(), tiny_data(), ctx())
+    fedavg = algo("fedavg").training.fit(glob, ClientState(), tiny_data(), ctx())
     assert all(torch.equal(result.update[k], fedavg.update[k]) for k in glob)
 
 
@@ -322,8 +325,8 @@ def test_ditto_personal_model_differs_from_global_and_approaches_it_as_lambda_gr
 
 def test_pfedme_personalized_model_differs_from_local_and_global():
     a = algo("pfedme")
-    glob = a.init_global(seed=0)
-    result = a.fit(glob, ClientState(), tiny_data(), ctx())
+    glob = a.aggregation.init_global(seed=0)
+    result = a.training.fit(glob, ClientState(), tiny_data(), ctx())
     theta = personal_of(result.client_state)
     keys = list(theta)
     assert distance(theta, glob, keys) > 1e-3
@@ -331,8 +334,8 @@ def test_pfedme_personalized_model_differs_from_local_and_global():
     # the local model w moved toward theta from the global one
     assert distance(result.update, glob, keys) > 0
     x = tiny_data().x[:8]
-    got = model_out(a.personalized_model(result.update, result.client_state), x)
-    assert torch.allclose(got, model_out(a.global_model({**result.update, **theta}), x))
+    got = model_out(a.inference.personalized_model(result.update, result.client_state), x)
+    assert torch.allclose(got, model_out(a.inference.global_model({**result.update, **theta}), x))
 
 
 def test_pfedme_server_blends_with_beta():

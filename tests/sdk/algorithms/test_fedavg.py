@@ -50,22 +50,22 @@ def test_weighted_mean_without_updates_keeps_the_global_state():
 
 def test_fedavg_fit_trains_and_sends_every_weight():
     algo = make_algorithm("fedavg", FACTORY, LocalTraining(epochs=2, batch_size=16))
-    glob = algo.init_global(seed=0)
-    result = algo.fit(glob, ClientState(), tiny_data(), ctx())
+    glob = algo.aggregation.init_global(seed=0)
+    result = algo.training.fit(glob, ClientState(), tiny_data(), ctx())
     assert set(result.update) == set(glob)
     assert result.num_samples == 64 and np.isfinite(result.metrics["train_loss"])
     assert any(not torch.equal(result.update[k], glob[k]) for k in glob)
-    again = algo.fit(glob, ClientState(), tiny_data(), ctx())
+    again = algo.training.fit(glob, ClientState(), tiny_data(), ctx())
     assert all(torch.equal(result.update[k], again.update[k]) for k in glob)
 
 
 def test_fedprox_proximal_term_pulls_toward_the_global_model():
-    glob = make_algorithm("fedavg", FACTORY, LocalTraining(5, 8)).init_global(0)
+    glob = make_algorithm("fedavg", FACTORY, LocalTraining(5, 8)).aggregation.init_global(0)
 
     def distance(algorithm, mu):
         params = {"mu": mu} if mu is not None else {}
         algo = make_algorithm(algorithm, FACTORY, LocalTraining(5, 8), params)
-        out = algo.fit(glob, ClientState(), tiny_data(), ctx()).update
+        out = algo.training.fit(glob, ClientState(), tiny_data(), ctx()).update
         return sum(float(((out[k] - glob[k]) ** 2).sum()) for k in glob)
 
     assert distance("fedprox", 10.0) < 0.5 * distance("fedavg", None)
@@ -74,24 +74,24 @@ def test_fedprox_proximal_term_pulls_toward_the_global_model():
 
 def test_local_only_never_sends_anything_and_keeps_its_model():
     algo = make_algorithm("local", FACTORY, LocalTraining(1, 16))
-    glob = algo.init_global(0)
-    state = algo.init_client(3, 0, tiny_data())
-    result = algo.fit(glob, state, tiny_data(), ctx(client=3))
+    glob = algo.aggregation.init_global(0)
+    state = algo.training.init_client(3, 0, tiny_data())
+    result = algo.training.fit(glob, state, tiny_data(), ctx(client=3))
     assert result.update == {}
     assert set(result.client_state.tensors) == set(glob)
-    model = algo.personalized_model(glob, result.client_state)
+    model = algo.inference.personalized_model(glob, result.client_state)
     own = result.client_state.tensors["head.weight"]
     assert torch.equal(model.state_dict()["head.weight"], own)
 
 
 def test_fine_tuning_personalizes_from_the_global_model():
     algo = make_algorithm("fedavg_ft", FACTORY, LocalTraining(1, 16), {"ft_epochs": 2})
-    glob = algo.init_global(0)
-    assert algo.has_personalization_stage
-    state = algo.personalize(glob, ClientState(), tiny_data(), ctx(lr=0.05))
-    personal = algo.personalized_model(glob, state).state_dict()
+    glob = algo.aggregation.init_global(0)
+    assert algo.personalization.has_stage
+    state = algo.personalization.personalize(glob, ClientState(), tiny_data(), ctx(lr=0.05))
+    personal = algo.inference.personalized_model(glob, state).state_dict()
     assert not torch.equal(personal["head.weight"], glob["head.weight"])
-    untouched = algo.personalized_model(glob, ClientState()).state_dict()
+    untouched = algo.inference.personalized_model(glob, ClientState()).state_dict()
     assert torch.equal(untouched["head.weight"], glob["head.weight"])
 
 
@@ -140,4 +140,5 @@ def test_personalized_model_rejects_a_lambda_for_methods_without_one():
 
     algo = make_algorithm("fedavg", FACTORY, LocalTraining())
     with pytest.raises(ValueError, match="fedavg declares no choice 'lam'; its choices: none"):
-        algo.personalized_model(algo.init_global(0), ClientState(), Choice({"lam": 0.3}))
+        algo.inference.personalized_model(algo.aggregation.init_global(0), ClientState(),
+                                          Choice({"lam": 0.3}))

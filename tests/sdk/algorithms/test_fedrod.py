@@ -78,7 +78,7 @@ def test_zero_count_classes_give_finite_loss_and_gradients():
 
 def _net_and_batch(name):
     alg = algo(name)
-    net = alg._net(alg.init_global(0), None)
+    net = alg.net(alg.aggregation.init_global(0), None)
     data = tiny_data()
     prior = torch.log(data.class_counts(10).clamp_min(1).float())
     phi = net.hyper(torch.full((10,), 0.1)) if name == "fedrod_hyper" \
@@ -125,14 +125,14 @@ def test_hypernetwork_output_matches_the_head_parameters(model, shape):
                                                                "hyper.fc2.weight"})])
 def test_aggregation_averages_body_generic_head_and_hypernetwork_only(name, extra):
     alg = algo(name)
-    glob = alg.init_global(0)
+    glob = alg.aggregation.init_global(0)
     shared = {k for k in build_model("twonn", (1, 8, 8), 10).state_dict()}
     assert set(glob) == shared | extra
-    results = [alg.fit(glob, alg.init_client(c, 0, tiny_data(seed=c)), tiny_data(30 + 10 * c, c),
-                       ctx(client=c)) for c in range(3)]
+    results = [alg.training.fit(glob, alg.training.init_client(c, 0, tiny_data(seed=c)),
+                                tiny_data(30 + 10 * c, c), ctx(client=c)) for c in range(3)]
     assert all(set(r.update) == set(glob) for r in results)
-    assert all(set(alg.update_schema(glob)) == set(glob) for _ in results)
-    agg = alg.new_aggregator(glob, 10)
+    assert all(set(alg.aggregation.update_schema(glob)) == set(glob) for _ in results)
+    agg = alg.aggregation.new_aggregator(glob, 10)
     for r in results:
         agg.add(r.num_samples, r.update)
     out = agg.result()
@@ -146,18 +146,18 @@ def test_aggregation_averages_body_generic_head_and_hypernetwork_only(name, extr
 
 def test_linear_phi_stays_on_the_client_and_carries_across_rounds():
     alg = algo("fedrod_linear")
-    glob, data = alg.init_global(0), tiny_data()
-    first = alg.fit(glob, alg.init_client(0, 0, data), data, ctx(0))
+    glob, data = alg.aggregation.init_global(0), tiny_data()
+    first = alg.training.fit(glob, alg.training.init_client(0, 0, data), data, ctx(0))
     phi = first.client_state.tensors["phi.weight"]
     assert phi.abs().sum() > 0  # trained away from its zero start
-    frozen = alg.fit(glob, first.client_state, data, ctx(1, lr=0.0))
+    frozen = alg.training.fit(glob, first.client_state, data, ctx(1, lr=0.0))
     assert torch.equal(frozen.client_state.tensors["phi.weight"], phi)
 
 
 def test_fit_is_deterministic():
     alg = algo("fedrod_hyper")
-    glob, data = alg.init_global(0), tiny_data()
-    a, b = (alg.fit(glob, ClientState(), data, ctx()) for _ in range(2))
+    glob, data = alg.aggregation.init_global(0), tiny_data()
+    a, b = (alg.training.fit(glob, ClientState(), data, ctx()) for _ in range(2))
     assert all(torch.equal(a.update[k], b.update[k]) for k in a.update)
 
 
@@ -165,40 +165,41 @@ def test_fit_is_deterministic():
 def test_two_output_model_is_generic_plus_personal_head():
     alg = algo("fedrod_linear")
     data = tiny_data()
-    glob = alg.init_global(0)
-    state = alg.fit(glob, alg.init_client(0, 0, data), data, ctx()).client_state
-    net = alg.generic_and_personalized_model(glob, state)
+    glob = alg.aggregation.init_global(0)
+    state = alg.training.fit(glob, alg.training.init_client(0, 0, data), data, ctx()).client_state
+    net = alg.inference.generic_and_personalized_model(glob, state)
     personal, generic = net(data.x)
-    assert torch.allclose(generic, alg.global_model(glob)(data.x), atol=1e-6)
-    z = alg.global_model(glob).body(data.x)
+    assert torch.allclose(generic, alg.inference.global_model(glob)(data.x), atol=1e-6)
+    z = alg.inference.global_model(glob).body(data.x)
     phi = state.tensors
     assert torch.allclose(personal, generic + F.linear(z, phi["phi.weight"], phi["phi.bias"]),
                           atol=1e-5)
-    assert torch.allclose(alg.personalized_model(glob, state)(data.x), personal)
+    assert torch.allclose(alg.inference.personalized_model(glob, state)(data.x), personal)
 
 
 def test_new_client_zero_shot_model_from_its_class_distribution():
     alg = algo("fedrod_hyper")
-    glob = alg.init_global(0)
+    glob = alg.aggregation.init_global(0)
     x = tiny_data().x
     counts = torch.tensor([5, 0, 12, 3, 0, 0, 7, 1, 0, 2])
-    model = alg.personalized_model(glob, ClientState(), Choice({"class_distribution": counts}))
+    model = alg.inference.personalized_model(glob, ClientState(),
+                                             Choice({"class_distribution": counts}))
     phi = zero_shot_head(glob, counts)
-    z = alg.global_model(glob).body(x)
-    expected = alg.global_model(glob)(x) + F.linear(z, phi["weight"], phi["bias"])
+    z = alg.inference.global_model(glob).body(x)
+    expected = alg.inference.global_model(glob)(x) + F.linear(z, phi["weight"], phi["bias"])
     assert torch.allclose(model(x), expected, atol=1e-5)
     same = zero_shot_head(glob, counts / counts.sum())  # proportions = counts
     assert all(torch.allclose(same[k], phi[k]) for k in phi)
     other = zero_shot_head(glob, torch.tensor([0, 9, 0, 0, 4, 4, 0, 0, 1, 0]))
     assert not torch.allclose(other["weight"], phi["weight"])
     with pytest.raises(ValueError, match="no class counts"):
-        alg.personalized_model(glob, ClientState())
+        alg.inference.personalized_model(glob, ClientState())
 
 
 @pytest.mark.parametrize(("model", "shape"), [("twonn", (1, 8, 8)), ("lenet5", (1, 32, 32))])
 def test_zero_shot_head_does_not_depend_on_the_order_of_state_keys(model, shape, tmp_path):
     alg = algo("fedrod_hyper", ModelFactory(model, shape, 10))
-    glob = alg.init_global(0)
+    glob = alg.aggregation.init_global(0)
     counts = [5, 0, 12, 3, 0, 0, 7, 1, 0, 2]
     reordered = dict(reversed(list(glob.items())))
     save_state(tmp_path / "g.safetensors", glob)
@@ -208,31 +209,33 @@ def test_zero_shot_head_does_not_depend_on_the_order_of_state_keys(model, shape,
         a, b = zero_shot_head(glob, counts), zero_shot_head(other, counts)
         assert all(torch.equal(a[k], b[k]) for k in a)
     with pytest.raises(ClassDistributionError, match="10 entries"):
-        zero_shot_head(algo("fedrod_linear", ModelFactory(model, shape, 10)).init_global(0),
-                       [1, 2])
+        linear = algo("fedrod_linear", ModelFactory(model, shape, 10))
+        zero_shot_head(linear.aggregation.init_global(0), [1, 2])
     data = LabeledTensors(torch.randn(8, *shape), torch.arange(8))
-    trained = alg.personalized_model(glob, alg.init_client(0, 0, data))
-    loaded = alg.personalized_model(reordered, alg.init_client(0, 0, data))
+    trained = alg.inference.personalized_model(glob, alg.training.init_client(0, 0, data))
+    loaded = alg.inference.personalized_model(reordered, alg.training.init_client(0, 0, data))
     assert torch.equal(trained(data.x), loaded(data.x))
 
 
 def test_linear_zero_shot_model_is_the_generic_model():
     alg = algo("fedrod_linear")
-    glob, x = alg.init_global(0), tiny_data().x
-    model = alg.personalized_model(glob, ClientState(), Choice({"class_distribution": [1.0] * 10}))
-    assert torch.allclose(model(x), alg.global_model(glob)(x), atol=1e-6)
+    glob, x = alg.aggregation.init_global(0), tiny_data().x
+    model = alg.inference.personalized_model(glob, ClientState(),
+                                             Choice({"class_distribution": [1.0] * 10}))
+    assert torch.allclose(model(x), alg.inference.global_model(glob)(x), atol=1e-6)
 
 
 def test_new_client_fine_tuning_starts_from_its_zero_shot_head():
     alg = algo("fedrod_hyper", ft_epochs=1)
-    glob, data = alg.init_global(0), tiny_data()
-    assert alg.has_personalization_stage and not algo("fedrod_hyper").has_personalization_stage
-    tuned = alg.personalize(glob, alg.init_client(7, 0, data), data, ctx(10))
+    glob, data = alg.aggregation.init_global(0), tiny_data()
+    assert alg.personalization.has_stage and not algo("fedrod_hyper").personalization.has_stage
+    tuned = alg.personalization.personalize(glob, alg.training.init_client(7, 0, data), data,
+                                            ctx(10))
     assert {"phi.weight", "local.body.1.weight", "local.head.weight"} <= set(tuned.tensors)
     assert not torch.allclose(tuned.tensors["local.head.weight"], glob["head.weight"])
-    choices = alg.evaluation_choices(tuned)
+    choices = alg.inference.evaluation_choices(tuned)
     assert set(choices) == {"", "zero_shot"}
-    assert choices["zero_shot"].class_distribution.tolist() == data.class_counts(10).tolist()
+    assert list(choices["zero_shot"].get("class_distribution")) == data.class_counts(10).tolist()
 
 
 @pytest.mark.parametrize(("bad", "message"), [
@@ -254,16 +257,17 @@ def test_bad_hyperparameters_and_lambda_are_refused():
         algo("fedrod_linear", hidden=16)
     alg = algo("fedrod_linear")
     with pytest.raises(ValueError, match="declares no choice 'lam'; its choices: class_distr"):
-        alg.personalized_model(alg.init_global(0), ClientState(), Choice({"lam": 0.5}))
+        alg.inference.personalized_model(alg.aggregation.init_global(0), ClientState(),
+                                         Choice({"lam": 0.5}))
 
 
 # -- command line ----------------------------------------------------------------------------------
 @pytest.fixture()
 def hyper_run(tmp_path):
     alg = algo("fedrod_hyper")
-    glob = alg.init_global(0)
+    glob = alg.aggregation.init_global(0)
     save_state(tmp_path / "run" / "global" / "latest.safetensors", glob)
-    save_state(tmp_path / "linear.safetensors", algo("fedrod_linear").init_global(0))
+    save_state(tmp_path / "linear.safetensors", algo("fedrod_linear").aggregation.init_global(0))
     return tmp_path, glob
 
 

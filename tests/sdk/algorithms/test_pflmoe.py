@@ -12,14 +12,12 @@ from pflkit.sdk.algorithms import (
     RoundContext,
     make_algorithm,
 )
-from pflkit.sdk.algorithms.pflmoe import (
-    GATE,
-    PERSONAL,
+from pflkit.sdk.algorithms.pflmoe import GATE, PERSONAL, split_for_gate
+from pflkit.sdk.algorithms.pflmoe_modules import (
     GatedExperts,
     GatedProgram,
     gate_value,
     mix_experts,
-    split_for_gate,
 )
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.state_store import client_state_from_bytes, client_state_to_bytes
@@ -48,15 +46,16 @@ def algorithm(variant="mfe", factory=LENET, **params):
 
 def trained_global(algo, n=48, shape=(1, 32, 32)):
     """A global state after one FedAvg round, so that both experts are not just the init."""
-    glob = algo.init_global(seed=0)
-    return algo.fit(glob, ClientState(), data(n, shape, seed=1), ctx(round_index=0)).update
+    glob = algo.aggregation.init_global(seed=0)
+    return algo.training.fit(glob, ClientState(), data(n, shape, seed=1), ctx(round_index=0)).update
 
 
 def personalized(variant="mfe", factory=LENET, shape=(1, 32, 32), n=48, **params):
     algo = algorithm(variant, factory, **params)
     glob = trained_global(algo, shape=shape)
     local = data(n, shape)
-    state = algo.personalize(glob, algo.init_client(0, 0, local), local, ctx())
+    start = algo.training.init_client(0, 0, local)
+    state = algo.personalization.personalize(glob, start, local, ctx())
     return algo, glob, state, local
 
 
@@ -88,10 +87,10 @@ def test_split_is_seeded_disjoint_and_a_quarter_for_the_gate():
 def test_stage_one_is_fedavg_bit_for_bit():
     moe = algorithm()
     fedavg = make_algorithm("fedavg", LENET, LOCAL)
-    glob = moe.init_global(seed=0)
-    assert all(torch.equal(glob[k], v) for k, v in fedavg.init_global(seed=0).items())
-    a = moe.fit(glob, moe.init_client(0, 0, data()), data(), ctx(round_index=0))
-    b = fedavg.fit(glob, ClientState(), data(), ctx(round_index=0))
+    glob = moe.aggregation.init_global(seed=0)
+    assert all(torch.equal(glob[k], v) for k, v in fedavg.aggregation.init_global(seed=0).items())
+    a = moe.training.fit(glob, moe.training.init_client(0, 0, data()), data(), ctx(round_index=0))
+    b = fedavg.training.fit(glob, ClientState(), data(), ctx(round_index=0))
     assert all(torch.equal(a.update[k], b.update[k]) for k in glob)
     assert "split_seed" in a.client_state.meta  # the seed survives stage 1
 
@@ -102,9 +101,10 @@ def test_stage_two_leaves_extractor_and_global_classifier_bit_identical(variant)
     glob = trained_global(algo)
     before = {k: v.clone() for k, v in glob.items()}
     local = data()
-    state = algo.personalize(glob, algo.init_client(0, 0, local), local, ctx())
+    start = algo.training.init_client(0, 0, local)
+    state = algo.personalization.personalize(glob, start, local, ctx())
     assert all(torch.equal(glob[k], before[k]) for k in before)
-    model = algo.personalized_model(glob, state)
+    model = algo.inference.personalized_model(glob, state)
     body = {f"body.{k}": v for k, v in model.body.state_dict().items()}
     assert all(torch.equal(v, before[k]) for k, v in body.items())
     if variant != "fb":
@@ -122,7 +122,8 @@ def test_the_gate_step_changes_only_the_gate_and_the_head_step_only_the_head():
     algo = algorithm("mfe")
     glob = trained_global(algo)
     local = data()
-    part = algo.personal_training(glob, algo.init_client(0, 0, local), local, ctx())
+    start = algo.training.init_client(0, 0, local)
+    part = algo.personalization.personal_training(glob, start, local, ctx())
     assert isinstance(part.program, GatedProgram)
     session = EagerSession(part)
     prepared = session.prepare(local.x[:20])
@@ -145,8 +146,9 @@ def test_a_pass_cut_short_by_max_steps_reports_the_mean_loss_of_its_steps():
 
     algo = algorithm("mfe", TWONN)
     local = data(200, (1, 8, 8))
-    part = algo.personal_training(trained_global(algo, shape=(1, 8, 8)),
-                                  algo.init_client(0, 0, local), local, ctx())
+    part = algo.personalization.personal_training(trained_global(algo, shape=(1, 8, 8)),
+                                                  algo.training.init_client(0, 0, local), local,
+                                                  ctx())
     session = EagerSession(part)
     seen, step = [], session.step
 
@@ -173,7 +175,7 @@ def test_fb_mf_and_mfe_share_the_same_personal_classifier():
 @pytest.mark.parametrize(("variant", "size"), [("mf", 1024), ("mfe", 400)])
 def test_gates_see_inputs_of_the_documented_size_and_g_stays_in_0_1(variant, size):
     algo, glob, state, local = personalized(variant, epochs=5)
-    model = algo.personalized_model(glob, state)
+    model = algo.inference.personalized_model(glob, state)
     assert isinstance(model, GatedExperts) and model.gate.in_features == size
     seen = []
     model.gate.register_forward_hook(lambda _m, inputs, _o: seen.append(inputs[0].shape))
@@ -188,13 +190,13 @@ def test_gates_see_inputs_of_the_documented_size_and_g_stays_in_0_1(variant, siz
 
 def test_gate_forced_to_one_gives_the_global_model_and_head_logits_match_forward():
     algo, glob, state, local = personalized("mfe")
-    model = algo.personalized_model(glob, state)
+    model = algo.inference.personalized_model(glob, state)
     x = local.x[:9]
     with torch.no_grad():
         assert torch.allclose(model(x), model.head_logits(x, model.body(x)))
         model.gate.weight.zero_()
         model.gate.bias.fill_(math.inf)  # g = sigmoid(inf) = 1
-        global_logits = algo.global_model(glob)(x)
+        global_logits = algo.inference.global_model(glob)(x)
         assert torch.equal(model(x), global_logits)
 
 
@@ -202,9 +204,9 @@ def test_before_stage_two_the_personalized_model_is_the_global_model():
     algo = algorithm()
     glob = trained_global(algo)
     x = data().x[:5]
-    model = algo.personalized_model(glob, algo.init_client(0, 0, data()))
+    model = algo.inference.personalized_model(glob, algo.training.init_client(0, 0, data()))
     with torch.no_grad():
-        assert torch.equal(model(x), algo.global_model(glob)(x))
+        assert torch.equal(model(x), algo.inference.global_model(glob)(x))
 
 
 @pytest.mark.parametrize("n", [0, 1, 3, 5])
@@ -212,7 +214,7 @@ def test_tiny_clients_follow_the_documented_rule(n):
     algo, glob, state, local = personalized("mfe", n=n, batch_size=64)
     assert state.meta["n_gate"] == math.floor(0.25 * n)
     assert state.meta["n_per"] + state.meta["n_gate"] == n
-    model = algo.personalized_model(glob, state)
+    model = algo.inference.personalized_model(glob, state)
     x = data(4).x
     with torch.no_grad():
         assert torch.isfinite(model(x)).all()
@@ -227,26 +229,27 @@ def test_tiny_clients_follow_the_documented_rule(n):
 
 def test_state_round_trips_through_safetensors_and_stage_two_is_deterministic():
     algo, glob, state, local = personalized("mf")
-    again = algo.personalize(glob, algo.init_client(0, 0, local), local, ctx())
+    start = algo.training.init_client(0, 0, local)
+    again = algo.personalization.personalize(glob, start, local, ctx())
     assert state.meta == again.meta
     assert all(torch.equal(v, again.tensors[k]) for k, v in state.tensors.items())
     restored = client_state_from_bytes(client_state_to_bytes(state))
     x = local.x[:6]
     with torch.no_grad():
-        assert torch.equal(algo.personalized_model(glob, state)(x),
-                           algo.personalized_model(glob, restored)(x))
+        assert torch.equal(algo.inference.personalized_model(glob, state)(x),
+                           algo.inference.personalized_model(glob, restored)(x))
 
 
 def test_a_state_of_another_variant_is_refused():
     _, glob, state, _ = personalized("mf")
     with pytest.raises(ValueError, match="variant 'mf'"):
-        algorithm("mfe").personalized_model(glob, state)
+        algorithm("mfe").inference.personalized_model(glob, state)
 
 
 def test_works_for_other_registry_models_and_adam_gate():
     algo, glob, state, local = personalized("mfe", TWONN, (1, 8, 8), gate_optimizer="adam")
     assert state.tensors[GATE + "weight"].shape == (1, 200)
-    assert algo.personalized_model(glob, state)(local.x[:3]).shape == (3, 10)
+    assert algo.inference.personalized_model(glob, state)(local.x[:3]).shape == (3, 10)
     algo, glob, state, local = personalized("mf", TWONN, (1, 8, 8))
     assert state.tensors[GATE + "weight"].shape == (1, 64)
 

@@ -148,10 +148,10 @@ def test_layer_mixing_draws_one_lambda_per_layer_model_mixing_one_per_batch():
 # -- the client/server split ----------------------------------------------------------------------
 def test_only_the_federated_model_leaves_the_client():
     a = algo(start_fraction=0.0)
-    glob = a.init_global(0)
-    state = a.init_client(7, 0, tiny_data())
+    glob = a.aggregation.init_global(0)
+    state = a.training.init_client(7, 0, tiny_data())
     assert not torch.equal(state.tensors[LOCAL + "head.weight"], glob["head.weight"])
-    result = a.fit(glob, state, tiny_data(), ctx(client=7))
+    result = a.training.fit(glob, state, tiny_data(), ctx(client=7))
     assert result.update.keys() == glob.keys()
     assert all(k.startswith(LOCAL) for k in result.client_state.tensors)
     for name, value in result.update.items():
@@ -163,8 +163,8 @@ def test_only_the_federated_model_leaves_the_client():
 
 def test_local_model_is_frozen_before_the_start_round():
     a = algo(start_fraction=0.5)
-    glob, state = a.init_global(0), a.init_client(1, 0, tiny_data())
-    result = a.fit(glob, state, tiny_data(), ctx(round_index=4, total=10))
+    glob, state = a.aggregation.init_global(0), a.training.init_client(1, 0, tiny_data())
+    result = a.training.fit(glob, state, tiny_data(), ctx(round_index=4, total=10))
     assert all(torch.equal(v, state.tensors[k]) for k, v in result.client_state.tensors.items())
     assert result.client_state.meta["mixed_rounds"] == 0
     assert result.num_samples == 54  # 10% of the rows are held out for choosing lambda
@@ -174,8 +174,8 @@ def test_local_model_is_frozen_before_the_start_round():
 def trained(factory=SMALL, name="superfed_mm", shape=(1, 8, 8)):
     a = algo(name, factory, start_fraction=0.0)
     data = tiny_data(shape=shape)
-    glob = a.init_global(0)
-    result = a.fit(glob, a.init_client(2, 0, data), data, ctx(client=2))
+    glob = a.aggregation.init_global(0)
+    result = a.training.fit(glob, a.training.init_client(2, 0, data), data, ctx(client=2))
     return a, result.update, result.client_state, data
 
 
@@ -183,18 +183,18 @@ def trained(factory=SMALL, name="superfed_mm", shape=(1, 8, 8)):
 def test_runtime_module_equals_the_baked_module_at_every_lambda(model):
     a, glob, state, _ = trained(ModelFactory(model, (1, 32, 32), 10), shape=(1, 32, 32))
     x = tiny_data(4, seed=9, shape=(1, 32, 32)).x
-    runtime = a.personalized_model(glob, state, Choice({"lam": "runtime"}))
+    runtime = a.inference.personalized_model(glob, state, Choice({"lam": "runtime"}))
     assert isinstance(runtime, RuntimeMixture) and not runtime.training
     assert runtime.two_endpoint  # every registry layer runs with constant weights
     with torch.no_grad():
         for lam in (0.0, 0.3, 0.75, 1.0):
-            baked = a.personalized_model(glob, state, Choice({"lam": lam}))
-            assert isinstance(baked, type(a.global_model(glob)))
+            baked = a.inference.personalized_model(glob, state, Choice({"lam": lam}))
+            assert isinstance(baked, type(a.inference.global_model(glob)))
             # outputs blended per layer equal blended weights up to float rounding
             torch.testing.assert_close(runtime(x, torch.tensor([lam])), baked(x),
                                        rtol=1e-5, atol=1e-5)
-        assert torch.equal(a.personalized_model(glob, state, Choice({"lam": 0.0}))(x),
-                           a.global_model(glob)(x))
+        assert torch.equal(a.inference.personalized_model(glob, state, Choice({"lam": 0.0}))(x),
+                           a.inference.global_model(glob)(x))
 
 
 def test_runtime_module_falls_back_to_in_graph_weights_for_other_layers():
@@ -222,18 +222,18 @@ def test_mix_is_exact_at_the_endpoints():
 
 def test_personalize_picks_a_grid_lambda_on_held_out_train_rows():
     a, glob, state, data = trained(name="superfed_lm")
-    chosen = a.personalize(glob, state, data, ctx(client=2))
+    chosen = a.personalization.personalize(glob, state, data, ctx(client=2))
     sweep = lambda_sweep(a, glob, chosen, a.split(data, 0, 2)[1])
     assert chosen.meta["lambda"] in LAMBDA_GRID and chosen.meta["lambda_holdout_rows"] == 6
     assert sweep[chosen.meta["lambda"]].top1 == max(s.top1 for s in sweep.values())
     x = data.x[:5]
     with torch.no_grad():
-        assert torch.equal(a.personalized_model(glob, chosen, Choice({"lam": "best"}))(x),
-                           a.personalized_model(glob, chosen,
-                                                Choice({"lam": chosen.meta["lambda"]}))(x))
-    choices = list(a.evaluation_choices(chosen))
+        assert torch.equal(a.inference.personalized_model(glob, chosen, Choice({"lam": "best"}))(x),
+                           a.inference.personalized_model(
+                               glob, chosen, Choice({"lam": chosen.meta["lambda"]}))(x))
+    choices = list(a.inference.evaluation_choices(chosen))
     assert choices[0] == "best" and choices[1:] == [f"{lam:.1f}" for lam in LAMBDA_GRID]
-    assert list(algo(sweep=False).evaluation_choices(chosen)) == ["best"]
+    assert list(algo(sweep=False).inference.evaluation_choices(chosen)) == ["best"]
 
 
 def test_holdout_split_is_fixed_per_client_and_disjoint():
@@ -251,17 +251,17 @@ def test_holdout_split_is_fixed_per_client_and_disjoint():
 def test_bad_lambda_is_refused(lam):
     a, glob, state, _ = trained()
     with pytest.raises(ValueError, match=r"lam must be a number in \[0, 1\], 'best', 'runtime'"):
-        a.personalized_model(glob, state, Choice({"lam": lam}))
+        a.inference.personalized_model(glob, state, Choice({"lam": lam}))
 
 
 def test_best_before_personalize_and_class_distribution_are_refused():
     a, glob, state, _ = trained()
     with pytest.raises(ValueError, match="run personalize first"):
-        a.personalized_model(glob, state, Choice({"lam": "best"}))
+        a.inference.personalized_model(glob, state, Choice({"lam": "best"}))
     with pytest.raises(ValueError, match="declares no choice 'class_distribution'"):
-        a.personalized_model(glob, state, Choice({"class_distribution": torch.ones(10)}))
+        a.inference.personalized_model(glob, state, Choice({"class_distribution": torch.ones(10)}))
     with pytest.raises(ValueError, match="does not match"):
-        a.personalized_model(glob, type(state)({}, {}), Choice({"lam": 0.5}))
+        a.inference.personalized_model(glob, type(state)({}, {}), Choice({"lam": 0.5}))
 
 
 @pytest.mark.parametrize("params, word", [({"mu": -1.0}, "mu"), ({"nu": -0.5}, "nu"),
@@ -279,5 +279,6 @@ def test_fit_with_batchnorm_keeps_the_clients_running_statistics():
     assert stats and all(torch.equal(state.tensors[LOCAL + k], glob[k]) for k in stats)
     assert not any(k.endswith("num_batches_tracked") for k in state.tensors)
     with torch.no_grad():
-        out = a.personalized_model(glob, state, Choice({"lam": 0.5}))(torch.zeros(1, 1, 32, 32))
+        model = a.inference.personalized_model(glob, state, Choice({"lam": 0.5}))
+        out = model(torch.zeros(1, 1, 32, 32))
     assert not math.isnan(float(out.sum()))
