@@ -227,7 +227,8 @@ def render(result: dict[str, Any]) -> str:
         "thread(s); Ray and Flower: 2 "
         "workers x 1 thread. Flower "
         f"{a.get('flower', {}).get('flwr', '1.42')} in its own venv (benchmarks/.venv-flower), "
-        "plain-PyTorch client, Flower's FedAvg on its Ray backend.",
+        "plain-PyTorch client, Flower's FedAvg on its Ray backend, training the clients "
+        "pflkit's coordinator draws from pflkit's initial weights (flower_fedavg.py).",
         "",
         table("(a) FedAvg, FMNIST Dir(0.3), 100 clients, 20/round, E=5, B=40, FedRoD ConvNet",
               a, "sequential", *counts),
