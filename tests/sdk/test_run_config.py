@@ -39,7 +39,8 @@ def load(text: str, *overrides: str) -> SimConfig:
     ("training.lr=nan", "training.lr: input should be a finite number, got nan"),
     ("rounds=0", "rounds: must be in [1, 100000], got 0"),
     ("data.num_clients=-3", "data.num_clients: must be in [1, 100000], got -3"),
-    ("data.kind=random", "data.kind: input should be 'iid', 'shards', 'dirichlet' or 'natural', got 'random'"),
+    ("data.kind=random",
+     "data.kind: input should be 'iid', 'shards', 'dirichlet' or 'natural', got 'random'"),
     ("training.learning_rate=0.1", "training.learning_rate: unknown key (did you mean "
                                    "training.lr?)"),
     ("data.partitions=3", "data.partitions: unknown key"),
