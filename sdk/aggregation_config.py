@@ -1,4 +1,4 @@
-"""The ``[aggregation]`` section: which rule folds a round's updates, and the clipping bound.
+"""The ``[aggregation]`` section: which rule folds a round's updates, clipping and DP-FedAvg.
 
 Declared once for both sides: a run config's section (pfl-sim, and a run on pfl-server) and
 ``pfl-server``'s own settings of the same names, the operator's floor (:meth:`at_least`). Kept
@@ -8,6 +8,7 @@ themselves are :mod:`pflkit.sdk.aggregation_rules`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Literal
 
 import pydantic
@@ -22,6 +23,9 @@ _CLIP = in_range(0.0, 1e6, open_low=True)  # L2 bound on an update's change to t
 # pfl-server's settings read the same ranges from environment text, so not Strict there
 TrimFraction = Annotated[float, _TRIM]
 ClipNorm = Annotated[float, _CLIP]
+_NOISE = in_range(0.0, 1e3, open_low=True)  # z: noise std over the clip norm
+_EPSILON = in_range(0.0, 1e3, open_low=True)
+_DELTA = in_range(0.0, 0.1, open_low=True)  # well under 1/n is the usual choice
 _ROBUSTNESS = {"mean": 0, "trimmed_mean": 1, "median": 2}  # median: the highest breakdown point
 
 
@@ -32,15 +36,39 @@ class AggregationConfig:
     rule: Rule = "mean"
     trim_fraction: Annotated[float, Strict(), _TRIM] = 0.1  # for trimmed_mean
     clip_norm: Annotated[float, Strict(), _CLIP] | None = None  # None: updates are not clipped
+    # DP-FedAvg (sdk/dp_fedavg.py, docs/privacy.md), on when dp_clip_norm is set: each update's
+    # change clipped to dp_clip_norm, Gaussian noise of std dp_noise_multiplier * dp_clip_norm on
+    # the sum, divided by the clients per round; mean rule only
+    dp_clip_norm: Annotated[float, Strict(), _CLIP] | None = None
+    dp_noise_multiplier: Annotated[float, Strict(), _NOISE] | None = None
+    dp_target_epsilon: Annotated[float, Strict(), _EPSILON] | None = None  # calibrates the noise
+    dp_delta: Annotated[float, Strict(), _DELTA] = 1e-5
+    dp_max_epsilon: Annotated[float, Strict(), _EPSILON] | None = None  # refuse rounds past it
+
+    def __post_init__(self) -> None:
+        noise = (self.dp_noise_multiplier, self.dp_target_epsilon)
+        if self.dp_clip_norm is None:
+            given = [f for f in ("dp_noise_multiplier", "dp_target_epsilon", "dp_max_epsilon")
+                     if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"aggregation.{given[0]}: needs aggregation.dp_clip_norm")
+            return
+        if (noise[0] is None) == (noise[1] is None):
+            raise ValueError("aggregation.dp_clip_norm: set exactly one of dp_noise_multiplier "
+                             "and dp_target_epsilon")
+        if self.rule != "mean" or self.clip_norm is not None:
+            raise ValueError("aggregation.dp_clip_norm: DP-FedAvg clips itself and averages: "
+                             "it takes rule = \"mean\" and no clip_norm")
 
     def at_least(self, floor: AggregationConfig) -> AggregationConfig:
         """The stricter of this config and ``floor`` (the server operator's), setting by setting.
 
         The more robust rule wins (mean < trimmed_mean < median), with the larger trim share
         when both trim; the smaller clip norm wins (None is no bound). So a run may ask for more
-        protection than the server's default, never for less.
+        protection than the server's default, never for less. The DP settings are the run's.
         """
         rule = max(self.rule, floor.rule, key=_ROBUSTNESS.__getitem__)
         trims = [c.trim_fraction for c in (self, floor) if c.rule == rule]
         norms = [c.clip_norm for c in (self, floor) if c.clip_norm is not None]
-        return AggregationConfig(rule, max(trims), min(norms) if norms else None)
+        return dataclasses.replace(self, rule=rule, trim_fraction=max(trims),
+                                   clip_norm=min(norms) if norms else None)

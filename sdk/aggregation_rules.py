@@ -1,4 +1,4 @@
-"""Aggregation rules shared by pfl-sim and pfl-server: norm clipping and robust rules.
+"""Aggregation rules shared by pfl-sim and pfl-server: norm clipping, robust rules, DP-FedAvg.
 
 A run config's ``[aggregation]`` section
 (:class:`~pflkit.sdk.aggregation_config.AggregationConfig`) chooses them; ``pfl-server``'s
@@ -14,6 +14,8 @@ against numpy). The aggregators plug into the Coordinator through :func:`aggrega
   back ``chunk`` coordinates at a time: memory is O(model + K * chunk) for K updates; disk is
   O(K * model). Robust rules are unweighted (sample counts would let one client outvote the
   rest, which is what they guard against).
+- :class:`~pflkit.sdk.dp_fedavg.DpFedAvgAggregator` (``dp_clip_norm``): DP-FedAvg's clipped,
+  noised mean, accounted by :mod:`pflkit.sdk.privacy_accounting`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ import torch
 
 from pflkit.sdk.aggregation_config import AggregationConfig
 from pflkit.sdk.algorithms.aggregators import Aggregator, State
+from pflkit.sdk.dp_fedavg import DpFedAvgAggregator
+from pflkit.sdk.privacy_accounting import dp_rounds
+from pflkit.sdk.run_config import Schedule
 
 CHUNK = 1 << 16  # coordinates read per tensor and pass in RobustAggregator.result
 
@@ -135,14 +140,20 @@ class RobustAggregator(Aggregator):
 
 
 def aggregator_factory(default: Callable[[State, int], Aggregator], rules: AggregationConfig,
-                       scratch: Path) -> Callable[[State, int], Aggregator]:
+                       scratch: Path, schedule: Schedule, seed: int
+                       ) -> Callable[[State, int, int], Aggregator]:
     """The factory pfl-sim and pfl-server hand the Coordinator for ``rules``.
 
     ``default`` is the algorithm's own aggregator (the ``mean`` rule); robust rules spill to
-    ``scratch``.
+    ``scratch``. With DP (``dp_clip_norm``) a round past ``dp_max_epsilon`` is refused here,
+    when the Coordinator opens it (:class:`~pflkit.sdk.privacy_accounting.PrivacyBudgetExceeded`).
     """
 
-    def build(global_state: State, population: int) -> Aggregator:
+    def build(global_state: State, population: int, round_index: int) -> Aggregator:
+        dp = dp_rounds(rules, population, schedule.sample_size(population), schedule.rounds)
+        if dp is not None:
+            dp.check_budget(round_index)
+            return DpFedAvgAggregator(global_state, dp, seed, round_index)
         inner = default(global_state, population) if rules.rule == "mean" else \
             RobustAggregator(global_state, rules.rule, scratch, rules.trim_fraction)
         if rules.clip_norm is None:

@@ -39,7 +39,8 @@ class Coordinator:
 
     def __init__(self, algorithm: Algorithm, schedule: Schedule, client_ids: Sequence[int],
                  global_state: State, seed: int, round_index: int = 0,
-                 aggregator_factory: Callable[[State, int], Aggregator] | None = None) -> None:
+                 aggregator_factory: Callable[[State, int, int], Aggregator] | None = None
+                 ) -> None:
         if not client_ids:
             raise ValueError("a federation needs at least one client")
         self.algorithm = algorithm
@@ -50,8 +51,10 @@ class Coordinator:
         self.round = round_index
         self._schema = algorithm.aggregation.update_schema(global_state)
         self._open: OpenRound | None = None
-        # the config's aggregation rules (sdk/aggregation_rules.py); None: the algorithm's own
-        self._new_aggregator = aggregator_factory or algorithm.aggregation.new_aggregator
+        # the config's aggregation rules (sdk/aggregation_rules.py), given (global state,
+        # population, round); None: the algorithm's own
+        self._new_aggregator = aggregator_factory or \
+            (lambda state, population, _: algorithm.aggregation.new_aggregator(state, population))
 
     @property
     def finished(self) -> bool:
@@ -71,7 +74,7 @@ class Coordinator:
         if self._open is None:
             self._open = OpenRound(self.round, self.sample(self.round),
                                    self._new_aggregator(self.global_state,
-                                                       len(self.client_ids)))
+                                                       len(self.client_ids), self.round))
         return self._open
 
     def validate(self, client_id: int, num_samples: int, update: State) -> None:

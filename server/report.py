@@ -117,6 +117,17 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _privacy(rows: list[dict[str, Any]]) -> list[str]:
+    """The DP guarantee after the last recorded round (docs/privacy.md), if the run had one."""
+    last = next((r for r in reversed(rows) if "dp_epsilon" in r), None)
+    if last is None:
+        return []
+    return ["## Privacy", "",
+            f"User-level DP-FedAvg on the shared tensors: epsilon = {last['dp_epsilon']:.3f} at "
+            f"delta = {last['dp_delta']:g} after {last['round'] + 1} rounds (noise multiplier "
+            f"{last['dp_noise_multiplier']:.4f}; RDP accountant, fixed-size sampling).", ""]
+
+
 def write_report(run_dir: Path) -> Path:
     """Write ``report.md`` (and plots) for a run directory; returns its path."""
     files = RunDir(run_dir)
@@ -137,6 +148,7 @@ def write_report(run_dir: Path) -> Path:
             for key, value in final.get(group, {}).get("summary", {}).items():
                 lines.append(f"| {group}: {key} | {_fmt(value)} |")
         lines.append("")
+    lines += _privacy(rows)
     lines += ["## Curves", "", "![accuracy](plots/accuracy.png)", "", "![loss](plots/loss.png)", ""]
     if dist:
         lines += ["## Clients", "", "![clients](plots/clients.png)", ""]

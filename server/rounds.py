@@ -51,7 +51,7 @@ class RoundKeeper:
         setup, s = self.store.setup(run), self.store.settings
         rules = setup.config.aggregation.at_least(s.aggregation_floor)
         factory = aggregator_factory(setup.algorithm.aggregation.new_aggregator, rules,
-                                     s.data_dir / "scratch")
+                                     s.data_dir / "scratch", setup.schedule, setup.config.seed)
         return Coordinator(setup.algorithm, setup.schedule, rnd.roster,
                            self.store.global_states.get(rnd.global_hash), setup.config.seed,
                            rnd.index, aggregator_factory=factory)

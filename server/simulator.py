@@ -29,6 +29,7 @@ from pflkit.sdk.builder import build_algorithm, load_data, partition_of
 from pflkit.sdk.data.federation import ClientData, Partition, partition_table, plot_partition
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import federation_to, resolve_device
+from pflkit.sdk.privacy_accounting import privacy_spent
 from pflkit.sdk.run_config import ExecutionConfig, SimConfig
 from pflkit.sdk.rundir import RunDir, check_creatable, checkpoint_round
 from pflkit.sdk.state_store import client_state_to_bytes
@@ -78,7 +79,7 @@ class Simulation:
         if global_state is None:
             global_state = self.algorithm.aggregation.init_global(config.seed)
         rules = aggregator_factory(self.algorithm.aggregation.new_aggregator, config.aggregation,
-                                   Path(tempfile.gettempdir()))  # robust rules spill there
+                                   Path(tempfile.gettempdir()), config.schedule(), config.seed)
         self.coordinator = Coordinator(self.algorithm, config.schedule(),
                                        list(self.federation.clients), global_state, config.seed,
                                        start_round, aggregator_factory=rules)
@@ -211,6 +212,8 @@ class Simulation:
             "seconds": time.perf_counter() - started,
         }
         done = current.index + 1
+        row.update(privacy_spent(self.config.aggregation, self.config.schedule(),
+                                 len(coord.client_ids), done))
         if done % self.config.eval_interval == 0 or done == self.config.rounds:
             row.update(self.evaluate_round())
         # the wall time is returned, not written: a run directory depends only on config and seed

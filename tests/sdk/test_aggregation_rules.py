@@ -17,6 +17,7 @@ from pflkit.sdk.aggregation_rules import (
     trimmed_mean,
 )
 from pflkit.sdk.algorithms.base import WeightedMean
+from pflkit.sdk.run_config import Schedule
 
 
 def states(k: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
@@ -67,8 +68,8 @@ def test_clipped_mean_equals_numpy_average_of_clipped_updates(tmp_path):
     g, *updates = states(4, seed=2)
     weights = [1.0, 3.0, 2.0]
     build = aggregator_factory(lambda s, _: WeightedMean(s), AggregationConfig(clip_norm=0.5),
-                               tmp_path)
-    agg = build(g, 3)
+                               tmp_path, Schedule(1), seed=0)
+    agg = build(g, 3, 0)
     assert isinstance(agg, ClippedAggregator)
     for w, u in zip(weights, updates, strict=True):
         agg.add(w, u)

@@ -159,3 +159,16 @@ def test_two_workers_serve_one_run_with_pfl_client_processes(database_url, make_
     got = server_global(server, status["global_hash"])
     for key in expected:
         assert torch.equal(got[key], expected[key]), key
+
+
+def test_a_dp_run_over_http_equals_the_simulation(fleet, tmp_path):
+    """Issue 24: DP-FedAvg is the same rule on both sides, its noise seeded by (seed, round)."""
+    server, dirs, enrolled = fleet
+    config = run_toml("fedavg", rounds=2) + \
+        "[aggregation]\ndp_clip_norm = 0.5\ndp_noise_multiplier = 1.0\n"
+    status = run_algorithm(server, dirs, enrolled, config)
+    expected = simulated_global(config, tmp_path / "sim")
+    plain = simulated_global(run_toml("fedavg", rounds=2), tmp_path / "plain")
+    got = server_global(server, status["global_hash"])
+    assert all(torch.equal(got[key], expected[key]) for key in expected)
+    assert not torch.equal(got["head.weight"], plain["head.weight"])
