@@ -51,13 +51,13 @@ class AggregationConfig:
             given = [f for f in ("dp_noise_multiplier", "dp_target_epsilon", "dp_max_epsilon")
                      if getattr(self, f) is not None]
             if given:
-                raise ValueError(f"aggregation.{given[0]}: needs aggregation.dp_clip_norm")
+                raise ValueError(f"{given[0]} needs dp_clip_norm")
             return
         if (noise[0] is None) == (noise[1] is None):
-            raise ValueError("aggregation.dp_clip_norm: set exactly one of dp_noise_multiplier "
+            raise ValueError("dp_clip_norm: set exactly one of dp_noise_multiplier "
                              "and dp_target_epsilon")
         if self.rule != "mean" or self.clip_norm is not None:
-            raise ValueError("aggregation.dp_clip_norm: DP-FedAvg clips itself and averages: "
+            raise ValueError("dp_clip_norm: DP-FedAvg clips itself and averages: "
                              "it takes rule = \"mean\" and no clip_norm")
 
     def at_least(self, floor: AggregationConfig) -> AggregationConfig:

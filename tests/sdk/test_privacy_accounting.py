@@ -87,7 +87,7 @@ def test_a_target_epsilon_calibrates_the_run_before_it_starts():
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"dp_noise_multiplier": 1.0}, "aggregation.dp_noise_multiplier: needs aggregation.dp_clip"),
+    ({"dp_noise_multiplier": 1.0}, "dp_noise_multiplier needs dp_clip_norm"),
     ({"dp_clip_norm": 1.0}, "set exactly one of dp_noise_multiplier and dp_target_epsilon"),
     ({"dp_clip_norm": 1.0, "dp_noise_multiplier": 1.0, "dp_target_epsilon": 1.0},
      "set exactly one"),
