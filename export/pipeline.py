@@ -138,7 +138,7 @@ def export_model(source: Source, choice: Choice, out_dir: Path,
     if trainer and (choice.head == "generic" or new_client
                     or ("run" in source.info and source.info.get("client") is None)):
         raise ExportError("--trainer trains one client's personal part: give --client N "
-                          "(not --head generic or a class distribution)")
+                          "(not --head generic or a new client's choice)")
     program = trainer_export(source, trainer_params) if trainer else None
     if program is not None:
         card["training"] = program.section
