@@ -46,6 +46,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from docs_netns import loopback_up, private_network_prefix
 from waiting import GUARD
 
 REPO = Path(__file__).resolve().parent.parent
@@ -270,24 +271,6 @@ def run_doc(doc: Path, workdir: Path) -> None:
 
 def needs_private_network(doc: Path) -> bool:
     return any(b.ready_url for b in parse(doc))
-
-
-def loopback_up() -> None:
-    """Bring up ``lo`` in a fresh network namespace (SIOCGIFFLAGS / SIOCSIFFLAGS)."""
-    import fcntl
-    import socket
-    import struct
-
-    get_flags, set_flags, iff_up = 0x8913, 0x8914, 0x1
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack("16sH14s", b"lo", 0, b"")
-        flags = struct.unpack("16sH14s", fcntl.ioctl(sock, get_flags, request))[1]
-        fcntl.ioctl(sock, set_flags, struct.pack("16sH14s", b"lo", flags | iff_up, b""))
-
-
-def private_network_prefix() -> list[str]:
-    """The argv prefix that runs a command in its own network namespace."""
-    return ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--map-root-user", "--net"]
 
 
 def main() -> int:
