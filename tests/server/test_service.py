@@ -12,10 +12,10 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pytest
 import torch
 from server_harness import run_toml
+from service_harness import current, global_of, service_for, shifted
 from sqlalchemy import select, update
 from waiting import GUARD
 
@@ -25,34 +25,6 @@ from pflkit.server.errors import Conflict, Forbidden, Gone, Invalid, Unauthorize
 from pflkit.server.orm import Round, Update
 from pflkit.server.service import build_service
 from pflkit.server.settings import ServerSettings
-
-
-def service_for(tmp_path, database_url: str | None, per_round: int = 2, run_extra: str = "",
-                **settings):
-    config = tmp_path / "run.toml"
-    config.write_text(run_toml("fedavg", rounds=5, per_round=per_round) + run_extra)
-    values = {"admin_token": "x" * 20, "data_dir": tmp_path / "data", "run_config": config,
-              "database_url": database_url, "min_enrolled": 3, **settings}
-    service = build_service(ServerSettings(**values))
-    service.runs.ensure()
-    enrollment = service.enrollment
-    clients = dict(enrollment.enroll(enrollment.issue_token(cid, None)[1]) for cid in range(3))
-    service.rounds.tick()
-    return service, clients
-
-
-def global_of(service, digest: str):
-    return service.store.global_states.get(digest)
-
-
-def current(service):
-    status = service.runs.status(None)
-    return status, status["current_round"]
-
-
-def shifted(service, digest: str, value: float) -> bytes:
-    return state_to_bytes({k: torch.full_like(v, value)
-                           for k, v in global_of(service, digest).items()})
 
 
 def test_round_closes_at_the_deadline_with_the_updates_it_has(tmp_path, database_url):
@@ -134,100 +106,6 @@ def test_a_worker_serves_a_round_without_importing_pytorch(tmp_path, database_ur
     assert created["id"] == status["id"] + 1 and created["status"] == "active"
 
 
-def test_median_rule_ignores_an_outlier(tmp_path, database_url):
-    service, _ = service_for(tmp_path, database_url, per_round=3, aggregation="median")
-    status, rnd = current(service)
-    for cid, value in zip(rnd["sampled"], [1.0, 2.0, 1000.0], strict=True):
-        service.uploads.accept(cid, status["id"], 0, 10 if value < 10 else 10_000,
-                              shifted(service, status["global_hash"], value))
-    service.rounds.tick()
-    status, _ = current(service)
-    assert status["rounds_done"] == 1
-    assert all(bool((v == 2).all()) for v in global_of(service, status["global_hash"]).values())
-
-
-def test_norm_clipping_bounds_each_change(tmp_path, database_url):
-    service, _ = service_for(tmp_path, database_url, per_round=3, clip_norm=1.0)
-    status, rnd = current(service)
-    start = global_of(service, status["global_hash"])
-    for cid in rnd["sampled"]:
-        service.uploads.accept(cid, status["id"], 0, 10,
-                              state_to_bytes({k: v + 5 for k, v in start.items()}))
-    service.rounds.tick()
-    new = global_of(service, current(service)[0]["global_hash"])
-    change = np.sqrt(sum(float(((new[k] - start[k]) ** 2).sum()) for k in start))
-    assert change == pytest.approx(1.0, rel=1e-4)
-
-
-def test_the_servers_clients_per_round_overrides_the_run_configs(tmp_path, database_url):
-    service, _ = service_for(tmp_path, database_url, per_round=2, clients_per_round=3)
-    assert len(current(service)[1]["sampled"]) == 3
-
-
-@pytest.mark.parametrize("run_clip, server_clip", [(1.0, None), (1.0, 3.0), (3.0, 1.0)])
-def test_the_run_configs_clip_norm_applies_and_the_stricter_bound_wins(
-        tmp_path, database_url, run_clip, server_clip):
-    """Issue 23 item 2: the server applies the run's [aggregation], at least its own settings."""
-    service, _ = service_for(tmp_path, database_url, per_round=3, clip_norm=server_clip,
-                             run_extra=f"[aggregation]\nclip_norm = {run_clip}\n")
-    status, rnd = current(service)
-    start = global_of(service, status["global_hash"])
-    for cid in rnd["sampled"]:
-        service.uploads.accept(cid, status["id"], 0, 10,
-                              state_to_bytes({k: v + 5 for k, v in start.items()}))
-    service.rounds.tick()
-    new = global_of(service, current(service)[0]["global_hash"])
-    change = np.sqrt(sum(float(((new[k] - start[k]) ** 2).sum()) for k in start))
-    assert change == pytest.approx(1.0, rel=1e-4)
-
-
-def test_a_close_interrupted_by_a_crash_is_redone_once(tmp_path, database_url):
-    service, _ = service_for(tmp_path, database_url)
-    status, rnd = current(service)
-    for cid in rnd["sampled"]:
-        service.uploads.accept(cid, status["id"], 0, 10,
-                              shifted(service, status["global_hash"], 3))
-    with service.store.sessions() as s, s.begin():  # what a SIGKILL mid-close leaves behind
-        s.query(Round).filter(Round.index == 0).update({"status": "closing",
-                                                        "claimed_at": time.time()})
-    service.rounds.tick()
-    assert current(service)[0]["rounds_done"] == 0  # a fresh claim is not stolen
-    assert service.rounds.recover() == 1
-    service.rounds.tick()
-    status, _ = current(service)
-    assert status["rounds_done"] == 1 and status["history"][0]["metrics"]["participants"] == 2
-
-
-def test_a_close_overtaken_by_a_starting_replica_commits_nothing(tmp_path, database_url,
-                                                                 monkeypatch):
-    """A replica starting up reopens every closing round (recover), also one a live worker is
-    folding; an update is accepted, another worker claims the round: the first close must not
-    commit its older result over that claim, or the acknowledged update is lost."""
-    service, _ = service_for(tmp_path, database_url)
-    replica = build_service(service.settings)
-    status, rnd = current(service)
-    first, second = rnd["sampled"]
-    service.uploads.accept(first, status["id"], 0, 10, shifted(service, status["global_hash"], 1))
-    with service.store.sessions() as s, s.begin():  # the deadline passes with one update
-        s.execute(update(Round).where(Round.index == 0).values(deadline_at=time.time() - 0.01))
-    claims = []
-
-    def replica_starts(point: str) -> None:
-        if point == "close_mid_fold" and not claims:
-            assert replica.rounds.recover() == 1
-            replica.uploads.accept(second, status["id"], 0, 10,
-                                  shifted(service, status["global_hash"], 3))
-            claims.append(replica.rounds._claim_due_round())
-
-    monkeypatch.setattr("pflkit.server.rounds.crash_point", replica_starts)
-    service.rounds.tick()  # claims round 0 at its deadline; the replica starts mid-fold
-    assert claims[0] is not None
-    replica.rounds.close_round(claims[0])
-    status, _ = current(service)
-    assert status["rounds_done"] == 1 and status["history"][0]["metrics"]["participants"] == 2
-    assert all(bool((v == 2).all()) for v in global_of(service, status["global_hash"]).values())
-
-
 def test_credentials_and_sampling_are_enforced(tmp_path, database_url):
     service, clients = service_for(tmp_path, database_url)
     status, rnd = current(service)
@@ -280,28 +158,6 @@ def test_large_buffers_go_back_to_the_os_on_glibc():
 
     expected = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
     assert return_large_buffers_to_the_os() is expected
-
-
-def test_a_close_that_raises_reopens_the_round_and_the_next_tick_closes_it(tmp_path,
-                                                                          database_url):
-    """An unreadable blob makes the close raise: the round must not stay ``closing`` until
-    the 300 s lease expires, but be retried by the next tick once the blob is back."""
-    service, _ = service_for(tmp_path, database_url)
-    status, rnd = current(service)
-    bodies = {cid: shifted(service, status["global_hash"], cid + 1) for cid in rnd["sampled"]}
-    receipts = [service.uploads.accept(cid, status["id"], 0, 10, body)
-                for cid, body in bodies.items()]
-    blob = service.store.blobs.path(receipts[0].sha256)
-    hidden = blob.with_name("hidden")
-    blob.rename(hidden)
-    with pytest.raises(FileNotFoundError):
-        service.rounds.tick()
-    status, rnd = current(service)
-    assert status["rounds_done"] == 0 and rnd["status"] == "open"
-    hidden.rename(blob)
-    service.rounds.tick()
-    status, _ = current(service)
-    assert status["rounds_done"] == 1 and status["history"][0]["metrics"]["participants"] == 2
 
 
 def test_a_run_whose_updates_no_device_could_upload_is_refused(tmp_path):
