@@ -25,7 +25,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from server_harness import Server  # noqa: E402
+from api_harness import LIMIT, MAX_SAMPLES  # noqa: E402
+from server_harness import Server, run_toml  # noqa: E402
 from waiting import GUARD  # noqa: E402
 
 BINDIR_ENV = "PFLKIT_PG_BINDIR"  # folder holding initdb and pg_ctl (default: found below)
@@ -192,3 +193,25 @@ def database_url(request) -> str | None:
     if request.param == "sqlite":
         return None
     return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def api(request, tmp_path_factory):
+    """One server per API test module (test_api*.py): on a SQLite file, then on PostgreSQL."""
+    root = tmp_path_factory.mktemp("api")
+    database, cluster = [], None
+    if request.param == "postgresql":
+        cluster = request.getfixturevalue("postgres_cluster")
+        name = cluster.create_database()
+        database = ["--database-url", cluster.url(name)]
+    server = Server(root / "server", run_toml("fedavg", rounds=50),
+                    ["--min-enrolled", "3", "--min-clients", "1", "--max-upload-bytes",
+                     str(LIMIT), "--max-num-samples", str(MAX_SAMPLES),
+                     "--auth-failure-limit", "100000", *database])
+    server.root.mkdir()
+    server.start()
+    secrets = {cid: server.enroll(cid)[1] for cid in range(3)}
+    yield server, secrets
+    server.stop()
+    if cluster is not None:
+        cluster.drop_database(name)
