@@ -8,46 +8,14 @@ refuses (tests/server/test_gpu.py runs the same paths on a real GPU, ``make test
 import numpy as np
 import pytest
 import torch
+from device_runs import device_config
 from fake_cuda import FakeCuda, on_device
 
 from pflkit.sdk.builder import build_run
 from pflkit.sdk.data.federation import partition_table
 from pflkit.sdk.device import federation_to
-from pflkit.sdk.run_config import SimConfig
 from pflkit.sdk.tensorio import load_state
 from pflkit.server.simulator import Simulation
-
-TOML = """seed = 4
-rounds = 2
-eval_interval = 1
-checkpoint_interval = 1
-[data]
-dataset = "digits"
-kind = "dirichlet"
-num_clients = 4
-alpha = 0.5
-min_size = 20
-test_fraction = 0.2
-[model]
-name = "twonn"
-[algorithm]
-name = "{algorithm}"
-[algorithm.params]
-{params}
-[training]
-clients_per_round = 2
-epochs = 1
-batch_size = 16
-lr = 0.05
-[execution]
-executor = "{executor}"
-device = "{device}"
-"""
-
-
-def config(algorithm, executor, device, params=""):
-    return SimConfig.from_toml(TOML.format(algorithm=algorithm, executor=executor, device=device,
-                                           params=params))
 
 
 def test_the_fake_device_refuses_what_cuda_refuses():
@@ -71,7 +39,7 @@ def test_the_fake_device_refuses_what_cuda_refuses():
 
 def test_the_class_histogram_of_a_federation_on_the_device_is_read_on_the_host():
     """The crash of issue 22 on an H100: ``.numpy()`` of each client's counts on CUDA."""
-    federation, _ = build_run(config("fedavg", "sequential", "cpu"))
+    federation, _ = build_run(device_config("fedavg", "", "cpu", "sequential", eval_interval=1))
     with FakeCuda():
         on_gpu = federation_to(federation, "cuda")
         assert on_device(on_gpu.clients[0].train.x)
@@ -88,11 +56,12 @@ def test_the_class_histogram_of_a_federation_on_the_device_is_read_on_the_host()
 def test_a_cuda_run_stopped_and_resumed_equals_the_cpu_run(tmp_path, algorithm, executor,
                                                            params):
     """Every stage: partition table and plot, rounds, evaluation, checkpoints, resume, report."""
-    want = Simulation(config(algorithm, executor, "cpu", params), tmp_path / "cpu",
-                      progress=False).run()
+    def config(device):
+        return device_config(algorithm, params, device, executor, eval_interval=1)
+
+    want = Simulation(config("cpu"), tmp_path / "cpu", progress=False).run()
     with FakeCuda():
-        stopped = Simulation(config(algorithm, executor, "cuda", params), tmp_path / "cuda",
-                             progress=False)
+        stopped = Simulation(config("cuda"), tmp_path / "cuda", progress=False)
         assert on_device(stopped.federation.test.x)
         stopped.run_round()
         stopped.close()

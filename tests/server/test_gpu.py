@@ -8,9 +8,10 @@ flip). The same paths run on the CPU under tests/fake_cuda.py (tests/server/test
 
 import pytest
 import torch
+from device_runs import device_config
 
 from pflkit.sdk.device import DeviceError
-from pflkit.sdk.run_config import ExecutionConfig, SimConfig
+from pflkit.sdk.run_config import ExecutionConfig
 from pflkit.server.simulator import Simulation
 
 pytestmark = [
@@ -24,39 +25,6 @@ ALGORITHMS = [("fedavg", ""), ("fedprox", ""), ("fedrod_hyper", "ft_epochs = 1")
 BATCHED = ["fedavg", "fedprox", "fedrod_hyper", "superfed_mm", "superfed_lm"]
 CASES = [(a, p, "sequential") for a, p in ALGORITHMS] + \
         [(a, p, "batched") for a, p in ALGORITHMS if a in BATCHED]
-
-TOML = """seed = 4
-rounds = 2
-eval_interval = 2
-checkpoint_interval = 1
-[data]
-dataset = "digits"
-kind = "dirichlet"
-num_clients = 4
-alpha = 0.5
-min_size = 20
-test_fraction = 0.2
-[model]
-name = "twonn"
-[algorithm]
-name = "{algorithm}"
-[algorithm.params]
-{params}
-[training]
-clients_per_round = 2
-epochs = 1
-batch_size = 16
-lr = 0.05
-[execution]
-executor = "{executor}"
-device = "{device}"
-"""
-
-
-def config(algorithm, params, device, executor="sequential"):
-    return SimConfig.from_toml(TOML.format(algorithm=algorithm, params=params, device=device,
-                                           executor=executor))
-
 
 @pytest.fixture(autouse=True)
 def tf32_flags():
@@ -75,10 +43,10 @@ def assert_close_runs(cpu, gpu):
 
 @pytest.mark.parametrize("algorithm, params, executor", CASES)
 def test_a_run_on_cuda_matches_the_cpu_run(tmp_path, algorithm, params, executor):
-    cpu = Simulation(config(algorithm, params, "cpu", executor), tmp_path / "cpu",
+    cpu = Simulation(device_config(algorithm, params, "cpu", executor), tmp_path / "cpu",
                      progress=False)
     torch.backends.cudnn.allow_tf32 = True  # cuDNN's default: the executor must turn it off
-    gpu = Simulation(config(algorithm, params, "cuda", executor), tmp_path / "gpu",
+    gpu = Simulation(device_config(algorithm, params, "cuda", executor), tmp_path / "gpu",
                      progress=False)
     assert gpu.federation.test.x.is_cuda
     assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
@@ -93,9 +61,9 @@ def test_a_run_on_cuda_matches_the_cpu_run(tmp_path, algorithm, params, executor
 
 @pytest.mark.parametrize("algorithm, params", [("pflmoe", "epochs = 2"), ("superfed_mm", "")])
 def test_a_cpu_run_resumed_on_cuda_matches_the_cpu_run(tmp_path, algorithm, params):
-    cpu = Simulation(config(algorithm, params, "cpu", "batched"), tmp_path / "cpu",
+    cpu = Simulation(device_config(algorithm, params, "cpu", "batched"), tmp_path / "cpu",
                      progress=False)
-    moved = Simulation(config(algorithm, params, "cpu", "batched"), tmp_path / "moved",
+    moved = Simulation(device_config(algorithm, params, "cpu", "batched"), tmp_path / "moved",
                        progress=False)
     moved.run_round()
     moved.close()
@@ -106,7 +74,7 @@ def test_a_cpu_run_resumed_on_cuda_matches_the_cpu_run(tmp_path, algorithm, para
 
 
 def test_tf32_and_bf16_on_cuda(tmp_path):
-    tf32 = config("fedavg", "", "cuda").replace(
+    tf32 = device_config("fedavg", "", "cuda").replace(
         execution=ExecutionConfig(device="cuda", tf32=True))
     Simulation(tf32, tmp_path / "tf32", progress=False).close()
     assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
