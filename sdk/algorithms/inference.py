@@ -14,6 +14,7 @@ can show, and rebuild, the model without knowing the method.
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,8 +89,9 @@ class ChoiceSpec:
         if self.kind == DISTRIBUTION:
             try:
                 values = torch.as_tensor(value, dtype=torch.float64)
-            except (TypeError, ValueError, RuntimeError) as err:
-                raise ValueError(f"{self.name} must be {self.accepted}, got {value!r}") from err
+            except (TypeError, ValueError, RuntimeError, OverflowError) as err:
+                raise ValueError(f"{self.name} must be {self.accepted}, got "
+                                 f"{reprlib.repr(value)}") from err
             if values.dim() != 1 or not bool(torch.isfinite(values).all()) or \
                     bool((values < 0).any()) or float(values.sum()) <= 0:
                 raise ValueError(f"{self.name} must be {self.accepted}, finite, >= 0 and not "
@@ -99,7 +101,7 @@ class ChoiceSpec:
             return value
         if isinstance(value, bool) or not isinstance(value, int | float) or \
                 not self.low <= value <= self.high:
-            raise ValueError(f"{self.name} must be {self.accepted}, got {value!r}")
+            raise ValueError(f"{self.name} must be {self.accepted}, got {reprlib.repr(value)}")
         return float(value)
 
 
