@@ -61,7 +61,7 @@ def repeat(state: Mapping[str, torch.Tensor], count: int) -> Stacked:
 
 
 @dataclass(frozen=True)
-class BatchPlan:
+class BatchGrid:
     """Every client's mini-batches of one round on one padded (K, T, B) grid."""
 
     x: torch.Tensor  # (N, ...) the clients' rows, concatenated
@@ -72,7 +72,7 @@ class BatchPlan:
 
     @classmethod
     def build(cls, datas: Sequence[LabeledTensors], epochs: int, batch_size: int,
-              generators: Sequence[torch.Generator]) -> BatchPlan:
+              generators: Sequence[torch.Generator]) -> BatchGrid:
         """Draw each client's batch order from its generator, as sequential training does."""
         offsets = torch.tensor([0, *(len(d) for d in datas)]).cumsum(0).tolist()
         per_step = [-(-len(d) // batch_size) for d in datas]  # ceil(n / B) batches per epoch
@@ -127,29 +127,29 @@ def _adopt_layout(stack: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
                                device=stack.device).copy_(stack)
 
 
-def train_together(loss_fn: ClientLoss, params: Stacked, plan: BatchPlan, lr: float,
+def train_together(loss_fn: ClientLoss, params: Stacked, grid: BatchGrid, lr: float,
                    momentum: float, weight_decay: float,
                    client_inputs: Mapping[str, torch.Tensor] | None = None,
                    step_inputs: Mapping[str, torch.Tensor] | None = None,
                    ) -> tuple[Stacked, torch.Tensor]:
-    """Minimize every client's ``loss_fn`` over its batches of ``plan``.
+    """Minimize every client's ``loss_fn`` over its batches of ``grid``.
 
     ``loss_fn(params, batch, inputs)`` is ONE client's loss (vmapped here); ``inputs`` holds
     that client's slice of ``client_inputs`` (K, ...) and, for the current step, of
     ``step_inputs`` (K, T, ...). Returns the trained (K, ...) parameters and each client's mean
     batch loss (K,) float64 (NaN for a client without data), both in the clients' order.
     """
-    count = len(plan.steps)
-    order = sorted(range(count), key=lambda k: -plan.steps[k])  # longest first: active = prefix
-    perm = torch.tensor(order, device=plan.rows.device)
+    count = len(grid.steps)
+    order = sorted(range(count), key=lambda k: -grid.steps[k])  # longest first: active = prefix
+    perm = torch.tensor(order, device=grid.rows.device)
     names = list(params)
     weights = [params[n].index_select(0, perm) for n in names]
     buffers = [torch.zeros_like(w) for w in weights]
     per_client = {n: t.index_select(0, perm) for n, t in (client_inputs or {}).items()}
     per_step = {n: t.index_select(0, perm) for n, t in (step_inputs or {}).items()}
-    rows, share = plan.rows.index_select(0, perm), plan.weight.index_select(0, perm)
-    steps = [plan.steps[k] for k in order]
-    totals = torch.zeros(count, dtype=torch.float64, device=plan.rows.device)
+    rows, share = grid.rows.index_select(0, perm), grid.weight.index_select(0, perm)
+    steps = [grid.steps[k] for k in order]
+    totals = torch.zeros(count, dtype=torch.float64, device=grid.rows.device)
 
     def client_loss(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                     w: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -157,7 +157,7 @@ def train_together(loss_fn: ClientLoss, params: Stacked, plan: BatchPlan, lr: fl
 
     losses_of = vmap(client_loss)
     dtype = training_autocast()  # bf16 forward passes, as run_epochs does
-    autocast = (torch.autocast(plan.x.device.type, dtype=dtype) if dtype is not None
+    autocast = (torch.autocast(grid.x.device.type, dtype=dtype) if dtype is not None
                 else contextlib.nullcontext())
     active = count
     for t in range(max(steps, default=0)):
@@ -168,8 +168,8 @@ def train_together(loss_fn: ClientLoss, params: Stacked, plan: BatchPlan, lr: fl
         inputs = {n: v[:active] for n, v in per_client.items()}
         inputs |= {n: v[:active, t] for n, v in per_step.items()}
         with autocast:
-            losses = losses_of(dict(zip(names, leaves, strict=True)), plan.x[index],
-                               plan.y[index], share[:active, t], inputs)
+            losses = losses_of(dict(zip(names, leaves, strict=True)), grid.x[index],
+                               grid.y[index], share[:active, t], inputs)
         grads = torch.autograd.grad(losses.sum(), leaves)
         with torch.no_grad():
             if t == 0:

@@ -31,7 +31,7 @@ from pflkit.sdk.algorithms.device_training import DeviceTraining, shared_lr
 from pflkit.sdk.algorithms.inference_role import Inference
 from pflkit.sdk.algorithms.personalization import Personalization
 from pflkit.sdk.algorithms.state_layout import PERSONAL, add_prefix, personal_of
-from pflkit.sdk.batched_training import BatchPlan, Stacked, repeat, train_together
+from pflkit.sdk.batched_training import BatchGrid, Stacked, repeat, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.training import Batch, cross_entropy_of, run_epochs, sgd
@@ -73,14 +73,14 @@ def train_proximal_batch(model: nn.Module, global_state: State, datas: Sequence[
 
     Returns each client's trained parameters (K, ...) and mean batch loss (K,).
     """
-    plan = BatchPlan.build(datas, local.epochs, local.batch_size,
+    grid = BatchGrid.build(datas, local.epochs, local.batch_size,
                            [c.generator("batches") for c in ctxs])
 
     def loss(p: dict[str, torch.Tensor], batch: Batch, _: dict) -> torch.Tensor:
         return proximal_loss(functional_call(model, p, (batch.x,)), batch, p, global_state,
                              strength)
 
-    return train_together(loss, repeat(dict(model.named_parameters()), len(datas)), plan, lr,
+    return train_together(loss, repeat(dict(model.named_parameters()), len(datas)), grid, lr,
                           local.momentum, local.weight_decay)
 
 

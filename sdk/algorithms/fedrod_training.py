@@ -21,7 +21,7 @@ from pflkit.sdk.algorithms.fedrod_inference import COUNTS, LOCAL, PHI
 from pflkit.sdk.algorithms.fedrod_modules import TwoHeadNet
 from pflkit.sdk.algorithms.fedrod_objective import fedrod_loss, log_prior
 from pflkit.sdk.algorithms.state_layout import strip_prefix
-from pflkit.sdk.batched_training import BatchPlan, stack, train_together
+from pflkit.sdk.batched_training import BatchGrid, stack, train_together
 from pflkit.sdk.class_distribution import class_proportions
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.training import Batch, run_epochs, sgd
@@ -117,7 +117,7 @@ class FedRoDTraining(DeviceTraining):
         inputs = {"prior": torch.stack([prior for _, prior, _ in starts])}  # (K, C)
         if self.method.uses_hypernetwork:  # every client has proportions then
             inputs["a"] = torch.stack([a for _, _, a in starts if a is not None])  # (K, C)
-        plan = BatchPlan.build([j.data for j in jobs], self.local.epochs, self.local.batch_size,
+        grid = BatchGrid.build([j.data for j in jobs], self.local.epochs, self.local.batch_size,
                                [j.ctx.generator("batches") for j in jobs])
         template = nets[0]
 
@@ -127,7 +127,7 @@ class FedRoDTraining(DeviceTraining):
 
         start = stack([{n: p.detach().clone() for n, p in self._trainable(net).items()}
                        for net in nets])
-        trained, losses = train_together(loss, start, plan, shared_lr(jobs), self.local.momentum,
+        trained, losses = train_together(loss, start, grid, shared_lr(jobs), self.local.momentum,
                                          self.local.weight_decay, client_inputs=inputs)
         results = []
         for k, ((net, _, a), job) in enumerate(zip(starts, jobs, strict=True)):

@@ -25,7 +25,7 @@ from pflkit.sdk.algorithms.superfed_objective import (
     lambda_sampler,
     superfed_loss,
 )
-from pflkit.sdk.batched_training import BatchPlan, train_together
+from pflkit.sdk.batched_training import BatchGrid, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.seeding import derive_seed
@@ -126,13 +126,13 @@ class SuPerFedTraining(DeviceTraining):
         """:meth:`_fit_mixed` for several clients: (losses, w_f and w_l per client, cosines)."""
         layout = FlatLayout.of(dict(model.named_parameters()))
         wg = layout.flatten(global_state)
-        plan = BatchPlan.build(datas, self.local.epochs, self.local.batch_size,
+        grid = BatchGrid.build(datas, self.local.epochs, self.local.batch_size,
                                [c.generator("batches") for c in ctxs])
         # (K, T, tensors): the draws fit makes, in its order (CPU generators, moved once)
-        lams = torch.zeros(len(datas), max(plan.steps, default=0), len(layout.names))
+        lams = torch.zeros(len(datas), max(grid.steps, default=0), len(layout.names))
         for k, ctx in enumerate(ctxs):
             draw = lambda_sampler(self.method.mixing, layout, ctx.generator("lambda"))
-            for t in range(plan.steps[k]):
+            for t in range(grid.steps[k]):
                 lams[k, t] = draw()
         lams = lams.to(wg.device)
         mu, nu = self.params.mu, self.params.nu
@@ -144,7 +144,7 @@ class SuPerFedTraining(DeviceTraining):
 
         start = {"wf": wg.unsqueeze(0).repeat(len(datas), 1),
                  "wl": torch.stack([layout.flatten(local) for local in locals_])}
-        trained, losses = train_together(loss, start, plan, lr, self.local.momentum,
+        trained, losses = train_together(loss, start, grid, lr, self.local.momentum,
                                          self.local.weight_decay, step_inputs={"lam": lams})
         wf, wl = trained["wf"], trained["wl"]
         cosines = [float(cosine(wf[k], wl[k])) for k in range(len(datas))]

@@ -18,7 +18,7 @@ from pflkit.sdk.algorithms import (
     RoundContext,
     make_algorithm,
 )
-from pflkit.sdk.batched_training import BatchPlan, batching_blocker
+from pflkit.sdk.batched_training import BatchGrid, batching_blocker
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import data_to, state_to
 from pflkit.sdk.models import build_model
@@ -96,21 +96,21 @@ def test_fedrod_linear_batched_continues_from_each_clients_own_head():
     assert_same_results(algorithm.training.fit_batch(glob, jobs), sequential)
 
 
-def test_batch_plan_draws_the_batches_sequential_training_draws():
+def test_batch_grid_draws_the_batches_sequential_training_draws():
     datas = [client_data(n, k) for k, n in enumerate(SIZES)]
-    plan = BatchPlan.build(datas, 2, 8, [torch.Generator().manual_seed(k) for k in range(4)])
+    grid = BatchGrid.build(datas, 2, 8, [torch.Generator().manual_seed(k) for k in range(4)])
     offsets = [0, 23, 63, 68]
     for k, data in enumerate(datas):
         gen = torch.Generator().manual_seed(k)
         expected = [y for _ in range(2) for _, y in data.batches(8, gen)]
-        assert plan.steps[k] == len(expected)
+        assert grid.steps[k] == len(expected)
         for t, y in enumerate(expected):
-            real = plan.weight[k, t] > 0
+            real = grid.weight[k, t] > 0
             assert int(real.sum()) == len(y)
-            assert torch.equal(plan.y[plan.rows[k, t][real]], y)
-            assert torch.allclose(plan.weight[k, t][real], torch.full((len(y),), 1 / len(y)))
-            assert bool((plan.rows[k, t] >= offsets[k]).all())
-        assert float(plan.weight[k, len(expected):].abs().sum()) == 0.0
+            assert torch.equal(grid.y[grid.rows[k, t][real]], y)
+            assert torch.allclose(grid.weight[k, t][real], torch.full((len(y),), 1 / len(y)))
+            assert bool((grid.rows[k, t] >= offsets[k]).all())
+        assert float(grid.weight[k, len(expected):].abs().sum()) == 0.0
 
 
 def test_models_with_batch_norm_or_dropout_are_named_as_blockers():
