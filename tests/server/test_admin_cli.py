@@ -160,9 +160,12 @@ def test_failures_are_one_line_and_change_nothing(make_server, tmp_path):
 def test_the_live_view_draws_in_a_terminal_through_a_restart_until_ctrl_c(make_server, tmp_path):
     server = make_server(run_toml("fedavg", rounds=2))
     primary, secondary = pty.openpty()
+    # Ctrl-C as in a terminal: a runner started in the background (`make test &`) ignores
+    # SIGINT, the child would inherit that and never see the signal sent below
     live = subprocess.Popen([PFL_ADMIN, "--url", server.url, "--token", ADMIN, "status",
                              "--interval", "0.2"], stdout=secondary, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True)
+                            stdin=subprocess.DEVNULL, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(secondary)
     screen, deadline = b"", time.monotonic() + GUARD
 
@@ -186,6 +189,7 @@ def test_the_live_view_draws_in_a_terminal_through_a_restart_until_ctrl_c(make_s
     # keep reading the terminal until the view closes it: its last frame and the cursor reset
     # are written on the way out, and a full terminal buffer would block that write forever
     while select.select([primary], [], [], GUARD)[0]:
+        assert time.monotonic() < deadline, "the view still draws after Ctrl-C"
         try:
             if not os.read(primary, 65536):
                 break
