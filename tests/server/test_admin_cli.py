@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ctrl_c import restore_ctrl_c
 from server_harness import ADMIN, BIN, client_data_dirs, free_port, run_toml, spawn_client
 from waiting import GUARD
 
@@ -160,12 +161,10 @@ def test_failures_are_one_line_and_change_nothing(make_server, tmp_path):
 def test_the_live_view_draws_in_a_terminal_through_a_restart_until_ctrl_c(make_server, tmp_path):
     server = make_server(run_toml("fedavg", rounds=2))
     primary, secondary = pty.openpty()
-    # Ctrl-C as in a terminal: a runner started in the background (`make test &`) ignores
-    # SIGINT, the child would inherit that and never see the signal sent below
     live = subprocess.Popen([PFL_ADMIN, "--url", server.url, "--token", ADMIN, "status",
                              "--interval", "0.2"], stdout=secondary, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=restore_ctrl_c)
     os.close(secondary)
     screen, deadline = b"", time.monotonic() + GUARD
 

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from ctrl_c import restore_ctrl_c
 from waiting import GUARD, wait_until
 
 from pflkit.sdk.run_config import (
@@ -161,7 +162,8 @@ def test_ctrl_c_stops_pfl_sim_while_ray_connects_at_once(tmp_path):
     threading.Thread(target=accept, daemon=True).start()
     out = tmp_path / "run"
     sim = subprocess.Popen([*PFL_SIM, "--out", str(out), "--ray-address", f"127.0.0.1:{port}"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=restore_ctrl_c)
     try:
         # the address check's connection, then Ray's own
         wait_until(lambda: len(accepted) >= 2 or sim.poll() is not None, "Ray connecting")
