@@ -82,6 +82,7 @@ def base_card(source: Source, ex: Exportable, mixture: dict[str, Any] | None) ->
         "classes": list(source.spec.classes),
         "mixture": mixture,
         "source": dict(source.info),
+        "privacy": source.privacy,  # null: no DP guarantee (docs/model-card.md)
         "artifacts": [],
         "parity": [],
     }

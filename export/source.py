@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from pflkit.export import privacy_card
 from pflkit.export.contract import ExportError
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, RoundContext, State
 from pflkit.sdk.builder import build_algorithm, load_data, partition_of
@@ -30,7 +31,7 @@ from pflkit.sdk.run_config import ConfigError, SimConfig
 from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.rundir import checkpoint_round as recorded_round
 from pflkit.sdk.state_store import DeviceStateStore, client_state_from_bytes
-from pflkit.sdk.tensorio import CorruptStateError, load_state
+from pflkit.sdk.tensorio import CorruptStateError, load_state, read_metadata
 
 CALIBRATION_ROWS = 512  # train rows used for int8 calibration
 
@@ -48,6 +49,7 @@ class Source:
     info: dict[str, Any]  # the card's "source"
     dataset: dict[str, Any] = field(default_factory=dict)  # name/root/seed: to reload raw images
     stage: RoundContext | None = None  # the context of the post-federation stage (trainer)
+    privacy: dict[str, Any] | None = None  # the card's "privacy" (export/privacy_card.py)
 
     @property
     def calibration(self) -> LabeledTensors:
@@ -120,9 +122,18 @@ def load_run_source(run_dir: Path, client: int | None, round_done: int | None = 
         if len(test) == 0:  # the run kept no per-client test rows (e.g. FedRoD's protocol)
             test = dataset.test
             info["test_data"] = "global test set"
-    return Source(algorithm, dataset.spec, load_state(path), state, train, test, info,
+    global_state = load_state(path)
+    population = len(set(partition.train) - set(partition.new_clients))
+    privacy = privacy_card.simulated(config.aggregation, config.schedule(), population,
+                                     round_done, _shared(algorithm, global_state))
+    return Source(algorithm, dataset.spec, global_state, state, train, test, info,
                   {"name": config.data.dataset, "root": config.data.root, "seed": config.seed},
-                  _stage(config, round_done, client or 0))
+                  _stage(config, round_done, client or 0), privacy)
+
+
+def _shared(algorithm: Algorithm, global_state: State) -> list[str]:
+    """The tensors a device uploads (what DP covers)."""
+    return list(algorithm.aggregation.update_schema(global_state))
 
 
 def _stage(config: SimConfig, rounds_done: int, client: int) -> RoundContext:
@@ -153,7 +164,12 @@ def load_device_source(state_dir: Path, global_file: Path, config_file: Path) ->
     info = {"state_dir": str(state_dir), "global": str(global_file), "config": str(config_file),
             "round": checkpoint_round(Path(global_file)),
             "client": None, "new_client": False, "test_data": "dataset test split"}
-    return Source(algorithm, dataset.spec, load_state(Path(global_file)), state, dataset.train,
+    global_state = load_state(Path(global_file))
+    trained = config.data.num_clients - config.data.num_new_clients  # pfl-sim's population
+    privacy = privacy_card.of_global_file(
+        config.aggregation, config.schedule(), trained, info["round"] or 0,
+        read_metadata(Path(global_file).read_bytes()), _shared(algorithm, global_state))
+    return Source(algorithm, dataset.spec, global_state, state, dataset.train,
                   dataset.test, info,
                   {"name": config.data.dataset, "root": config.data.root, "seed": config.seed},
-                  _stage(config, info["round"] or 0, 0))
+                  _stage(config, info["round"] or 0, 0), privacy)

@@ -26,6 +26,9 @@ ClipNorm = Annotated[float, _CLIP]
 _NOISE = in_range(0.0, 1e3, open_low=True)  # z: noise std over the clip norm
 _EPSILON = in_range(0.0, 1e3, open_low=True)
 _DELTA = in_range(0.0, 0.1, open_low=True)  # well under 1/n is the usual choice
+NoiseMultiplier = Annotated[float, _NOISE]
+Epsilon = Annotated[float, _EPSILON]
+Delta = Annotated[float, _DELTA]
 _ROBUSTNESS = {"mean": 0, "trimmed_mean": 1, "median": 2}  # median: the highest breakdown point
 
 
@@ -65,10 +68,43 @@ class AggregationConfig:
 
         The more robust rule wins (mean < trimmed_mean < median), with the larger trim share
         when both trim; the smaller clip norm wins (None is no bound). So a run may ask for more
-        protection than the server's default, never for less. The DP settings are the run's.
+        protection than the server's default, never for less. DP-FedAvg (docs/privacy.md): a
+        floor with ``dp_clip_norm`` makes every run private, with the smaller clip norm, delta
+        and budget and the larger noise multiplier (or the smaller target epsilon: the floor's
+        noise setting and the run's must be of one kind, an epsilon target and a multiplier do
+        not compare before the run); a private run on a clipping floor clips at the smaller of
+        the two norms.
         """
-        rule = max(self.rule, floor.rule, key=_ROBUSTNESS.__getitem__)
-        trims = [c.trim_fraction for c in (self, floor) if c.rule == rule]
-        norms = [c.clip_norm for c in (self, floor) if c.clip_norm is not None]
-        return dataclasses.replace(self, rule=rule, trim_fraction=max(trims),
-                                   clip_norm=min(norms) if norms else None)
+        if self.dp_clip_norm is None and floor.dp_clip_norm is None:
+            rule = max(self.rule, floor.rule, key=_ROBUSTNESS.__getitem__)
+            trims = [c.trim_fraction for c in (self, floor) if c.rule == rule]
+            norms = [c.clip_norm for c in (self, floor) if c.clip_norm is not None]
+            return dataclasses.replace(self, rule=rule, trim_fraction=max(trims),
+                                       clip_norm=min(norms) if norms else None)
+        for side, config in (("this server's floor", floor), ("the run", self)):
+            if config.rule != "mean":
+                raise ValueError(f"rule: {side} asks for {config.rule!r}, but DP-FedAvg "
+                                 f"(dp_clip_norm) takes \"mean\"")
+        if floor.dp_clip_norm is None:  # a private run on a clipping (or no) floor
+            return dataclasses.replace(self, dp_clip_norm=_least(self.dp_clip_norm,
+                                                                 floor.clip_norm))
+        if self.dp_clip_norm is None:
+            return floor
+        if (self.dp_noise_multiplier is None) != (floor.dp_noise_multiplier is None):
+            kind = "dp_noise_multiplier" if floor.dp_noise_multiplier is not None \
+                else "dp_target_epsilon"
+            raise ValueError(f"this server's floor sets {kind}: give {kind} too (the stricter "
+                             f"of the two applies) or leave the noise to the server")
+        z = (self.dp_noise_multiplier, floor.dp_noise_multiplier)
+        return dataclasses.replace(
+            self, dp_clip_norm=_least(self.dp_clip_norm, floor.dp_clip_norm),
+            dp_noise_multiplier=None if z[0] is None or z[1] is None else max(z),
+            dp_target_epsilon=_least(self.dp_target_epsilon, floor.dp_target_epsilon),
+            dp_delta=min(self.dp_delta, floor.dp_delta),
+            dp_max_epsilon=_least(self.dp_max_epsilon, floor.dp_max_epsilon))
+
+
+def _least(*values: float | None) -> float | None:
+    """The smallest of the values given (None: not given; all None: None)."""
+    given = [v for v in values if v is not None]
+    return min(given) if given else None

@@ -15,7 +15,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from pflkit.server.api.schemas import ClientPublic, RunPublic
+from pflkit.server.api.schemas import ClientPublic, PrivacyPublic, RunPublic
 
 HISTORY_ROWS = 10  # closed rounds shown by `status`
 
@@ -49,6 +49,17 @@ def _ids(ids: list[int]) -> str:
     return ", ".join(map(str, ids)) if ids else "none"
 
 
+def privacy_line(p: PrivacyPublic) -> str:
+    """DP-FedAvg's epsilon after the closed rounds, its settings and the budget left."""
+    noise = "calibrated when round 0 closes" if p.noise_multiplier is None \
+        else f"{p.noise_multiplier:.4g}"
+    budget = "no budget" if p.max_epsilon is None else \
+        f"budget {p.max_epsilon:g}, {max(0.0, p.epsilon_left or 0.0):.3f} left"
+    return (f"privacy: epsilon {p.epsilon:.3f} at delta {p.delta:g} after "
+            f"{plural(p.rounds, 'round')}; noise multiplier {noise}, clip norm "
+            f"{p.clip_norm:g}; {budget}")
+
+
 def render_status(run: RunPublic, now: float | None = None) -> Group:
     """One snapshot of a run: headline, the open round's participants, recent rounds' metrics."""
     now = time.time() if now is None else now
@@ -57,6 +68,8 @@ def render_status(run: RunPublic, now: float | None = None) -> Group:
         (f"rounds {run.rounds_done}/{run.rounds_total} done", "bold"),
         f"  {plural(run.enrolled_clients, 'client')} enrolled")
     parts: list[Any] = [head]
+    if run.privacy is not None:
+        parts.append(Text(privacy_line(run.privacy)))
     current = run.current_round
     if current is not None:
         waiting = sorted(set(current.sampled) - set(current.received))

@@ -79,6 +79,13 @@ def serve(
     aggregation: Annotated[str | None, typer.Option(help="mean | median | trimmed_mean")
                            ] = None,
     clip_norm: Annotated[float | None, typer.Option()] = None,
+    dp_clip_norm: Annotated[float | None, typer.Option(
+        help="require DP-FedAvg of every run, clipping at most this (docs/privacy.md)")] = None,
+    dp_noise_multiplier: Annotated[float | None, typer.Option(help="at least this")] = None,
+    dp_target_epsilon: Annotated[float | None, typer.Option(help="at most this")] = None,
+    dp_delta: Annotated[float | None, typer.Option(help="at most this")] = None,
+    dp_max_epsilon: Annotated[float | None, typer.Option(help="a budget of at most this")
+                              ] = None,
     tls_certfile: Annotated[Path | None, typer.Option()] = None,
     tls_keyfile: Annotated[Path | None, typer.Option()] = None,
     log_level: Annotated[str, typer.Option()] = "info",
@@ -95,7 +102,10 @@ def serve(
              "header_timeout": header_timeout, "max_json_bytes": max_json_bytes,
              "auth_failure_limit": auth_failure_limit,
              "auth_failure_window": auth_failure_window, "aggregation": aggregation,
-             "clip_norm": clip_norm, "tls_certfile": tls_certfile, "tls_keyfile": tls_keyfile}
+             "clip_norm": clip_norm, "dp_clip_norm": dp_clip_norm,
+             "dp_noise_multiplier": dp_noise_multiplier, "dp_target_epsilon": dp_target_epsilon,
+             "dp_delta": dp_delta, "dp_max_epsilon": dp_max_epsilon,
+             "tls_certfile": tls_certfile, "tls_keyfile": tls_keyfile}
     if admin_token_file is not None:
         try:
             flags["admin_token"] = read_token_file(admin_token_file)

@@ -29,10 +29,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from pflkit.sdk.aggregation_rules import aggregator_factory
+from pflkit.sdk.privacy_accounting import privacy_spent
 from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
 from pflkit.server.coordinator import Coordinator
 from pflkit.server.faults import crash_point
 from pflkit.server.orm import Client, Round, Run, Update
+from pflkit.server.privacy_status import server_metadata
 from pflkit.server.store import Store
 
 log = logging.getLogger(__name__)
@@ -49,8 +51,8 @@ class RoundKeeper:
     def _coordinator(self, run: Run, rnd: Round) -> Coordinator:
         """The round's Coordinator, with the run's aggregation rules, at least the server's."""
         setup, s = self.store.setup(run), self.store.settings
-        rules = setup.config.aggregation.at_least(s.aggregation_floor)
-        factory = aggregator_factory(setup.algorithm.aggregation.new_aggregator, rules,
+        factory = aggregator_factory(setup.algorithm.aggregation.new_aggregator,
+                                     setup.aggregation,
                                      s.data_dir / "scratch", setup.schedule, setup.config.seed)
         return Coordinator(setup.algorithm, setup.schedule, rnd.roster,
                            self.store.global_states.get(rnd.global_hash), setup.config.seed,
@@ -152,10 +154,16 @@ class RoundKeeper:
                          state_from_bytes(self.store.blobs.get(row.blob_hash), row.blob_hash))
             crash_point("close_mid_fold")
         new_global = coord.close_round()
-        digest = self.store.blobs.put(state_to_bytes(new_global,
-                                                     {"rounds_done": str(rnd.index + 1)}))
+        setup = self.store.setup(run)
+        # epsilon after this round, as pfl-sim's metrics rows have it; the global state carries
+        # it too, so a device's export can write it in the model card (docs/privacy.md)
+        spent = privacy_spent(setup.aggregation, setup.schedule, len(rnd.roster), rnd.index + 1)
+        n = len(rnd.roster)
+        meta = {"rounds_done": str(rnd.index + 1),
+                **server_metadata(spent, n, setup.schedule.sample_size(n))}
+        digest = self.store.blobs.put(state_to_bytes(new_global, meta))
         crash_point("close_after_blob")
-        metrics = _round_metrics(updates)
+        metrics = {**_round_metrics(updates), **spent}
         with self.store.transaction() as s:
             # only under the claim whose updates were folded: a replica starting up reopens
             # closing rounds (recover), so uploads can land before the next claim

@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
+from pflkit.sdk.aggregation_config import AggregationConfig
 from pflkit.sdk.registry import ImportPolicy
 from pflkit.server.blobs import BlobStore
 from pflkit.server.errors import Conflict, Invalid
 from pflkit.server.orm import Client, Round, Run, RunTermsRow, Update
+from pflkit.server.privacy_status import privacy_status, run_aggregation
 from pflkit.server.settings import ServerSettings
 from pflkit.server.store import RunTerms, Store
 from pflkit.server.update_check import SAFETENSORS_DTYPES, schema_bytes
@@ -49,6 +51,7 @@ class RunSetup:
     algorithm: Algorithm
     schedule: Schedule
     spec: DatasetSpec  # the dataset's shapes and classes (its data is never read)
+    aggregation: AggregationConfig  # the config's [aggregation], at least the server's floor
 
 
 @dataclass(frozen=True)
@@ -59,12 +62,13 @@ class RunRules:
     imports: ImportPolicy = ImportPolicy()  # the import paths a config may name
     dataset_dir: Path | None = None  # [data] root must lie in it (None: no root allowed)
     max_upload_bytes: int | None = None  # an update must fit in an upload (None: unchecked)
+    aggregation: AggregationConfig = AggregationConfig()  # the operator's floor
 
     @classmethod
     def of(cls, settings: ServerSettings) -> RunRules:
         """The rules of this server."""
         return cls(settings.clients_per_round, settings.imports, settings.dataset_dir,
-                   settings.max_upload_bytes)
+                   settings.max_upload_bytes, settings.aggregation_floor)
 
     def check_update_size(self, terms: RunTerms) -> None:
         """Refuse a run whose updates no device could upload (a 413 for every device)."""
@@ -130,10 +134,11 @@ def build_setup(config_toml: str, rules: RunRules) -> RunSetup:
         config = SimConfig.from_toml(config_toml, "config_toml", rules.imports)
         spec = data_spec(config, rules.data_root(config.data.root))
         algorithm = build_algorithm(config, spec)
+        aggregation = config.aggregation.at_least(rules.aggregation)
     schedule = config.schedule()
     if rules.clients_per_round is not None:
         schedule = replace(schedule, sampling=Sampling(clients_per_round=rules.clients_per_round))
-    return RunSetup(config, algorithm, schedule, spec)
+    return RunSetup(config, algorithm, schedule, spec, aggregation)
 
 
 def terms_of(setup: RunSetup, global_state: State) -> RunTerms:
@@ -234,7 +239,9 @@ class Runs:
                         "metrics": r.metrics} for r in rounds if r.status == "closed"]
             enrolled = s.scalar(select(func.count(Client.id))
                                 .where(Client.revoked_at.is_(None))) or 0
+            rules = run_aggregation(run.config_toml, self.store.settings.aggregation_floor)
             return {"id": run.id, "status": run.status, "algorithm": terms.algorithm,
                     "model": terms.model, "rounds_total": run.rounds_total,
                     "rounds_done": run.rounds_done, "global_hash": run.global_hash,
-                    "enrolled_clients": enrolled, "current_round": current, "history": history}
+                    "enrolled_clients": enrolled, "current_round": current, "history": history,
+                    "privacy": privacy_status(rules, history)}

@@ -20,7 +20,15 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from pflkit.sdk.aggregation_config import AggregationConfig, ClipNorm, Rule, TrimFraction
+from pflkit.sdk.aggregation_config import (
+    AggregationConfig,
+    ClipNorm,
+    Delta,
+    Epsilon,
+    NoiseMultiplier,
+    Rule,
+    TrimFraction,
+)
 from pflkit.sdk.config_toml import read_toml
 from pflkit.sdk.config_types import MAX_CLIENTS, closest, describe, in_range
 from pflkit.sdk.registry import ImportPolicy
@@ -80,6 +88,13 @@ class ServerSettings(BaseSettings):
     aggregation: Rule = "mean"
     trim_fraction: TrimFraction = 0.1
     clip_norm: ClipNorm | None = None
+    # DP-FedAvg required of every run when dp_clip_norm is set (docs/privacy.md): the smaller
+    # clip norm, delta and budget, the larger noise multiplier (or smaller target epsilon) win
+    dp_clip_norm: ClipNorm | None = None
+    dp_noise_multiplier: NoiseMultiplier | None = None
+    dp_target_epsilon: Epsilon | None = None
+    dp_delta: Delta = 1e-5
+    dp_max_epsilon: Epsilon | None = None
     # how often deadlines and round opening are checked
     tick_seconds: Annotated[float, in_range(0.0, 60.0, open_low=True)] = 0.5
 
@@ -105,7 +120,14 @@ class ServerSettings(BaseSettings):
     @property
     def aggregation_floor(self) -> AggregationConfig:
         """The operator's aggregation settings, the least every run gets."""
-        return AggregationConfig(self.aggregation, self.trim_fraction, self.clip_norm)
+        dp = (f for f in type(self).model_fields if f.startswith("dp_"))
+        keys = ("trim_fraction", "clip_norm", *dp)
+        return AggregationConfig(self.aggregation, **{k: getattr(self, k) for k in keys})
+
+    @model_validator(mode="after")
+    def _valid_floor(self) -> ServerSettings:
+        _ = self.aggregation_floor  # the DP keys' combination, refused like a run config's
+        return self
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerSettings:

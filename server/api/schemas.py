@@ -47,6 +47,20 @@ class RoundHistoryPublic(BaseModel):
     metrics: dict[str, Any]
 
 
+class PrivacyPublic(BaseModel):
+    """DP-FedAvg's guarantee after the last closed round (server/privacy_status.py)."""
+
+    epsilon: float  # at delta, spent by the closed rounds
+    delta: float
+    rounds: int  # closed rounds accounted
+    noise_multiplier: float | None  # None: calibrated from target_epsilon when round 0 closes
+    target_epsilon: float | None
+    clip_norm: float  # dp_clip_norm (the run's, at least the server's)
+    max_epsilon: float | None  # the budget (dp_max_epsilon); None: none
+    epsilon_left: float | None  # max_epsilon - epsilon
+    accountant: str
+
+
 class RunPublic(BaseModel):
     """Run status and progress."""
 
@@ -60,6 +74,7 @@ class RunPublic(BaseModel):
     enrolled_clients: int
     current_round: RoundProgressPublic | None
     history: list[RoundHistoryPublic]
+    privacy: PrivacyPublic | None = None  # None: no DP
 
 
 MAX_TOKEN_TTL = 10 * 365 * 86400  # seconds: ten years
