@@ -108,6 +108,10 @@ bench-scale: setup $(FLOWER_VENV)/.installed
 bench-natural: setup
 	cd benchmarks && ../$(BIN)/python bench_natural.py
 
+.PHONY: bench-secagg
+bench-secagg: setup
+	cd benchmarks && ../$(BIN)/python bench_secagg.py
+
 # Accuracy part first (it trains the runs), then the speed part alone on the machine: it holds
 # a lock file (flock) for its timings; on a shared machine point SPEED_LOCK at the lock that the
 # machine's other timing jobs take.

@@ -62,6 +62,11 @@ class SecAggClient:
             raise SecAggError(f"client {self.id}: {step} now is out of order (next is "
                               f"{STEPS[self._step]}): refused as a replay")
 
+    def _envelope_key(self, peer: int) -> bytes:
+        """The AES-256-GCM key this device and ``peer`` share (both derive it alike)."""
+        return crypto.agree(self._cipher_key, self._directory[peer][0], b"share",
+                            self.setup.round_id, 32)
+
     def advertise_keys(self) -> AdvertiseKeys:
         """Step 1: the two public keys."""
         self._check("advertise_keys", self.setup.round_id)
@@ -94,10 +99,8 @@ class SecAggClient:
             if peer == self.id:
                 self._own = (seed_shares[x], key_shares[x])
             elif peer in self._directory:
-                key = crypto.agree(self._cipher_key, self._directory[peer][0], b"share",
-                                   self.setup.round_id, 32)
-                sealed[peer] = crypto.seal(key, self.setup.round_id, self.id, peer,
-                                           seed_shares[x] + key_shares[x])
+                sealed[peer] = crypto.seal(self._envelope_key(peer), self.setup.round_id,
+                                           self.id, peer, seed_shares[x] + key_shares[x])
         return ShareKeys(self.id, self.setup.round_id, sealed)
 
     def masked_input(self, shares: SharesIn, update: np.ndarray) -> MaskedInput:
@@ -115,9 +118,8 @@ class SecAggClient:
                               f"fewer than threshold {setup.threshold} - 1: not masking")
         held = {}
         for peer, blob in shares.shares.items():
-            key = crypto.agree(self._cipher_key, self._directory[peer][0], b"share",
-                               setup.round_id, 32)
-            plain = crypto.open_sealed(key, shares.round_id, peer, self.id, blob)
+            plain = crypto.open_sealed(self._envelope_key(peer), shares.round_id, peer, self.id,
+                                       blob)
             if len(plain) != SHARE_PAIR:
                 raise SecAggError(f"client {self.id}: a malformed share from client {peer}")
             held[peer] = (plain[:shamir.SHARE_BYTES], plain[shamir.SHARE_BYTES:])
@@ -147,4 +149,4 @@ class SecAggClient:
         return UnmaskResponse(
             self.id, request.round_id,
             seed_shares={u: held[u][0] for u in request.survivors if u in held},
-            key_shares={u: held[u][1] for u in request.dropped if u in held and u != self.id})
+            key_shares={u: held[u][1] for u in request.dropped if u in held})
