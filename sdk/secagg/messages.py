@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -134,7 +135,7 @@ class Aggregate:
     survivors: tuple[int, ...]
 
 
-def wire_bytes(message: object) -> int:
+def wire_bytes(message: Any) -> int:
     """Payload size of a message: its bytes, 8 per id or int (framing not counted)."""
 
     def size(value: object) -> int:

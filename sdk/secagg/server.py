@@ -12,6 +12,8 @@ already declared dropped is refused: with its mask key reconstructed, that would
 
 from __future__ import annotations
 
+from collections.abc import Collection, Container
+
 import numpy as np
 
 from pflkit.sdk.secagg import crypto, quantize, shamir
@@ -54,8 +56,8 @@ class SecAggServer:
     def _refuse(self, message: str) -> SecAggError:
         return SecAggError(f"round {self.setup.round_id}: {message}")
 
-    def _check(self, stage: str, round_id: int, sender: int, allowed: set[int] | tuple[int, ...],
-               done: set[int] | dict[int, object], what: str) -> None:
+    def _check(self, stage: str, round_id: int, sender: int, allowed: Collection[int],
+               done: Container[int], what: str) -> None:
         if round_id != self.setup.round_id:
             raise self._refuse(f"{what} from client {sender} is for round {round_id} (replay)")
         if self.stage != stage:
