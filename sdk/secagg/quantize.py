@@ -30,7 +30,10 @@ def step(clip_range: float, n: int) -> float:
 
 def quantize(update: np.ndarray, clip_range: float, n: int) -> np.ndarray:
     """Each coordinate clipped to [-c, c], then rounded to the nearest level (uint32)."""
-    x = np.clip(np.asarray(update, dtype=np.float64), -clip_range, clip_range)
+    x = np.asarray(update, dtype=np.float64)
+    if not np.isfinite(x).all():  # NaN would become an arbitrary level, silently
+        raise ValueError("the update has non-finite values: nothing to quantize")
+    x = np.clip(x, -clip_range, clip_range)
     return np.rint((x + clip_range) / step(clip_range, n)).astype(np.uint32)
 
 

@@ -33,6 +33,12 @@ def test_values_outside_the_range_are_clipped():
     np.testing.assert_allclose(quantize.dequantize_sum(q, 1.0, 4, 1)[:2], [-1.0, 1.0])
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_non_finite_update_is_refused(bad):
+    with pytest.raises(ValueError, match="non-finite"):
+        quantize.quantize(np.array([0.1, bad]), 1.0, 4)
+
+
 @pytest.mark.parametrize("secret_len", [16, 32])
 def test_any_t_of_k_shares_rebuild_the_secret_and_t_minus_1_do_not(secret_len):
     secret = os.urandom(secret_len)
