@@ -90,6 +90,11 @@ bench-export: setup
 bench-server: setup
 	cd benchmarks && ../$(BIN)/python bench_server.py
 
+# ROUNDS, METHODS, EPSILONS, CLIENTS, EVAL_CLIENTS from the environment (bench_privacy.py)
+.PHONY: bench-privacy
+bench-privacy: setup
+	cd benchmarks && ../$(BIN)/python bench_privacy.py
+
 # Flower for bench-scale lives in its own venv (never a pflkit dependency); a .pth file lets it
 # import this checkout's torch and pflkit for the same model and partition.
 FLOWER_VENV := benchmarks/.venv-flower
