@@ -55,10 +55,13 @@ def time_simulator(run_dir: Path) -> tuple[float, Simulation]:
 def plain_rounds(sim: Simulation, rounds: int) -> tuple[list[float], dict[str, torch.Tensor]]:
     """The simulator's FedAvg written directly (no framework, no disk): seconds of each round.
 
-    Same clients, batches, SGD settings (from ``sim.config``) and n-weighted float64 mean.
+    Same clients, batches, SGD settings (from ``sim.config``) and n-weighted float64 mean, on
+    the device the simulation's data is on (a CUDA round is timed to its last kernel).
     """
-    model = sim.algorithm.model_factory.build()
-    global_state = sim.algorithm.aggregation.init_global(sim.config.seed)
+    device = sim.federation.test.x.device
+    model = sim.algorithm.model_factory.build().to(device)
+    global_state = {k: v.to(device)
+                    for k, v in sim.algorithm.aggregation.init_global(sim.config.seed).items()}
     schedule, t = sim.config.schedule(), sim.config.training
     seconds = []
     for r in range(rounds):
@@ -80,8 +83,10 @@ def plain_rounds(sim: Simulation, rounds: int) -> tuple[list[float], dict[str, t
                 sums[k] += v.double() * len(data)
             total += len(data)
         global_state = {k: (v / total).float() for k, v in sums.items()}
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         seconds.append(time.perf_counter() - started)
-    return seconds, global_state
+    return seconds, {k: v.cpu() for k, v in global_state.items()}
 
 
 def time_plain_loop(sim: Simulation) -> tuple[float, dict[str, torch.Tensor]]:

@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 from bench_overhead import plain_rounds
+from bench_scale_gpu import gpu_section
+from bench_scale_gpu import render as gpu_lines
 from common import RESULTS, save, subset
 from scale_workloads import fedavg_config, superfed_config
 
@@ -169,19 +171,6 @@ def workload_b(systems: list[str], workdir: Path) -> dict[str, Any]:
     return {"rows": rows}
 
 
-def gpu_section(workdir: Path) -> dict[str, Any]:
-    if not torch.cuda.is_available():
-        return {"skipped": "no CUDA GPU on this machine"}
-    rows = {}
-    for label, make in (("a", fedavg_config), ("b", superfed_config)):
-        for name, fields in (("sequential", {}), ("batched", {"executor": "batched"})):
-            row, sim = time_pflkit(make(ExecutionConfig(device="cuda", **fields)),
-                                   f"gpu-{label}-{name}", workdir)
-            sim.close()
-            rows[f"{label}-{name}"] = row
-    return {"rows": rows, "device": torch.cuda.get_device_name(0)}
-
-
 def ratio(rows: dict[str, Any], fast: str, slow: str) -> float | None:
     a, b = rows.get(fast, {}), rows.get(slow, {})
     if "per_round" not in a or "per_round" not in b:
@@ -264,13 +253,7 @@ def render(result: dict[str, Any]) -> str:
                   f"{', '.join(f'{v:.1f}' for v in load['start'])} at the start, "
                   f"{', '.join(f'{v:.1f}' for v in load['end'])} at the end: other sessions' "
                   "jobs shared the cores, so absolute times are inflated and ratios noisy."]
-    gpu = result["gpu"]
-    parts += ["", "### GPU", ""]
-    if "skipped" in gpu:
-        parts.append(f"Not run: {gpu['skipped']}. The same command fills this section on a "
-                     "machine with CUDA (sequential and batched executors, device \"cuda\").")
-    else:
-        parts.append(table(f"on {gpu['device']}", gpu["rows"], "a-sequential", *counts))
+    parts += ["", "### GPU", "", *gpu_lines(result["gpu"])]
     return "\n".join(parts) + "\n"
 
 

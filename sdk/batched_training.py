@@ -34,6 +34,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.dropout import _DropoutNd
 
 from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.step_capture import run_steps
 from pflkit.sdk.training import Batch, training_autocast
 
 Stacked = dict[str, torch.Tensor]  # name -> (K, ...) one slice per client
@@ -159,25 +160,34 @@ def train_together(loss_fn: ClientLoss, params: Stacked, grid: BatchGrid, lr: fl
     dtype = training_autocast()  # bf16 forward passes, as run_epochs does
     autocast = (torch.autocast(grid.x.device.type, dtype=dtype) if dtype is not None
                 else contextlib.nullcontext())
-    active = count
-    for t in range(max(steps, default=0)):
-        while steps[active - 1] <= t:  # clients are sorted: the finished ones are at the end
-            active -= 1
-        index = rows[:active, t]  # (a, B)
+    now = torch.zeros(1, dtype=torch.long, device=rows.device)  # the step, read on the device
+    laid_out = False
+
+    def step(active: int) -> None:
+        """Step ``now`` of the first ``active`` clients; no host sync (it may be captured)."""
+        nonlocal weights, buffers, laid_out
+        index = rows[:active].index_select(1, now).squeeze(1)  # (a, B)
         leaves = [w[:active].detach().requires_grad_() for w in weights]
         inputs = {n: v[:active] for n, v in per_client.items()}
-        inputs |= {n: v[:active, t] for n, v in per_step.items()}
+        inputs |= {n: v[:active].index_select(1, now).squeeze(1) for n, v in per_step.items()}
         with autocast:
             losses = losses_of(dict(zip(names, leaves, strict=True)), grid.x[index],
-                               grid.y[index], share[:active, t], inputs)
+                               grid.y[index], share[:active].index_select(1, now).squeeze(1),
+                               inputs)
         grads = torch.autograd.grad(losses.sum(), leaves)
         with torch.no_grad():
-            if t == 0:
+            if not laid_out:
                 weights = [_adopt_layout(w, g) for w, g in zip(weights, grads, strict=True)]
                 buffers = [torch.zeros_like(w) for w in weights]
+                laid_out = True
             totals[:active] += losses.detach()
             _sgd([w[:active] for w in weights], list(grads), [b[:active] for b in buffers],
                  lr, momentum, weight_decay)
+            now.add_(1)
+
+    # clients are sorted: at step t the active ones are those with more than t steps
+    actives = [sum(s > t for s in steps) for t in range(max(steps, default=0))]
+    run_steps(step, actives, rows.device)
     back = torch.empty_like(perm)
     back[perm] = torch.arange(count, device=perm.device)
     counts = torch.tensor(steps, dtype=torch.float64, device=totals.device)

@@ -52,6 +52,9 @@ class ExecutionConfig:
     # TF32 CUDA matmuls and convolutions: faster, but results then differ from the CPU's beyond
     # the GPU tests' tolerance (docs/simulator.md)
     tf32: Annotated[bool, Strict()] = False
+    # batched executor on CUDA: each step shape captured once as a CUDA graph and replayed
+    # (sdk/step_capture.py); false runs every step eagerly (the same arithmetic, slower)
+    cuda_graphs: Annotated[bool, Strict()] = True
     ray_address: Text | None = None  # None: start a local Ray on this machine's cores
     # Ray: seconds ray_address may take to accept a connection before the run is refused
     ray_connect_timeout: Annotated[float, Strict(), in_range(0.0, 3600.0, open_low=True)] = 10.0

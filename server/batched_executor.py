@@ -15,6 +15,7 @@ from pflkit.sdk.algorithms.base import Algorithm, FitJob, FitResult, State
 from pflkit.sdk.data.federation import Federation
 from pflkit.sdk.device import state_to
 from pflkit.sdk.run_config import ExecutionConfig
+from pflkit.sdk.step_capture import cuda_graphs
 from pflkit.sdk.training import autocast_training
 from pflkit.server.executors import ClientTask, SequentialExecutor, result_to_cpu, to_device
 
@@ -38,7 +39,7 @@ class BatchedExecutor(SequentialExecutor):
             return
         on_device = state_to(global_state, self.device)
         jobs = [FitJob(to_device(t.state, self.device), t.data, t.context) for t in tasks]
-        with autocast_training(self.autocast):
+        with autocast_training(self.autocast), cuda_graphs(self.settings.cuda_graphs):
             results = self.algorithm.training.fit_batch(on_device, jobs)
         for result in results:
             yield result_to_cpu(result)

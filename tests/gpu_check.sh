@@ -3,8 +3,9 @@
 # `make test-gpu` runs) and bench-scale's GPU section, with the GPU, torch and CUDA named.
 #   make gpu-check                                   (this checkout's .venv)
 #   bash .gpu/run.sh bash tests/gpu_check.sh         (an offline GPU machine: ../shared/gpu/bundle.sh)
-# Results: $OUT (default: benchmarks/results)/gpu_check.log and gpu_scale.json. ROUNDS / WARMUP
-# size the benchmark (default 2 / 1: about 3 minutes on an H100); BENCH=0 runs the tests only.
+# Results: $OUT (default: benchmarks/results)/gpu_check.log, gpu_conv_probe.json and
+# gpu_scale.json. ROUNDS / WARMUP size the benchmark (default 2 / 1: a few minutes on an H100);
+# BENCH=0 runs the tests only.
 set -u
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
@@ -16,6 +17,8 @@ nvidia-smi -L || true
 "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
       torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'NO CUDA GPU')"
 status=0
+# where the batched ConvNet step spends its time, per kernel option (one JSON line)
+(cd benchmarks && "$py" gpu_conv_probe.py) | tee "$out/gpu_conv_probe.json" || status=1
 # the gpu-marked test files only: the rest need packages a bare GPU machine may lack
 "$py" -m pytest -q -rs -p no:cacheprovider -m gpu \
     $(grep -rl "mark.gpu" tests --include='test_*.py') || status=1
@@ -23,9 +26,9 @@ if [ "${BENCH:-1}" != 0 ]; then
   (cd benchmarks && ROUNDS=${ROUNDS:-2} WARMUP=${WARMUP:-1} "$py" -c "
 import json, sys, tempfile
 from pathlib import Path
-import bench_scale
-section = bench_scale.gpu_section(Path(tempfile.mkdtemp(prefix='gpu-check-')))
+import bench_scale_gpu
+section = bench_scale_gpu.gpu_section(Path(tempfile.mkdtemp(prefix='gpu-check-')))
 Path(sys.argv[1]).write_text(json.dumps(section, indent=1))
-print(json.dumps(section, indent=1))" "$out/gpu_scale.json") || status=1
+print('\\n'.join(bench_scale_gpu.render(section)))" "$out/gpu_scale.json") || status=1
 fi
 exit $status

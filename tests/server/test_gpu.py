@@ -81,3 +81,30 @@ def test_tf32_and_bf16_on_cuda(tmp_path):
     bf16 = tf32.replace(execution=ExecutionConfig(device="auto", precision="bf16"))
     with pytest.raises(DeviceError, match="measured slower than fp32"):
         Simulation(bf16, tmp_path / "bf16", progress=False)
+
+
+@pytest.mark.parametrize("algorithm, params", [("fedavg", ""), ("fedprox", ""),
+                                               ("fedrod_hyper", "ft_epochs = 1"),
+                                               ("superfed_mm", "")])
+def test_cuda_graph_replays_do_what_eager_steps_do(tmp_path, monkeypatch, algorithm, params):
+    """The batched executor's captured steps (the default on CUDA) equal its eager steps."""
+    captures = []
+    capture = torch.cuda.graph
+
+    def counted(*args, **kwargs):
+        captures.append(args)
+        return capture(*args, **kwargs)
+
+    runs = {}
+    for graphs in (False, True):
+        config = device_config(algorithm, params, "cuda", "batched")
+        config = config.replace(execution=ExecutionConfig(executor="batched", device="cuda",
+                                                          cuda_graphs=graphs))
+        with monkeypatch.context() as patch:
+            patch.setattr(torch.cuda, "graph", counted)
+            sim = Simulation(config, tmp_path / str(graphs), progress=False)
+            sim.run_round()
+        runs[graphs] = sim.coordinator.global_state
+        assert bool(captures) is graphs  # eager: nothing captured; default: every long segment
+    for key, value in runs[False].items():
+        torch.testing.assert_close(runs[True][key], value, rtol=1e-6, atol=1e-7, msg=key)
