@@ -29,6 +29,9 @@ _DELTA = in_range(0.0, 0.1, open_low=True)  # well under 1/n is the usual choice
 NoiseMultiplier = Annotated[float, _NOISE]
 Epsilon = Annotated[float, _EPSILON]
 Delta = Annotated[float, _DELTA]
+_QUANTILE = in_range(0.0, 1.0, open_low=True, open_high=True)
+_CLIP_RATE = in_range(0.0, 10.0, open_low=True)  # eta_C of the geometric update
+_COUNT_STD = in_range(0.0, 1e6, open_low=True)  # sigma_b, in clients
 _ROBUSTNESS = {"mean": 0, "trimmed_mean": 1, "median": 2}  # median: the highest breakdown point
 
 
@@ -47,12 +50,20 @@ class AggregationConfig:
     dp_target_epsilon: Annotated[float, Strict(), _EPSILON] | None = None  # calibrates the noise
     dp_delta: Annotated[float, Strict(), _DELTA] = 1e-5
     dp_max_epsilon: Annotated[float, Strict(), _EPSILON] | None = None  # refuse rounds past it
+    # adaptive clipping (Andrew et al. 2021, sdk/adaptive_clipping.py), on when the quantile
+    # is set: dp_clip_norm is the first round's C, then C follows the target quantile
+    dp_adaptive_quantile: Annotated[float, Strict(), _QUANTILE] | None = None
+    dp_clip_learning_rate: Annotated[float, Strict(), _CLIP_RATE] = 0.2  # eta_C
+    dp_clipped_count_stddev: Annotated[float, Strict(), _COUNT_STD] | None = None  # None: m/20
+    dp_clip_on_device: Annotated[bool, Strict()] = False  # devices clip; the server checks
 
     def __post_init__(self) -> None:
         noise = (self.dp_noise_multiplier, self.dp_target_epsilon)
         if self.dp_clip_norm is None:
-            given = [f for f in ("dp_noise_multiplier", "dp_target_epsilon", "dp_max_epsilon")
-                     if getattr(self, f) is not None]
+            given = [f for f in ("dp_noise_multiplier", "dp_target_epsilon", "dp_max_epsilon",
+                                 "dp_adaptive_quantile", "dp_clipped_count_stddev")
+                     if getattr(self, f) is not None] + \
+                ["dp_clip_on_device"] * self.dp_clip_on_device
             if given:
                 raise ValueError(f"{given[0]} needs dp_clip_norm")
             return
@@ -62,6 +73,12 @@ class AggregationConfig:
         if self.rule != "mean" or self.clip_norm is not None:
             raise ValueError("dp_clip_norm: DP-FedAvg clips itself and averages: "
                              "it takes rule = \"mean\" and no clip_norm")
+        if self.dp_adaptive_quantile is None:
+            if self.dp_clipped_count_stddev is not None:
+                raise ValueError("dp_clipped_count_stddev needs dp_adaptive_quantile")
+        elif self.dp_clip_on_device:  # the server would see only clipped norms
+            raise ValueError("dp_adaptive_quantile: adaptive clipping counts the norms before "
+                             "clipping, so not with dp_clip_on_device (not yet)")
 
     def at_least(self, floor: AggregationConfig) -> AggregationConfig:
         """The stricter of this config and ``floor`` (the server operator's), setting by setting.

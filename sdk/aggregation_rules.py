@@ -3,7 +3,7 @@
 A run config's ``[aggregation]`` section
 (:class:`~pflkit.sdk.aggregation_config.AggregationConfig`) chooses them; ``pfl-server``'s
 settings of the same names are the operator's floor. The maths are pure functions (tested
-against numpy). The aggregators plug into the Coordinator through :func:`aggregator_factory`:
+against numpy). The aggregators plug into the Coordinator through :class:`AggregatorFactory`:
 
 - :class:`ClippedAggregator` bounds each update's change to the round's global state,
   ``g + (u - g) * min(1, C / ||u - g||)`` with one L2 norm over all floating tensors, then
@@ -31,7 +31,7 @@ import torch
 
 from pflkit.sdk.aggregation_config import AggregationConfig
 from pflkit.sdk.algorithms.aggregators import Aggregator, State
-from pflkit.sdk.dp_fedavg import DpFedAvgAggregator
+from pflkit.sdk.dp_fedavg import ClipNorm, DpFedAvgAggregator
 from pflkit.sdk.privacy_accounting import dp_rounds
 from pflkit.sdk.run_config import Schedule
 
@@ -139,25 +139,38 @@ class RobustAggregator(Aggregator):
         return out
 
 
-def aggregator_factory(default: Callable[[State, int], Aggregator], rules: AggregationConfig,
-                       scratch: Path, schedule: Schedule, seed: int
-                       ) -> Callable[[State, int, int], Aggregator]:
+class AggregatorFactory:
     """The factory pfl-sim and pfl-server hand the Coordinator for ``rules``.
 
     ``default`` is the algorithm's own aggregator (the ``mean`` rule); robust rules spill to
     ``scratch``. With DP (``dp_clip_norm``) a round past ``dp_max_epsilon`` is refused here,
     when the Coordinator opens it (:class:`~pflkit.sdk.privacy_accounting.PrivacyBudgetExceeded`).
+    ``clip`` is DP's clip norm, the state of the run that adaptive clipping moves after each
+    round: a resumed run and the server's close of a round pass the stored one in
+    (``clip_norm``; None: the config's first), and store ``clip.value`` with the global state.
     """
 
-    def build(global_state: State, population: int, round_index: int) -> Aggregator:
-        dp = dp_rounds(rules, population, schedule.sample_size(population), schedule.rounds)
+    def __init__(self, default: Callable[[State, int], Aggregator], rules: AggregationConfig,
+                 scratch: Path, schedule: Schedule, seed: int,
+                 clip_norm: float | None = None) -> None:
+        self.default = default
+        self.rules = rules
+        self.scratch = scratch
+        self.schedule = schedule
+        self.seed = seed
+        first = rules.dp_clip_norm if clip_norm is None else clip_norm
+        self.clip = None if first is None else ClipNorm(first)
+
+    def __call__(self, global_state: State, population: int, round_index: int) -> Aggregator:
+        """The aggregator of round ``round_index`` over ``population`` clients."""
+        rules = self.rules
+        dp = dp_rounds(rules, population, self.schedule.sample_size(population),
+                       self.schedule.rounds)
         if dp is not None:
             dp.check_budget(round_index)
-            return DpFedAvgAggregator(global_state, dp, seed, round_index)
-        inner = default(global_state, population) if rules.rule == "mean" else \
-            RobustAggregator(global_state, rules.rule, scratch, rules.trim_fraction)
+            return DpFedAvgAggregator(global_state, dp, self.seed, round_index, self.clip)
+        inner = self.default(global_state, population) if rules.rule == "mean" else \
+            RobustAggregator(global_state, rules.rule, self.scratch, rules.trim_fraction)
         if rules.clip_norm is None:
             return inner
         return ClippedAggregator(inner, global_state, rules.clip_norm)
-
-    return build

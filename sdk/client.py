@@ -45,6 +45,7 @@ from typing import Any
 import httpx
 from torch import nn
 
+from pflkit.sdk.aggregation_rules import clip_update
 from pflkit.sdk.algorithms.base import (
     Algorithm,
     Choice,
@@ -57,7 +58,7 @@ from pflkit.sdk.device import data_to, resolve_device, state_to, use_device
 from pflkit.sdk.device_files import CACHE, CREDENTIALS, DeviceFiles
 from pflkit.sdk.pending_round import FILE as PENDING_FILE
 from pflkit.sdk.pending_round import PendingRound
-from pflkit.sdk.protocol import METRICS_KEY
+from pflkit.sdk.protocol import METRICS_KEY, task_clip_norm
 from pflkit.sdk.registry import ImportPolicy
 from pflkit.sdk.seeding import numpy_rng
 from pflkit.sdk.state_store import DeviceStateStore
@@ -190,14 +191,17 @@ class FederatedClient:
     def _train(self, task: dict[str, Any]) -> PendingRound:
         """Fit one round and persist the result as the pending file; return it."""
         cfg = TaskConfig.from_wire(task["config"], self.imports)
+        clip = task_clip_norm(task)
         algorithm = self._algorithm(task["run_id"], cfg)
         ctx = cfg.context(task["round"], self.client_id)
+        global_state = state_to(self.global_state(task["global_hash"]), self.device)
         with autocast_training(self.autocast):
             result = algorithm.training.fit(
-                state_to(self.global_state(task["global_hash"]), self.device),
-                self._client_state(task["run_id"], algorithm, cfg.seed), self.data, ctx)
+                global_state, self._client_state(task["run_id"], algorithm, cfg.seed),
+                self.data, ctx)
+        update = result.update if clip is None else clip_update(global_state, result.update, clip)
         metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(v)}
-        upload = state_to_bytes(result.update, {METRICS_KEY: json.dumps(metrics)})
+        upload = state_to_bytes(update, {METRICS_KEY: json.dumps(metrics)})
         pending = PendingRound(task["run_id"], task["round"], result.num_samples, metrics,
                                upload, result.client_state)
         atomic_write_bytes(self.state_dir / PENDING_FILE, pending.to_bytes())

@@ -8,12 +8,15 @@ their sample counts (a weight would let one device's contribution exceed ``C / m
 paper leaves open, and what we chose: integer tensors (e.g. BatchNorm's batch counters) carry
 no gradient signal and cannot be noised, so they keep the global state's value. The noise is
 drawn from (run seed, "dp-noise", round): a seeded run is reproducible, and pfl-server's
-close of a round draws the same noise as the simulator's.
+close of a round draws the same noise as the simulator's. With adaptive clipping
+(:mod:`pflkit.sdk.adaptive_clipping`) the round's C comes from a :class:`ClipNorm` that the
+aggregator moves after the round; the sum's noise is then ``z_delta * C``.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -22,39 +25,59 @@ from pflkit.sdk.privacy_accounting import DpRounds
 from pflkit.sdk.seeding import torch_generator
 
 
+@dataclass
+class ClipNorm:
+    """DP's clip norm, carried from round to round: adaptive clipping moves it after each."""
+
+    value: float
+
+
 def clip_delta(global_state: State, update: State, keys: list[str],
-               max_norm: float) -> dict[str, torch.Tensor]:
-    """The update's change on ``keys`` (float64), scaled to L2 norm <= ``max_norm``."""
+               max_norm: float) -> tuple[dict[str, torch.Tensor], float]:
+    """The update's change on ``keys`` (float64) scaled to L2 norm <= ``max_norm``; its norm."""
     delta = {k: update[k].double() - global_state[k].double() for k in keys}
     norm = math.sqrt(sum(float((d ** 2).sum()) for d in delta.values()))
     if norm > max_norm:
         delta = {k: d * (max_norm / norm) for k, d in delta.items()}
-    return delta
+    return delta, norm
 
 
 class DpFedAvgAggregator(Aggregator):
     """The noisy mean of clipped changes, O(model) memory (a float64 running sum)."""
 
-    def __init__(self, global_state: State, dp: DpRounds, seed: int, round_index: int) -> None:
+    def __init__(self, global_state: State, dp: DpRounds, seed: int, round_index: int,
+                 clip: ClipNorm | None = None) -> None:
         self._global = global_state
         self._dp = dp
         self._seed = seed
         self._round = round_index
+        self._clip = clip or ClipNorm(dp.clip_norm)
+        self.clip_norm = self._clip.value  # this round's C
+        self._within = 0  # updates whose change had norm <= C (adaptive clipping's count)
         self._sum: dict[str, torch.Tensor] = {}  # the uploaded floating tensors' running sum
 
     def add(self, weight: float, update: State) -> None:
         """Fold one update's clipped change into the sum (its sample count is not used)."""
         keys = [k for k, v in update.items() if v.is_floating_point()]
-        for key, delta in clip_delta(self._global, update, keys, self._dp.clip_norm).items():
+        clipped, norm = clip_delta(self._global, update, keys, self.clip_norm)
+        self._within += norm <= self.clip_norm
+        for key, delta in clipped.items():
             self._sum[key] = self._sum[key] + delta if key in self._sum else delta
 
     def result(self) -> State:
         """Global state + (clipped sum + noise) / m on the uploaded floating tensors.
 
-        Integer tensors and tensors nobody uploaded keep the global value.
+        Integer tensors and tensors nobody uploaded keep the global value. With adaptive
+        clipping, the :class:`ClipNorm` moves to the next round's C.
         """
+        adaptive = self._dp.adaptive
+        if adaptive is not None:
+            count = torch_generator(self._seed, "dp-clip-count", self._round)
+            draw = float(torch.randn((), generator=count, dtype=torch.float64))
+            self._clip.value = adaptive.next_clip_norm(self.clip_norm, self._within,
+                                                       self._dp.sample_size, draw)
         gen = torch_generator(self._seed, "dp-noise", self._round)
-        std = self._dp.noise_multiplier * self._dp.clip_norm
+        std = self._dp.sum_noise_multiplier * self.clip_norm
         out = dict(self._global)
         for key in sorted(self._sum):  # a fixed order: the same draws for the same key each run
             total = self._sum[key]

@@ -21,6 +21,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pflkit.sdk.adaptive_clipping import COUNT_STDDEV_SHARE, AdaptiveClipping, sum_noise_multiplier
 from pflkit.sdk.aggregation_config import AggregationConfig
 
 if TYPE_CHECKING:
@@ -82,12 +83,24 @@ def calibrate_noise(target_epsilon: float, delta: float, rounds: int, sample_siz
 class DpRounds:
     """DP-FedAvg resolved for one federation: the noise, the sample and the budget."""
 
-    noise_multiplier: float
-    clip_norm: float
+    noise_multiplier: float  # z, what the run is accounted at
+    clip_norm: float  # the first round's C (adaptive clipping moves it after each round)
     sample_size: int  # m, also the fixed denominator of the noisy mean
     population: int  # n
     delta: float
     max_epsilon: float | None
+    adaptive: AdaptiveClipping | None = None  # None: C stays fixed
+
+    def __post_init__(self) -> None:
+        if self.adaptive is not None:  # refuse a count noise too small for z before any round
+            sum_noise_multiplier(self.noise_multiplier, self.adaptive.count_stddev)
+
+    @property
+    def sum_noise_multiplier(self) -> float:
+        """The multiplier of the noise on the sum: z, or z_delta with adaptive clipping."""
+        if self.adaptive is None:
+            return self.noise_multiplier
+        return sum_noise_multiplier(self.noise_multiplier, self.adaptive.count_stddev)
 
     def epsilon(self, rounds: int) -> float:
         """Epsilon(delta) spent once ``rounds`` rounds have run."""
@@ -110,7 +123,8 @@ def dp_rounds(rules: AggregationConfig, population: int, sample_size: int,
     """The DP setting of a run on ``population`` clients (None without DP).
 
     ``dp_target_epsilon`` calibrates the noise multiplier for the planned ``rounds`` before the
-    run; otherwise ``dp_noise_multiplier`` is used as given.
+    run; otherwise ``dp_noise_multiplier`` is used as given. With adaptive clipping, ValueError
+    if the clipped count's noise is too small for it (:func:`sum_noise_multiplier`).
     """
     if rules.dp_clip_norm is None:
         return None
@@ -119,15 +133,24 @@ def dp_rounds(rules: AggregationConfig, population: int, sample_size: int,
         assert rules.dp_target_epsilon is not None  # AggregationConfig requires one of them
         z = calibrate_noise(rules.dp_target_epsilon, rules.dp_delta, rounds, sample_size,
                             population)
+    adaptive = None
+    if rules.dp_adaptive_quantile is not None:
+        count_stddev = rules.dp_clipped_count_stddev or sample_size * COUNT_STDDEV_SHARE
+        adaptive = AdaptiveClipping(rules.dp_adaptive_quantile, rules.dp_clip_learning_rate,
+                                    count_stddev)
     return DpRounds(z, rules.dp_clip_norm, sample_size, population, rules.dp_delta,
-                    rules.dp_max_epsilon)
+                    rules.dp_max_epsilon, adaptive)
 
 
 def privacy_spent(rules: AggregationConfig, schedule: Schedule, population: int,
-                  rounds_done: int) -> dict[str, float]:
-    """The history's DP columns after ``rounds_done`` rounds (empty without DP)."""
+                  rounds_done: int, clip_norm: float | None = None) -> dict[str, float]:
+    """The history's DP columns after ``rounds_done`` rounds (empty without DP).
+
+    ``clip_norm``: the C the last round clipped to (``dp_clip_norm`` column), if known.
+    """
     dp = dp_rounds(rules, population, schedule.sample_size(population), schedule.rounds)
     if dp is None:
         return {}
-    return {"dp_epsilon": dp.epsilon(rounds_done), "dp_delta": dp.delta,
-            "dp_noise_multiplier": dp.noise_multiplier}
+    spent = {"dp_epsilon": dp.epsilon(rounds_done), "dp_delta": dp.delta,
+             "dp_noise_multiplier": dp.noise_multiplier}
+    return spent if clip_norm is None else {**spent, "dp_clip_norm": clip_norm}

@@ -5,6 +5,7 @@ Dependencies point server -> sdk, so it lives here; the SDK never imports ``pflk
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 MAX_ID = 2**31 - 1  # client, run, token ids and round numbers fit a 32-bit signed column
@@ -20,6 +21,20 @@ RETRY_AFTER = "Retry-After"
 METRICS_KEY = "metrics"
 MAX_METRICS = 64
 MAX_METRIC_NAME = 64
+
+# A task of a run whose devices clip (DP's dp_clip_on_device) carries the L2 norm the upload's
+# change to the round's global state must stay within; the server refuses one over it (422).
+CLIP_NORM_KEY = "clip_norm"
+
+
+def task_clip_norm(task: dict[str, Any]) -> float | None:
+    """The norm a task says to clip the upload's change to (None: the server clips)."""
+    clip = task.get(CLIP_NORM_KEY)
+    if clip is None:
+        return None
+    if isinstance(clip, bool) or not isinstance(clip, int | float) or not 0 < clip < math.inf:
+        raise ValueError(f"task: {CLIP_NORM_KEY} must be a positive number, got {clip!r}")
+    return float(clip)
 
 
 def one_line_detail(body: Any) -> str:

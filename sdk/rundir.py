@@ -4,7 +4,8 @@
     partition.safetensors          each client's train/test rows (and noisy labels): export
                                    finds one client's data without re-dealing the dataset
     partition.txt, plots/          the partition as a table, and the report's plots
-    global/latest.safetensors      the newest committed global state (metadata: rounds_done)
+    global/latest.safetensors      the newest committed global state (metadata: rounds_done,
+                                   and dp_clip_norm, the next round's C, with DP)
     global/round_<r>.safetensors   checkpoints every checkpoint_interval rounds and the last
     clients/<id>.r<r>.safetensors  each client's private state, versioned by round
     personalized/<id>.safetensors  client states after a post-federation stage
@@ -17,14 +18,18 @@ The simulator writes it; ``pfl-export``, the report and the benchmarks read it t
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from pflkit.sdk.data.federation import Partition
 from pflkit.sdk.run_config import ConfigError, SimConfig
 from pflkit.sdk.state_store import RunClientStore
 from pflkit.sdk.tensorio import CorruptStateError, load_state, read_metadata, save_state
+
+CLIP_NORM_KEY = "dp_clip_norm"  # global checkpoint metadata: the next round's C (repr)
 
 
 def checkpoint_round(path: Path) -> int | None:
@@ -122,6 +127,26 @@ class RunDir:
             raise CorruptStateError(f"{self.latest} is not a pfl-sim global checkpoint: its "
                                     "metadata has no 'rounds_done'")
         return done
+
+    def clip_norm(self) -> float | None:
+        """DP's clip norm for the next round as the last commit stored it (None: none stored)."""
+        if not self.latest.is_file():
+            return None
+        text = read_metadata(self.latest.read_bytes()).get(CLIP_NORM_KEY)
+        return None if text is None else float(text)
+
+    def truncate_metrics(self, rounds_done: int) -> None:
+        """Keep the metrics rows of the first ``rounds_done`` rounds (a resumed run's)."""
+        if self.metrics.is_file():
+            rows = [json.loads(line) for line in self.metrics.read_text().splitlines()
+                    if line.strip()]
+            kept = [r for r in rows if r["round"] < rounds_done]
+            self.metrics.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    def append_metrics(self, row: dict[str, Any]) -> None:
+        """Add one round's row to ``metrics.jsonl``."""
+        with self.metrics.open("a") as handle:
+            handle.write(json.dumps(row) + "\n")
 
     def save_partition(self, partition: Partition) -> None:
         """Store the deal (before round 0)."""

@@ -101,6 +101,19 @@ class EnrollmentToken(Base):
     revoked_at: Mapped[float | None]
 
 
+class RunClipNorm(Base):
+    """A DP run's clip norm for its current round, which adaptive clipping moves at each close.
+
+    Written in the commit that closes a round (with the run's new ``global_hash``); until the
+    first close the config's ``dp_clip_norm`` holds. A table of its own, so databases written
+    by earlier versions open unchanged and gain it (create_all adds tables).
+    """
+
+    __tablename__ = "run_clip_norms"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    clip_norm: Mapped[float]
+
+
 class RunTermsRow(Base):
     """A run's stored :class:`~pflkit.server.store.RunTerms`, computed once when it is created.
 

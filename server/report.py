@@ -125,7 +125,20 @@ def _privacy(rows: list[dict[str, Any]]) -> list[str]:
     return ["## Privacy", "",
             f"User-level DP-FedAvg on the shared tensors: epsilon = {last['dp_epsilon']:.3f} at "
             f"delta = {last['dp_delta']:g} after {last['round'] + 1} rounds (noise multiplier "
-            f"{last['dp_noise_multiplier']:.4f}; RDP accountant, fixed-size sampling).", ""]
+            f"{last['dp_noise_multiplier']:.4f}; RDP accountant, fixed-size sampling).", "",
+            *_clip_norms(rows)]
+
+
+def _clip_norms(rows: list[dict[str, Any]]) -> list[str]:
+    """The clip norm each round used (adaptive clipping moves it), in one line."""
+    norms = [(r["round"], r["dp_clip_norm"]) for r in rows if "dp_clip_norm" in r]
+    if not norms:
+        return []
+    values = [c for _, c in norms]
+    if min(values) == max(values):
+        return [f"Clip norm: {values[0]:.4g} (fixed).", ""]
+    return [f"Clip norm (adaptive): {values[0]:.4g} in round {norms[0][0]}, {values[-1]:.4g} in "
+            f"round {norms[-1][0]} (min {min(values):.4g}, max {max(values):.4g}).", ""]
 
 
 def write_report(run_dir: Path) -> Path:

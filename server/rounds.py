@@ -28,12 +28,12 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from pflkit.sdk.aggregation_rules import aggregator_factory
+from pflkit.sdk.aggregation_rules import AggregatorFactory
 from pflkit.sdk.privacy_accounting import privacy_spent
 from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
 from pflkit.server.coordinator import Coordinator
 from pflkit.server.faults import crash_point
-from pflkit.server.orm import Client, Round, Run, Update
+from pflkit.server.orm import Client, Round, Run, RunClipNorm, Update
 from pflkit.server.privacy_status import server_metadata
 from pflkit.server.store import Store
 
@@ -48,15 +48,21 @@ class RoundKeeper:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def _coordinator(self, run: Run, rnd: Round) -> Coordinator:
-        """The round's Coordinator, with the run's aggregation rules, at least the server's."""
+    def _coordinator(self, run: Run, rnd: Round) -> tuple[Coordinator, AggregatorFactory]:
+        """The round's Coordinator, with the run's aggregation rules, at least the server's.
+
+        And its aggregator factory, which starts from the run's stored DP clip norm.
+        """
         setup, s = self.store.setup(run), self.store.settings
-        factory = aggregator_factory(setup.algorithm.aggregation.new_aggregator,
-                                     setup.aggregation,
-                                     s.data_dir / "scratch", setup.schedule, setup.config.seed)
+        with self.store.transaction() as db:
+            stored = db.get(RunClipNorm, run.id)
+        factory = AggregatorFactory(setup.algorithm.aggregation.new_aggregator,
+                                    setup.aggregation,
+                                    s.data_dir / "scratch", setup.schedule, setup.config.seed,
+                                    None if stored is None else stored.clip_norm)
         return Coordinator(setup.algorithm, setup.schedule, rnd.roster,
                            self.store.global_states.get(rnd.global_hash), setup.config.seed,
-                           rnd.index, aggregator_factory=factory)
+                           rnd.index, aggregator_factory=factory), factory
 
     def recover(self) -> int:
         """After a crash: rounds left ``closing`` are reopened (their close is redone)."""
@@ -144,7 +150,8 @@ class RoundKeeper:
     def _close_claimed(self, run: Run, rnd: Round, updates: list[Update]) -> None:
         round_id = rnd.id
         started = time.perf_counter()
-        coord = self._coordinator(run, rnd)
+        coord, rules = self._coordinator(run, rnd)
+        clip = None if rules.clip is None else rules.clip.value  # this round's C
         plan = coord.open_round()
         if plan.sampled != rnd.sampled:
             raise RuntimeError(f"round {rnd.index}: resampling gave {plan.sampled}, "
@@ -157,7 +164,8 @@ class RoundKeeper:
         setup = self.store.setup(run)
         # epsilon after this round, as pfl-sim's metrics rows have it; the global state carries
         # it too, so a device's export can write it in the model card (docs/privacy.md)
-        spent = privacy_spent(setup.aggregation, setup.schedule, len(rnd.roster), rnd.index + 1)
+        spent = privacy_spent(setup.aggregation, setup.schedule, len(rnd.roster), rnd.index + 1,
+                              clip)
         n = len(rnd.roster)
         meta = {"rounds_done": str(rnd.index + 1),
                 **server_metadata(spent, n, setup.schedule.sample_size(n))}
@@ -178,6 +186,8 @@ class RoundKeeper:
             assert run is not None
             run.rounds_done = rnd.index + 1
             run.global_hash = digest
+            if rules.clip is not None:  # the next round's C, moved by adaptive clipping
+                s.merge(RunClipNorm(run_id=run.id, clip_norm=rules.clip.value))
             if run.rounds_done >= run.rounds_total:
                 run.status = "finished"
             elif run.status == "active":

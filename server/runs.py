@@ -150,7 +150,9 @@ def terms_of(setup: RunSetup, global_state: State) -> RunTerms:
     expected = setup.algorithm.aggregation.update_schema(global_state)
     schema = {name: (list(shape), SAFETENSORS_DTYPES[str(dtype).removeprefix("torch.")])
               for name, (shape, dtype) in expected.items()}
-    return RunTerms(cfg.algorithm.name, cfg.model.name, task, schema)
+    dp = setup.aggregation  # the keeper's rules: the devices clip to what it checks
+    return RunTerms(cfg.algorithm.name, cfg.model.name, task, schema,
+                    dp.dp_clip_norm if dp.dp_clip_on_device else None)
 
 
 def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules) -> tuple[str, int, RunTerms]:

@@ -12,7 +12,6 @@ folded in client-id order whatever order they finish in.
 
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 import time
@@ -23,7 +22,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pflkit.sdk.aggregation_rules import aggregator_factory
+from pflkit.sdk.aggregation_rules import AggregatorFactory, clip_update
 from pflkit.sdk.algorithms.base import ClientState, RoundContext, State
 from pflkit.sdk.builder import build_algorithm, load_data, partition_of
 from pflkit.sdk.data.federation import ClientData, Partition, partition_table, plot_partition
@@ -31,7 +30,7 @@ from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import federation_to, resolve_device
 from pflkit.sdk.privacy_accounting import privacy_spent
 from pflkit.sdk.run_config import ExecutionConfig, SimConfig
-from pflkit.sdk.rundir import RunDir, check_creatable, checkpoint_round
+from pflkit.sdk.rundir import CLIP_NORM_KEY, RunDir, check_creatable, checkpoint_round
 from pflkit.sdk.state_store import client_state_to_bytes
 from pflkit.sdk.tensorio import atomic_write_bytes, load_state, save_json, save_state
 from pflkit.server.coordinator import Coordinator, OpenRound
@@ -78,11 +77,14 @@ class Simulation:
             start_round, global_state = self._committed()
         if global_state is None:
             global_state = self.algorithm.aggregation.init_global(config.seed)
-        rules = aggregator_factory(self.algorithm.aggregation.new_aggregator, config.aggregation,
-                                   Path(tempfile.gettempdir()), config.schedule(), config.seed)
+        # DP's clip norm is state of the run: a resumed run continues with the stored one
+        self.rules = AggregatorFactory(self.algorithm.aggregation.new_aggregator,
+                                       config.aggregation, Path(tempfile.gettempdir()),
+                                       config.schedule(), config.seed,
+                                       self.files.clip_norm() if start_round else None)
         self.coordinator = Coordinator(self.algorithm, config.schedule(),
                                        list(self.federation.clients), global_state, config.seed,
-                                       start_round, aggregator_factory=rules)
+                                       start_round, aggregator_factory=self.rules)
         # built before any write: a Ray cluster that cannot be joined leaves the folder as it was
         self.executor = make_executor(config.execution, self.federation, self.algorithm)
         # everything is built: only now does the run directory change
@@ -91,7 +93,7 @@ class Simulation:
                 if self.files.config() != config:  # continued on another executor or device
                     self.files.config_file.write_text(config.to_toml())
                 self.store.prune(start_round - 1)
-                self._truncate_metrics(start_round)
+                self.files.truncate_metrics(start_round)
             else:
                 self._start_fresh(partition)
         except BaseException:
@@ -149,19 +151,10 @@ class Simulation:
         rounds_done = self.files.rounds_done()
         return (rounds_done, load_state(self.files.latest)) if rounds_done else (0, None)
 
-    def _truncate_metrics(self, rounds_done: int) -> None:
-        path = self.files.metrics
-        if path.is_file():
-            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            kept = [r for r in rows if r["round"] < rounds_done]
-            path.write_text("".join(json.dumps(r) + "\n" for r in kept))
-
-    def _append_metrics(self, row: dict[str, Any]) -> None:
-        with self.files.metrics.open("a") as handle:
-            handle.write(json.dumps(row) + "\n")
-
     def _commit(self, round_index: int, global_state: State, saved: list[int]) -> None:
         meta = {"rounds_done": str(round_index + 1), "algorithm": self.config.algorithm.name}
+        if self.rules.clip is not None:
+            meta[CLIP_NORM_KEY] = repr(self.rules.clip.value)
         done = round_index + 1
         if done % self.config.checkpoint_interval == 0 or done == self.config.rounds:
             save_state(self.files.checkpoint(done), global_state, meta)
@@ -189,6 +182,7 @@ class Simulation:
         """Train the sampled clients, aggregate, evaluate if due, commit. Returns the row."""
         coord = self.coordinator
         current: OpenRound = coord.open_round()
+        clip = self.rules.clip.value if self.rules.clip is not None else None  # this round's
         started = time.perf_counter()
         losses, weights = 0.0, 0
         saved = []
@@ -197,7 +191,9 @@ class Simulation:
         for task, result in zip(tasks, self.executor.fit(coord.global_state, tasks),
                                 strict=True):
             cid, before = task.client_id, task.state
-            coord.submit(cid, result.num_samples, result.update)
+            coord.submit(cid, result.num_samples, result.update if clip is None or not
+                         self.config.aggregation.dp_clip_on_device else  # as a device would
+                         clip_update(coord.global_state, result.update, clip))
             self._states[cid] = after = result.client_state
             if before.tensors or before.meta or after.tensors or after.meta:
                 self.store.save(cid, current.index, after)  # stateless methods write nothing
@@ -213,11 +209,11 @@ class Simulation:
         }
         done = current.index + 1
         row.update(privacy_spent(self.config.aggregation, self.config.schedule(),
-                                 len(coord.client_ids), done))
+                                 len(coord.client_ids), done, clip))
         if done % self.config.eval_interval == 0 or done == self.config.rounds:
             row.update(self.evaluate_round())
         # the wall time is returned, not written: a run directory depends only on config and seed
-        self._append_metrics({k: v for k, v in row.items() if k != "seconds"})
+        self.files.append_metrics({k: v for k, v in row.items() if k != "seconds"})
         self._commit(current.index, global_state, saved)
         return row
 

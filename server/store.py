@@ -66,6 +66,7 @@ class RunTerms:
     model: str
     task: dict[str, Any]  # TaskConfig.to_wire(): what every task's "config" is
     schema: dict[str, tuple[list[int], str]]  # update tensor -> (shape, safetensors dtype)
+    device_clip_norm: float | None = None  # DP's C when devices clip (dp_clip_on_device)
 
     def to_json(self) -> dict[str, Any]:
         """The stored form."""
@@ -77,7 +78,8 @@ class RunTerms:
         if "lrs" in data:
             return None
         schema = {k: (list(shape), dtype) for k, (shape, dtype) in data["schema"].items()}
-        return cls(data["algorithm"], data["model"], data["task"], schema)
+        return cls(data["algorithm"], data["model"], data["task"], schema,
+                   data.get("device_clip_norm"))
 
 
 class Store:

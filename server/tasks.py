@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from pflkit.sdk.protocol import CLIP_NORM_KEY
 from pflkit.server.errors import Invalid, NotFound
 from pflkit.server.orm import Round, Run, Update
 from pflkit.server.store import Store
@@ -36,7 +37,8 @@ class Tasks:
             run = self.store.current_run(s)
             if run is None:
                 return {"status": "wait", "retry_after": retry}
-            config = self.store.terms(s, run).task  # the same every round
+            terms = self.store.terms(s, run)
+            config = terms.task  # the same every round
             # "round" is the run's current round whatever the status: a client holding a
             # trained round keeps it until the run has moved past it (a pause does not)
             base = {"run_id": run.id, "round": run.rounds_done, "retry_after": retry,
@@ -50,9 +52,11 @@ class Tasks:
                 return {**base, "status": "wait"}
             sent = s.scalar(select(Update.id).where(Update.round_id == rnd.id,
                                                     Update.client_id == client_id))
+            clip = {} if terms.device_clip_norm is None else \
+                {CLIP_NORM_KEY: terms.device_clip_norm}
             return {**base, "status": "uploaded" if sent is not None else "train",
                     "deadline": rnd.deadline_at, "global_hash": rnd.global_hash,
-                    "config": config}
+                    "config": config, **clip}
 
     def preview(self) -> dict[str, Any]:
         """The newest run's task config, for a device to check before it enrolls.

@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 
 from pflkit.sdk.protocol import MAX_METRIC_NAME, MAX_METRICS, METRICS_KEY
 from pflkit.server.blobs import sha256
+from pflkit.server.clip_check import clip_problem
 from pflkit.server.errors import BadRequest, Conflict, Forbidden, Gone, Invalid, ServiceError
 from pflkit.server.faults import crash_point
 from pflkit.server.group_commit import GroupCommit
@@ -55,6 +56,8 @@ class Admission:
     num_samples: int
     schema: Schema  # the round's update schema (names, shapes, dtypes)
     prior: tuple[str, int] | None  # the hash and count of the client's update already in
+    global_hash: str  # the state the round trains from
+    clip_norm: float | None  # devices clip to it (dp_clip_on_device): the norm is checked
 
 
 @dataclass(frozen=True)
@@ -102,9 +105,10 @@ class Uploads:
                                                   Update.client_id == client_id))
             if prior is None:  # a replay is answered whatever the round's state now
                 _still_open(run, rnd)
-            return Admission(client_id, run_id, rnd.id, round_index, num_samples,
-                             self.store.terms(s, run).schema,
-                             None if prior is None else (prior.blob_hash, prior.num_samples))
+            terms = self.store.terms(s, run)
+            return Admission(client_id, run_id, rnd.id, round_index, num_samples, terms.schema,
+                             None if prior is None else (prior.blob_hash, prior.num_samples),
+                             rnd.global_hash, terms.device_clip_norm)
 
     def accept(self, client_id: int, run_id: int, round_index: int, num_samples: int,
                body: bytes) -> UploadReceipt:
@@ -126,6 +130,9 @@ class Uploads:
                                             for k, t in layout.tensors.items()})
         if problem is None and (bad := first_non_finite(body, layout)) is not None:
             problem = f"tensor '{bad}' has NaN or Inf"
+        if problem is None and a.clip_norm is not None:
+            problem = clip_problem(body, layout, self.store.global_bytes.get(a.global_hash),
+                                   a.clip_norm)
         if problem is not None:
             raise Invalid(f"client {a.client_id}: {problem}")
         self.store.blobs.put(body, digest)

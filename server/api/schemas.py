@@ -164,6 +164,7 @@ class TaskPublic(BaseModel):
     deadline: float | None = None
     global_hash: str | None = None
     config: TaskConfigPublic | None = None
+    clip_norm: float | None = None  # DP on the device: clip the upload's change to it
 
 
 class ReceiptPublic(BaseModel):

@@ -9,9 +9,9 @@ from scipy import stats
 
 from pflkit.sdk.aggregation_config import AggregationConfig
 from pflkit.sdk.aggregation_rules import (
+    AggregatorFactory,
     ClippedAggregator,
     RobustAggregator,
-    aggregator_factory,
     clip_update,
     coordinate_median,
     trimmed_mean,
@@ -67,7 +67,7 @@ def test_robust_aggregator_streams_chunks_and_cleans_up(tmp_path, rule):
 def test_clipped_mean_equals_numpy_average_of_clipped_updates(tmp_path):
     g, *updates = states(4, seed=2)
     weights = [1.0, 3.0, 2.0]
-    build = aggregator_factory(lambda s, _: WeightedMean(s), AggregationConfig(clip_norm=0.5),
+    build = AggregatorFactory(lambda s, _: WeightedMean(s), AggregationConfig(clip_norm=0.5),
                                tmp_path, Schedule(1), seed=0)
     agg = build(g, 3, 0)
     assert isinstance(agg, ClippedAggregator)

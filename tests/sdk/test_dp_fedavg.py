@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pflkit.sdk.aggregation_config import AggregationConfig
-from pflkit.sdk.aggregation_rules import aggregator_factory
+from pflkit.sdk.aggregation_rules import AggregatorFactory
 from pflkit.sdk.algorithms.base import WeightedMean
 from pflkit.sdk.dp_fedavg import DpFedAvgAggregator
 from pflkit.sdk.privacy_accounting import DpRounds, PrivacyBudgetExceeded
@@ -67,7 +67,7 @@ def test_the_noise_has_std_z_c_over_m_and_is_seeded_by_run_and_round():
 def test_the_factory_builds_dp_and_refuses_a_round_past_the_budget(tmp_path):
     rules = AggregationConfig(dp_clip_norm=1.0, dp_noise_multiplier=3.0, dp_max_epsilon=5.0)
     schedule = Schedule(100, Sampling(clients_per_round=10))
-    build = aggregator_factory(lambda s, _: WeightedMean(s), rules, tmp_path, schedule, seed=0)
+    build = AggregatorFactory(lambda s, _: WeightedMean(s), rules, tmp_path, schedule, seed=0)
     assert isinstance(build(global_state(), 100, 0), DpFedAvgAggregator)
     with pytest.raises(PrivacyBudgetExceeded, match="round 99 would spend epsilon"):
         build(global_state(), 100, 99)

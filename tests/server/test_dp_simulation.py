@@ -62,3 +62,32 @@ def test_the_run_stops_before_the_round_that_would_pass_its_budget(tmp_path):
         Simulation(config(budget), tmp_path / "run", progress=False).run()
     rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["round"] for line in rows] == [0, 1]  # round 2 never ran
+
+
+ADAPTIVE = AggregationConfig(dp_clip_norm=0.5, dp_noise_multiplier=1.0, dp_adaptive_quantile=0.5,
+                             dp_clipped_count_stddev=1.0, dp_clip_learning_rate=0.5)
+
+
+def test_adaptive_clipping_records_its_clip_norm_history(tmp_path):
+    _, rows = run(tmp_path, "a", config(ADAPTIVE))
+    norms = [row["dp_clip_norm"] for row in rows]
+    assert norms[0] == 0.5 and len(set(norms)) == 3  # it moves every round
+    assert [row["dp_epsilon"] for row in rows] == \
+        [epsilon(1.0, 3, 8 - config().data.num_new_clients, r, 1e-5) for r in (1, 2, 3)]
+    report = (tmp_path / "a" / "report.md").read_text()
+    assert f"Clip norm (adaptive): 0.5 in round 0, {norms[-1]:.4g} in round 2" in report
+
+
+def test_a_resumed_adaptive_run_equals_the_uninterrupted_one(tmp_path):
+    """The clip norm is state of the run: the checkpoint carries it to the resumed run."""
+    whole, whole_rows = run(tmp_path, "whole", config(ADAPTIVE))
+    stopped = Simulation(config(ADAPTIVE), tmp_path / "part", progress=False)
+    for _ in range(2):
+        stopped.run_round()
+    stopped.close()
+    Simulation.resume(tmp_path / "part", progress=False).run()
+    resumed = load_state(tmp_path / "part" / "global" / "latest.safetensors")
+    rows = [json.loads(line) for line in (tmp_path / "part" / "metrics.jsonl").read_text()
+            .splitlines()]
+    assert [r["dp_clip_norm"] for r in rows] == [r["dp_clip_norm"] for r in whole_rows]
+    assert all(torch.equal(resumed[k], whole[k]) for k in whole)

@@ -161,11 +161,18 @@ def test_two_workers_serve_one_run_with_pfl_client_processes(database_url, make_
         assert torch.equal(got[key], expected[key]), key
 
 
-def test_a_dp_run_over_http_equals_the_simulation(fleet, tmp_path):
+@pytest.mark.parametrize("dp", [
+    "",
+    # adaptive clipping: the clip norm is state of the run, stored with each close
+    "dp_adaptive_quantile = 0.5\ndp_clipped_count_stddev = 1.0\ndp_clip_learning_rate = 0.5\n",
+    # the devices clip (pfl-client's FederatedClient); the server refuses an unclipped update
+    "dp_clip_on_device = true\n",
+], ids=["fixed", "adaptive", "on_device"])
+def test_a_dp_run_over_http_equals_the_simulation(fleet, tmp_path, dp):
     """Issue 24: DP-FedAvg is the same rule on both sides, its noise seeded by (seed, round)."""
     server, dirs, enrolled = fleet
     config = run_toml("fedavg", rounds=2) + \
-        "[aggregation]\ndp_clip_norm = 0.5\ndp_noise_multiplier = 1.0\n"
+        "[aggregation]\ndp_clip_norm = 0.5\ndp_noise_multiplier = 1.0\n" + dp
     status = run_algorithm(server, dirs, enrolled, config)
     expected = simulated_global(config, tmp_path / "sim")
     plain = simulated_global(run_toml("fedavg", rounds=2), tmp_path / "plain")
