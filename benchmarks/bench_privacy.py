@@ -9,8 +9,9 @@ the median round-0 update norm of this setting: 1.16), Gaussian noise on the sum
 The noise multiplier is calibrated before the run for (epsilon, delta, ROUNDS, PER_ROUND of
 CLIENTS) by sdk/privacy_accounting.calibrate_noise (the ``[aggregation]`` dp_target_epsilon);
 epsilon = inf is the same run without clipping or noise. What each method keeps on the device
-(SuPerFed's local model, FedRoD's hypernetwork-made personal head, PFL-MFE's classifier and
-gate, FedAvg+FT's fine-tuned copy) never passes through the noise.
+(SuPerFed's local model, PFL-MFE's classifier and gate, FedAvg+FT's fine-tuned copy) never
+passes through the noise; FedRoD-hyper's personal head is H(class counts; nu) with nu uploaded,
+so its personal head is as noisy as the shared model.
 
 Scores, after the LAST round (the simulator's final evaluation, server/sim_evaluation.py):
 ``global`` = the shared model on the global test set; ``personalized`` = each client's
@@ -158,6 +159,16 @@ def tables(rows: list[dict[str, Any]], s: Setting) -> str:
         cells = [f"{pct(by[m, e]['global'])} / {pct(by[m, e]['personalized'])}"
                  if (m, e) in by else "not run" for e in eps]
         lines.append(f"| {LABELS[m]} | " + " | ".join(cells) + " |")
+    finite = [e for e in eps if not math.isinf(e)]
+    if finite and math.inf in eps:  # what DP costs: points lost against the same method at inf
+        lines += ["", "DP's cost in points (accuracy at ε = inf minus at ε), global / "
+                  "personalized, and the personalized accuracy's lead over FedAvg's global "
+                  "model at the same ε:", "",
+                  "| method | " + " | ".join(f"ε = {eps_label(e)}" for e in finite) + " |",
+                  "|---" * (len(finite) + 1) + "|"]
+        for m in (m for m in LABELS if (m, math.inf) in by):
+            cells = [_cost(by, m, e) if (m, e) in by else "not run" for e in finite]
+            lines.append(f"| {LABELS[m]} | " + " | ".join(cells) + " |")
     lines += ["", "| method | ε target | noise multiplier z | ε spent (δ) | global | "
               "personalized (mean +- std) | personalized - global | last round | "
               "run minutes |", "|---|---|---|---|---|---|---|---|---|"]
@@ -171,6 +182,16 @@ def tables(rows: list[dict[str, Any]], s: Setting) -> str:
             f"{100 * (r['personalized'] - r['global']):+.1f} | {r['rounds']} | "
             f"{r['seconds'] / 60:.1f} |")
     return "\n".join(lines) + "\n"
+
+
+def _cost(by: dict[tuple[str, float], dict[str, Any]], method: str, epsilon: float) -> str:
+    """Points lost at ``epsilon`` against the same method at inf (global / personalized), and
+    the personalized accuracy's lead over FedAvg's global model at ``epsilon``."""
+    now, plain = by[method, epsilon], by[method, math.inf]
+    cell = " / ".join(f"{100 * (plain[k] - now[k]):.1f}" for k in ("global", "personalized"))
+    fedavg = by.get(("fedavg", epsilon))
+    return cell + (f" (lead {100 * (now['personalized'] - fedavg['global']):+.1f})"
+                   if fedavg else "")
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> Path:
@@ -229,9 +250,11 @@ def write(rows: list[dict[str, Any]], s: Setting, results: Path, threads: int) -
         "Numbers after the LAST round. `global` = the shared model on the global test set; "
         "`personalized` = each client's personalized model on the global test set weighted "
         "by its class distribution, mean over the evaluated clients (FedAvg: the global "
-        "model). What stays on the device (SuPerFed's local model, FedRoD's personal head "
-        "made by the hypernetwork from the client's class counts, PFL-MFE's classifier and "
-        "gate, FedAvg+FT's fine-tuned copy) is never noised.", "",
+        "model). What stays on the device (SuPerFed's local model, PFL-MFE's classifier and "
+        "gate, FedAvg+FT's fine-tuned copy) is never noised; FedRoD-hyper's personal head is "
+        "made from the client's class counts by the hypernetwork, which is uploaded and "
+        f"noised. A client trains in about {s.rounds * s.per_round / s.clients:g} rounds "
+        "(rounds x per round / clients): SuPerFed's local model learns only then.", "",
         text, f"![accuracy vs epsilon]({s.out}.png)", ""]
     (results / f"{s.out}.md").write_text("\n".join(notes))
     setting = {**s.__dict__, "epsilons": [eps_label(e) for e in s.epsilons]}
