@@ -37,6 +37,7 @@ from pflkit.server.simulator import Simulation
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
 WARMUP = int(os.environ.get("WARMUP", "1"))
 TF32_ROUNDS = int(os.environ.get("TF32_ROUNDS", "20"))
+ONLY = [k for k in os.environ.get("GPU_ROWS", "").split(",") if k]  # e.g. a-batched,a-plain
 GRAPHS = {"executor": "batched", "device": "cuda"}
 SYSTEMS = {"batched-eager": {**GRAPHS, "cuda_graphs": False}, "batched": GRAPHS,
            "batched-tf32": {**GRAPHS, "tf32": True}, "sequential": {"device": "cuda"}}
@@ -108,6 +109,8 @@ def plain(config: SimConfig, workdir: Path) -> dict[str, Any]:
 
 def guarded(label: str, run: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """One row; a failure is recorded in the row, and the section goes on."""
+    if ONLY and label not in ONLY:
+        return {"skipped": "not in GPU_ROWS"}
     try:
         row = run(*args, **kwargs)
     except Exception as error:  # noqa: BLE001 - one system's failure must not lose the others

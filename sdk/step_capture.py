@@ -54,7 +54,8 @@ def run_steps(step: Callable[[int], None], actives: Sequence[int], device: torch
     itself (the step number), never from Python values, and must not synchronize with the host.
     """
     capture = _CAPTURE.get() and device.type == "cuda"
-    pool = torch.cuda.graph_pool_handle() if capture else None
+    pool = None
+    graphs = []  # alive until the last replay: the pool they share lives as long as one does
     for active, count in segments(actives):
         if not capture or count < MIN_SEGMENT:
             for _ in range(count):
@@ -65,8 +66,9 @@ def run_steps(step: Callable[[int], None], actives: Sequence[int], device: torch
         with torch.cuda.stream(side):
             step(active)  # a real step, outside the capture
         torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
+        pool = torch.cuda.graph_pool_handle() if pool is None else pool
+        graphs.append(torch.cuda.CUDAGraph())
+        with torch.cuda.graph(graphs[-1], pool=pool):
             step(active)  # recorded, not run
         for _ in range(count - 1):
-            graph.replay()
+            graphs[-1].replay()

@@ -20,7 +20,9 @@ frame: the batched step's tests count them.
 the mark. Functorch's vmap hands its function fresh batched tensors and returns fresh ones: every
 ``vmap`` a pflkit module imported is wrapped to carry the mark in and out. Not covered:
 torch internals that call CUDA themselves once ``is_available()`` is True (torch.export's
-lowering, so ``personalize_on = "executorch"``), and whatever runs in other processes (Ray).
+lowering, so ``personalize_on = "executorch"``), whatever runs in other processes (Ray), and
+CUDA graphs: under the fake no step segment is long enough to be captured
+(:data:`pflkit.sdk.step_capture.MIN_SEGMENT` raised), so every batched step runs eagerly.
 """
 
 from __future__ import annotations
@@ -123,7 +125,9 @@ class FakeCuda(TorchFunctionMode):
     def __enter__(self) -> FakeCuda:
         users = [m for n, m in list(sys.modules.items())
                  if n.startswith("pflkit") and getattr(m, "vmap", None) is torch.func.vmap]
+        from pflkit.sdk import step_capture
         for owner, name, value in ((torch.cuda, "is_available", lambda: True),
+                                   (step_capture, "MIN_SEGMENT", sys.maxsize),
                                    (torch.cuda, "device_count", lambda: 1),
                                    (nn.Parameter, "__new__", _marking(nn.Parameter.__new__)),
                                    (nn.Parameter, "__deepcopy__",
