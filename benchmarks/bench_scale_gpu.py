@@ -189,8 +189,8 @@ def targets(gpu: dict[str, Any]) -> list[str]:
 def render(gpu: dict[str, Any]) -> list[str]:
     """The section's markdown lines: every row, then the targets."""
     if "skipped" in gpu:
-        return [f"Not run: {gpu['skipped']}. `bash tests/gpu_check.sh` on a machine with CUDA "
-                "fills this section."]
+        return [f"Not run here ({gpu['skipped']}): the runs on an H100 are in \"bench-scale on "
+                "a GPU\" below (`bash tests/gpu_check.sh`, results/scale_gpu.md)."]
     lines = [f"On {gpu['device']} (torch {gpu['torch']}, CUDA {gpu['cuda']}), mean of "
              f"{gpu['rounds']} rounds after {gpu['warmup']} warm-up, one run "
              "(tests/gpu_check.sh).", "",
