@@ -21,17 +21,10 @@ from typing import Any
 
 import torch
 from bench_overhead import plain_rounds
-from scale_workloads import PLANNED_ROUNDS, fedavg_config, superfed_config
+from scale_workloads import fedavg_config, many_clients_config, superfed_config
 
 from pflkit.sdk.metrics import predict, top_k_accuracy
-from pflkit.sdk.run_config import (
-    AlgorithmConfig,
-    DataConfig,
-    ExecutionConfig,
-    ModelConfig,
-    SimConfig,
-    TrainingConfig,
-)
+from pflkit.sdk.run_config import ExecutionConfig, SimConfig
 from pflkit.server.simulator import Simulation
 
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
@@ -41,18 +34,6 @@ ONLY = [k for k in os.environ.get("GPU_ROWS", "").split(",") if k]  # e.g. a-bat
 GRAPHS = {"executor": "batched", "device": "cuda"}
 SYSTEMS = {"batched-eager": {**GRAPHS, "cuda_graphs": False}, "batched": GRAPHS,
            "batched-tf32": {**GRAPHS, "tf32": True}, "sequential": {"device": "cuda"}}
-
-
-def many_clients_config(execution: ExecutionConfig | None = None) -> SimConfig:
-    """(c') FedAvg, FedRoD ConvNet, 1000 iid clients, all 1000 per round, E=1, B=20."""
-    return SimConfig(
-        seed=0, rounds=PLANNED_ROUNDS, eval_interval=10_000, checkpoint_interval=10_000,
-        data=DataConfig(dataset="fmnist", kind="iid", num_clients=1000),
-        model=ModelConfig("fedrod_convnet"), algorithm=AlgorithmConfig("fedavg"),
-        training=TrainingConfig(clients_per_round=1000, epochs=1, batch_size=20, lr=0.01,
-                                lr_decay=0.99, momentum=0.9, weight_decay=1e-5),
-        execution=execution or ExecutionConfig(),
-    )
 
 
 def top1(sim: Simulation, state: dict[str, torch.Tensor]) -> float:

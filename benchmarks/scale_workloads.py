@@ -1,4 +1,4 @@
-"""bench-scale's two workloads, defined once (the Flower harness imports them too)."""
+"""bench-scale's workloads, defined once (the Flower harness and the GPU section import them)."""
 
 from __future__ import annotations
 
@@ -42,5 +42,17 @@ def superfed_config(execution: ExecutionConfig | None = None) -> SimConfig:
         algorithm=AlgorithmConfig("superfed_mm", {"start_fraction": 0.0}),
         training=TrainingConfig(clients_per_round=5, epochs=10, batch_size=10, lr=0.01,
                                 lr_decay=0.99, momentum=0.9, weight_decay=1e-4),
+        execution=execution or ExecutionConfig(),
+    )
+
+
+def many_clients_config(execution: ExecutionConfig | None = None) -> SimConfig:
+    """(c') FedAvg, FedRoD ConvNet, 1000 iid clients, all 1000 per round, E=1, B=20."""
+    return SimConfig(
+        seed=0, rounds=PLANNED_ROUNDS, eval_interval=10_000, checkpoint_interval=10_000,
+        data=DataConfig(dataset="fmnist", kind="iid", num_clients=1000),
+        model=ModelConfig("fedrod_convnet"), algorithm=AlgorithmConfig("fedavg"),
+        training=TrainingConfig(clients_per_round=1000, epochs=1, batch_size=20, lr=0.01,
+                                lr_decay=0.99, momentum=0.9, weight_decay=1e-5),
         execution=execution or ExecutionConfig(),
     )
