@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,6 +53,27 @@ def clip_update(global_state: State, update: State, max_norm: float) -> State:
         delta = update[k].double() - global_state[k].double()
         out[k] = (global_state[k].double() + delta * scale).to(update[k].dtype)
     return out
+
+
+def refuse_unclippable(rules: AggregationConfig, schema: Mapping[str, tuple[Any, torch.dtype]],
+                       global_state: State) -> None:
+    """Refuse (one line) clipping an update with floating tensors that have no global copy.
+
+    Clipping (DP-FedAvg's ``dp_clip_norm``, or ``clip_norm``) bounds an update's change to the
+    round's global state, so each floating tensor of the update schema needs its global
+    counterpart: SCAFFOLD uploads control deltas while the global state holds the control
+    variate itself, and such a run would die at its first close. pfl-sim (exit 2) and
+    pfl-server (422 at run creation, the operator's floor applied) call this before any round.
+    """
+    if rules.dp_clip_norm is None and rules.clip_norm is None:
+        return
+    missing = [k for k, (_, dtype) in schema.items()
+               if dtype.is_floating_point and k not in global_state]
+    if missing:
+        setting = "dp_clip_norm" if rules.dp_clip_norm is not None else "clip_norm"
+        raise ValueError(f"aggregation.{setting}: the method uploads {len(missing)} tensor(s) "
+                         f"with no global counterpart to clip a change against (e.g. "
+                         f"'{missing[0]}'), so it cannot take clipping or DP")
 
 
 def trimmed_mean(values: np.ndarray, trim_fraction: float) -> np.ndarray:

@@ -151,17 +151,22 @@ def terms_of(setup: RunSetup, global_state: State) -> RunTerms:
     schema = {name: (list(shape), SAFETENSORS_DTYPES[str(dtype).removeprefix("torch.")])
               for name, (shape, dtype) in expected.items()}
     dp = setup.aggregation  # the keeper's rules: the devices clip to what it checks
+    secagg = {k: getattr(dp, k) for k in ("secagg_threshold", "secagg_neighbours",
+                                          "secagg_clip_range")} if dp.secagg else None
     return RunTerms(cfg.algorithm.name, cfg.model.name, task, schema,
-                    dp.dp_clip_norm if dp.dp_clip_on_device else None)
+                    dp.dp_clip_norm if dp.dp_clip_on_device else None, secagg)
 
 
 def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules) -> tuple[str, int, RunTerms]:
     """Build a run's initial global state into the blob store; its hash, rounds and terms."""
+    from pflkit.sdk.aggregation_rules import refuse_unclippable
     from pflkit.sdk.tensorio import state_to_bytes
 
     setup = build_setup(config_toml, rules)
-    with refused_as_invalid():  # builds the model
+    with refused_as_invalid():  # builds the model; clipping as the operator's floor sets it
         state = setup.algorithm.aggregation.init_global(setup.config.seed)
+        refuse_unclippable(setup.aggregation,
+                           setup.algorithm.aggregation.update_schema(state), state)
     terms = terms_of(setup, state)
     rules.check_update_size(terms)
     digest = BlobStore(blob_dir).put(state_to_bytes(state, {"rounds_done": "0"}))

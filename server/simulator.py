@@ -22,7 +22,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pflkit.sdk.aggregation_rules import AggregatorFactory, clip_update
+from pflkit.sdk.aggregation_rules import AggregatorFactory, clip_update, refuse_unclippable
 from pflkit.sdk.algorithms.base import ClientState, RoundContext, State
 from pflkit.sdk.builder import build_algorithm, load_data, partition_of
 from pflkit.sdk.data.federation import ClientData, Partition, partition_table, plot_partition
@@ -77,6 +77,8 @@ class Simulation:
             start_round, global_state = self._committed()
         if global_state is None:
             global_state = self.algorithm.aggregation.init_global(config.seed)
+        refuse_unclippable(config.aggregation,
+                           self.algorithm.aggregation.update_schema(global_state), global_state)
         # DP's clip norm is state of the run: a resumed run continues with the stored one
         self.rules = AggregatorFactory(self.algorithm.aggregation.new_aggregator,
                                        config.aggregation, Path(tempfile.gettempdir()),

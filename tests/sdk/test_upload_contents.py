@@ -19,6 +19,7 @@ import torch
 from upload_harness import HEADER, Federation, algorithm, federate, methods, table_row
 
 from pflkit.sdk.aggregation_config import AggregationConfig
+from pflkit.sdk.aggregation_rules import refuse_unclippable
 from pflkit.sdk.dp_fedavg import DpFedAvgAggregator
 from pflkit.sdk.privacy_accounting import dp_rounds
 from pflkit.sdk.protocol import METRICS_KEY
@@ -107,11 +108,22 @@ def noisy_mean(global_state: State, updates: list[State], clip: float) -> State:
     return aggregator.result()
 
 
-@pytest.mark.parametrize("method", [
-    pytest.param(m, marks=pytest.mark.xfail(
-        strict=True, raises=KeyError, reason="SCAFFOLD uploads control deltas, which have no "
-        "global counterpart for DP-FedAvg to clip against")) if m == "scaffold" else m
-    for m in methods() if m != "local"])
+def test_dp_is_refused_for_scaffold_whose_control_deltas_have_no_global_copy(federation):
+    """SCAFFOLD + DP died at its first close (KeyError): now refused before the run, in one line.
+
+    pfl-sim and pfl-server call this check before any round (tests/server/test_dp_floor.py).
+    """
+    fed = federation("scaffold")
+    g = fed.globals[1]
+    schema = algorithm("scaffold").aggregation.update_schema(g)
+    dp = AggregationConfig(dp_clip_norm=0.5, dp_noise_multiplier=1.0)
+    with pytest.raises(ValueError, match=r"^aggregation.dp_clip_norm: the method uploads \d+ "
+                       r"tensor\(s\) with no global counterpart .*'control_delta\."):
+        refuse_unclippable(dp, schema, g)
+    refuse_unclippable(AggregationConfig(), schema, g)  # without clipping: nothing to refuse
+
+
+@pytest.mark.parametrize("method", [m for m in methods() if m not in ("local", "scaffold")])
 def test_dp_clips_and_noises_every_tensor_a_device_uploads(method, federation):
     """Every upload is clipped to C (all of it: one norm), every uploaded coordinate noised.
 

@@ -163,8 +163,8 @@ def table_row(fed: Federation) -> str:
     covered = [k for k, (_, dtype) in schema.items()
                if dtype.is_floating_point and k in global_state]
     rest = sorted(set(schema) - set(covered))
-    eps = group(covered) + (f"; not {group(rest)}: a DP run fails at the round's close"
-                            if rest else "")
+    eps = f"none: DP is refused before the run ({group(rest)} have no global copy)" if rest \
+        else group(covered)
     return f"| `{fed.method}` | {group(schema)} | {stays} | {eps} |"
 
 

@@ -8,11 +8,14 @@ so, and a run the floor cannot compare with is refused when it is created (422).
 from __future__ import annotations
 
 import pytest
+from server_harness import run_toml
 from service_harness import current, global_of, service_for
+from typer.testing import CliRunner
 
 from pflkit.sdk.privacy_accounting import epsilon
 from pflkit.sdk.tensorio import state_to_bytes
 from pflkit.server.errors import Invalid
+from pflkit.server.simulator_cli import app
 
 DP_RUN = "[aggregation]\ndp_clip_norm = {clip}\ndp_noise_multiplier = {z}\n"
 
@@ -68,3 +71,27 @@ def test_a_run_the_floor_cannot_meet_is_refused_when_created(tmp_path, run, mess
     service.runs.transition(current(service)[0]["id"], "stop")
     with pytest.raises(Invalid, match=message):
         service.runs.create((tmp_path / "run.toml").read_text() + run)
+
+
+@pytest.mark.parametrize("run, floor", [
+    ("[aggregation]\ndp_clip_norm = 0.5\ndp_noise_multiplier = 1.0\n", {}),  # the run's DP
+    ("", {"dp_clip_norm": 0.3, "dp_noise_multiplier": 2.0}),  # the operator's floor forces it
+], ids=["run", "floor"])
+def test_dp_on_scaffold_is_refused_when_created(tmp_path, run, floor):
+    """SCAFFOLD's control deltas have no global copy to clip against: 422, not a dead close."""
+    service, _ = service_for(tmp_path, None, per_round=3, **floor)
+    service.runs.transition(current(service)[0]["id"], "stop")
+    with pytest.raises(Invalid, match=r"^run config: aggregation.dp_clip_norm: the method "
+                       r"uploads \d+ tensor\(s\) with no global counterpart"):
+        service.runs.create(run_toml("scaffold", rounds=2, per_round=3) + run)
+
+
+def test_pfl_sim_refuses_dp_on_scaffold_before_the_run(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text(run_toml("scaffold", rounds=2) + DP_RUN.format(clip=0.5, z=1.0))
+    result = CliRunner().invoke(app, ["--config", str(config), "--out", str(tmp_path / "out"),
+                                      "--quiet"])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: aggregation.dp_clip_norm: the method uploads ")
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
