@@ -26,6 +26,10 @@ MIN_SEGMENT = 4
 _CAPTURE: ContextVar[bool] = ContextVar("pflkit_cuda_graphs", default=False)
 
 
+class CaptureError(RuntimeError):
+    """A step that cannot be recorded (it syncs with the host or allocates host memory)."""
+
+
 @contextlib.contextmanager
 def cuda_graphs(enabled: bool) -> Iterator[None]:
     """Let :func:`run_steps` capture and replay CUDA steps within this block."""
@@ -68,7 +72,13 @@ def run_steps(step: Callable[[int], None], actives: Sequence[int], device: torch
         torch.cuda.current_stream(device).wait_stream(side)
         pool = torch.cuda.graph_pool_handle() if pool is None else pool
         graphs.append(torch.cuda.CUDAGraph())
-        with torch.cuda.graph(graphs[-1], pool=pool):
-            step(active)  # recorded, not run
+        try:
+            with torch.cuda.graph(graphs[-1], pool=pool):
+                step(active)  # recorded, not run
+        except RuntimeError as error:  # e.g. a loss that reads a value on the host
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
+            raise CaptureError(f"a batched step could not be captured as a CUDA graph "
+                               f"({first}); set execution.cuda_graphs = false to run the steps "
+                               "eagerly") from error
         for _ in range(count - 1):
             graphs[-1].replay()
