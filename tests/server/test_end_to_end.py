@@ -71,7 +71,12 @@ def run_algorithm(server: Server, dirs, enrolled: dict, config: str) -> dict:
         procs.append(ctx.Process(target=_client, args=(server.url, str(folder / ".state"),
                                                        str(folder), token)))
         procs[-1].start()
-    status = server.wait_for(lambda s: s["status"] == "finished")
+    # a client that fails (e.g. an upload refused 422) ends the wait: the run would never finish
+    status = server.wait_for(lambda s: s["status"] == "finished" or any(
+        p.exitcode not in (None, 0) for p in procs))
+    if status["status"] != "finished":
+        for proc in procs:
+            proc.terminate()
     for proc in procs:
         proc.join(GUARD)
     assert [p.exitcode for p in procs] == [0, 0, 0]
