@@ -32,6 +32,8 @@ Delta = Annotated[float, _DELTA]
 _QUANTILE = in_range(0.0, 1.0, open_low=True, open_high=True)
 _CLIP_RATE = in_range(0.0, 10.0, open_low=True)  # eta_C of the geometric update
 _COUNT_STD = in_range(0.0, 1e6, open_low=True)  # sigma_b, in clients
+_SECAGG_T = in_range(0.5, 1.0, open_low=True)  # t over K: over half, so t > K / 2
+_SECAGG_K = in_range(2, 10_000)  # SecAgg+'s neighbours (even); None: every other device
 _ROBUSTNESS = {"mean": 0, "trimmed_mean": 1, "median": 2}  # median: the highest breakdown point
 
 
@@ -56,8 +58,22 @@ class AggregationConfig:
     dp_clip_learning_rate: Annotated[float, Strict(), _CLIP_RATE] = 0.2  # eta_C
     dp_clipped_count_stddev: Annotated[float, Strict(), _COUNT_STD] | None = None  # None: m/20
     dp_clip_on_device: Annotated[bool, Strict()] = False  # devices clip; the server checks
+    # secure aggregation (sdk/secagg, docs/privacy.md): the server learns only the round's sum
+    # of changes, each coordinate clipped to [-secagg_clip_range, secagg_clip_range] and
+    # quantized; the mean is unweighted over the survivors; t = ceil(secagg_threshold * K) of
+    # a device's K share holders (itself and its neighbours) must survive; mean rule only
+    secagg: Annotated[bool, Strict()] = False
+    secagg_threshold: Annotated[float, Strict(), _SECAGG_T] = 0.6
+    secagg_neighbours: Annotated[int, Strict(), _SECAGG_K] | None = None
+    secagg_clip_range: Annotated[float, Strict(), _CLIP] = 1.0
 
     def __post_init__(self) -> None:
+        if self.secagg_neighbours is not None and self.secagg_neighbours % 2:
+            raise ValueError(f"secagg_neighbours must be even, got {self.secagg_neighbours}")
+        if self.secagg and (self.rule != "mean" or self.clip_norm is not None
+                            or self.dp_clip_norm is not None):
+            raise ValueError("secagg: the server sees only the sum, so it takes rule = \"mean\""
+                             ", no clip_norm and (not yet) no DP")
         noise = (self.dp_noise_multiplier, self.dp_target_epsilon)
         if self.dp_clip_norm is None:
             given = [f for f in ("dp_noise_multiplier", "dp_target_epsilon", "dp_max_epsilon",
@@ -98,6 +114,8 @@ class AggregationConfig:
             norms = [c.clip_norm for c in (self, floor) if c.clip_norm is not None]
             return dataclasses.replace(self, rule=rule, trim_fraction=max(trims),
                                        clip_norm=min(norms) if norms else None)
+        if self.secagg:  # the server would noise a sum it cannot see
+            raise ValueError("secagg: this server's floor sets DP, which SecAgg does not take yet")
         for side, config in (("this server's floor", floor), ("the run", self)):
             if config.rule != "mean":
                 raise ValueError(f"rule: {side} asks for {config.rule!r}, but DP-FedAvg "

@@ -60,6 +60,8 @@ from pflkit.sdk.pending_round import FILE as PENDING_FILE
 from pflkit.sdk.pending_round import PendingRound
 from pflkit.sdk.protocol import METRICS_KEY, task_clip_norm
 from pflkit.sdk.registry import ImportPolicy
+from pflkit.sdk.secagg.wire import TASK_KEY
+from pflkit.sdk.secagg_device import change_vector, take_part
 from pflkit.sdk.seeding import numpy_rng
 from pflkit.sdk.state_store import DeviceStateStore
 from pflkit.sdk.task_config import TaskConfig
@@ -230,9 +232,13 @@ class FederatedClient:
             pending = self._train(task)
         status = "trained"
         try:
-            self._request("PUT", f"/v1/runs/{pending.run_id}/rounds/{pending.round}/update",
-                          params={"num_samples": pending.num_samples}, content=pending.upload,
-                          headers={"Content-Type": "application/octet-stream"})
+            if task.get(TASK_KEY):  # secure aggregation: the update leaves masked (docs/privacy.md)
+                take_part(self._request, self.client_id, task, change_vector(
+                    state_from_bytes(pending.upload), self.global_state(task["global_hash"])))
+            else:
+                self._request("PUT", f"/v1/runs/{pending.run_id}/rounds/{pending.round}/update",
+                              params={"num_samples": pending.num_samples}, content=pending.upload,
+                              headers={"Content-Type": "application/octet-stream"})
         except ServerRefused as err:
             if err.status == 409:  # e.g. paused meanwhile: keep the pending round, poll again
                 log.warning("round %s: upload deferred: %s", pending.round, err.detail)

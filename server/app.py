@@ -26,7 +26,17 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pflkit.sdk.protocol import RETRY_AFTER
-from pflkit.server.api import clients, globals, health, queries, runs, tasks, tokens, updates
+from pflkit.server.api import (
+    clients,
+    globals,
+    health,
+    queries,
+    runs,
+    secagg,
+    tasks,
+    tokens,
+    updates,
+)
 from pflkit.server.errors import ServiceError
 from pflkit.server.http_protocol import BoundedHeadProtocol
 from pflkit.server.service import build_service
@@ -141,6 +151,6 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         errors = [{k: v for k, v in e.items() if k != "input"} for e in err.errors()]
         return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
 
-    for module in (health, runs, tokens, clients, tasks, globals, updates, queries):
+    for module in (health, runs, tokens, clients, tasks, globals, updates, queries, secagg):
         app.include_router(module.router, prefix=f"/{API_VERSION}")
     return app

@@ -126,3 +126,33 @@ class RunTermsRow(Base):
     __tablename__ = "run_plans"
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), primary_key=True)
     terms: Mapped[dict[str, Any]] = mapped_column("plan")
+
+
+class SecAggStep(Base):
+    """A secure-aggregation round's current step and when it began (``server/secagg_rounds.py``).
+
+    ``stage``: keys, shares, masked, unmask, done or failed (``error`` says why). Tables of
+    their own, so databases written by earlier versions open unchanged and gain them.
+    """
+
+    __tablename__ = "secagg_steps"
+    round_id: Mapped[int] = mapped_column(ForeignKey("rounds.id"), primary_key=True)
+    stage: Mapped[str] = mapped_column(String(16))
+    stage_at: Mapped[float]
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class SecAggMessage(Base):
+    """A message a device sent in a secure-aggregation round, as it was accepted (wire form).
+
+    A masked input is a blob (``payload`` names it); the round's state is these messages
+    replayed in order, so every worker process and a restarted server see the same round.
+    """
+
+    __tablename__ = "secagg_messages"
+    __table_args__ = (UniqueConstraint("round_id", "client_id", "step"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    round_id: Mapped[int] = mapped_column(ForeignKey("rounds.id"), index=True)
+    client_id: Mapped[int] = mapped_column(ForeignKey("clients.id"))
+    step: Mapped[str] = mapped_column(String(16))
+    payload: Mapped[dict[str, Any]]

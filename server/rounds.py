@@ -35,6 +35,8 @@ from pflkit.server.coordinator import Coordinator
 from pflkit.server.faults import crash_point
 from pflkit.server.orm import Client, Round, Run, RunClipNorm, Update
 from pflkit.server.privacy_status import server_metadata
+from pflkit.server.secagg_close import secagg_global
+from pflkit.server.secagg_rounds import SecAggRounds
 from pflkit.server.store import Store
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,9 @@ class RoundKeeper:
                     self._open_round(s, run)
                 return None
             stuck = rnd.status == "closing" and (rnd.claimed_at or 0) < now - CLOSING_LEASE
-            if rnd.status == "open":
+            if rnd.status == "open" and self.store.terms(s, run).secagg is not None:
+                due = SecAggRounds(self.store).due(s, rnd, now)  # its steps have deadlines
+            elif rnd.status == "open":
                 due = rnd.received >= self.store.quorum(s, rnd) or now >= rnd.deadline_at
             else:
                 due = stuck
@@ -156,11 +160,18 @@ class RoundKeeper:
         if plan.sampled != rnd.sampled:
             raise RuntimeError(f"round {rnd.index}: resampling gave {plan.sampled}, "
                                f"stored {rnd.sampled}")
-        for row in updates:
-            coord.submit(row.client_id, row.num_samples,
-                         state_from_bytes(self.store.blobs.get(row.blob_hash), row.blob_hash))
-            crash_point("close_mid_fold")
-        new_global = coord.close_round()
+        with self.store.transaction() as s:
+            terms = self.store.terms(s, run)
+        extra: dict[str, Any] = {}
+        if terms.secagg is not None:  # the server has only the survivors' sum
+            new_global, extra = secagg_global(SecAggRounds(self.store), rnd, terms,
+                                              coord.global_state)
+        else:
+            for row in updates:
+                coord.submit(row.client_id, row.num_samples,
+                             state_from_bytes(self.store.blobs.get(row.blob_hash), row.blob_hash))
+                crash_point("close_mid_fold")
+            new_global = coord.close_round()
         setup = self.store.setup(run)
         # epsilon after this round, as pfl-sim's metrics rows have it; the global state carries
         # it too, so a device's export can write it in the model card (docs/privacy.md)
@@ -171,7 +182,7 @@ class RoundKeeper:
                 **server_metadata(spent, n, setup.schedule.sample_size(n))}
         digest = self.store.blobs.put(state_to_bytes(new_global, meta))
         crash_point("close_after_blob")
-        metrics = {**_round_metrics(updates), **spent}
+        metrics = {**_round_metrics(updates), **spent, **extra}
         with self.store.transaction() as s:
             # only under the claim whose updates were folded: a replica starting up reopens
             # closing rounds (recover), so uploads can land before the next claim

@@ -9,6 +9,7 @@ into HTTP statuses). The database is the source of truth, so any number of worke
 * ``tasks`` -- what a client should do, global-state downloads, algorithm queries
   (``tasks.py``);
 * ``uploads`` -- admit, validate, store durably, acknowledge (``uploads.py``);
+* ``secagg`` -- secure aggregation's messages (``secagg_rounds.py``);
 * ``rounds`` -- open and close rounds (``rounds.py``): the only part that aggregates tensors,
   built on first use, so a process that never keeps rounds never imports PyTorch.
 """
@@ -24,6 +25,7 @@ from pflkit.server.blobs import BlobStore, private_dir
 from pflkit.server.db import init_db, make_engine
 from pflkit.server.enrollment import Enrollment
 from pflkit.server.runs import Runs
+from pflkit.server.secagg_rounds import SecAggRounds
 from pflkit.server.settings import ServerSettings
 from pflkit.server.store import Store
 from pflkit.server.tasks import Tasks
@@ -42,6 +44,7 @@ class FederationService:
     enrollment: Enrollment = field(init=False)
     tasks: Tasks = field(init=False)
     uploads: Uploads = field(init=False)
+    secagg: SecAggRounds = field(init=False)
     on_quorum: Callable[[], None] = lambda: None  # when accepted uploads may close a round
 
     def __post_init__(self) -> None:
@@ -49,6 +52,7 @@ class FederationService:
         self.enrollment = Enrollment(self.store)
         self.tasks = Tasks(self.store)
         self.uploads = Uploads(self.store, self.on_quorum)
+        self.secagg = SecAggRounds(self.store, self.on_quorum)
 
     @property
     def settings(self) -> ServerSettings:

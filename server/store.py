@@ -67,6 +67,7 @@ class RunTerms:
     task: dict[str, Any]  # TaskConfig.to_wire(): what every task's "config" is
     schema: dict[str, tuple[list[int], str]]  # update tensor -> (shape, safetensors dtype)
     device_clip_norm: float | None = None  # DP's C when devices clip (dp_clip_on_device)
+    secagg: dict[str, Any] | None = None  # [aggregation]'s secagg_* settings (secure aggregation)
 
     def to_json(self) -> dict[str, Any]:
         """The stored form."""
@@ -79,7 +80,7 @@ class RunTerms:
             return None
         schema = {k: (list(shape), dtype) for k, (shape, dtype) in data["schema"].items()}
         return cls(data["algorithm"], data["model"], data["task"], schema,
-                   data.get("device_clip_norm"))
+                   data.get("device_clip_norm"), data.get("secagg"))
 
 
 class Store:

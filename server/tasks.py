@@ -12,8 +12,10 @@ from typing import Any
 from sqlalchemy import select
 
 from pflkit.sdk.protocol import CLIP_NORM_KEY
+from pflkit.sdk.secagg.wire import TASK_KEY, setup_to_wire
 from pflkit.server.errors import Invalid, NotFound
-from pflkit.server.orm import Round, Run, Update
+from pflkit.server.orm import Round, Run, SecAggMessage, Update
+from pflkit.server.secagg_rounds import SecAggRounds
 from pflkit.server.store import Store
 
 
@@ -50,13 +52,18 @@ class Tasks:
             rnd = self.store.round_of(s, run, run.rounds_done)
             if rnd is None or rnd.status != "open" or client_id not in rnd.sampled:
                 return {**base, "status": "wait"}
+            # a SecAgg device that sent anything is in the protocol (one restarted dropped out)
             sent = s.scalar(select(Update.id).where(Update.round_id == rnd.id,
-                                                    Update.client_id == client_id))
-            clip = {} if terms.device_clip_norm is None else \
+                                                    Update.client_id == client_id)) or \
+                s.scalar(select(SecAggMessage.id).where(SecAggMessage.round_id == rnd.id,
+                                                        SecAggMessage.client_id == client_id))
+            extra: dict[str, Any] = {} if terms.device_clip_norm is None else \
                 {CLIP_NORM_KEY: terms.device_clip_norm}
+            if terms.secagg is not None:
+                extra[TASK_KEY] = setup_to_wire(SecAggRounds.setup(rnd, terms))
             return {**base, "status": "uploaded" if sent is not None else "train",
                     "deadline": rnd.deadline_at, "global_hash": rnd.global_hash,
-                    "config": config, **clip}
+                    "config": config, **extra}
 
     def preview(self) -> dict[str, Any]:
         """The newest run's task config, for a device to check before it enrolls.

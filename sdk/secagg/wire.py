@@ -1,0 +1,164 @@
+"""The JSON form of secure-aggregation messages and of a round's setup, for pfl-server's API.
+
+One definition both sides import (pfl-server stores what it received in this form too).
+Bytes travel as base64 and peer ids as JSON object keys; the sender and the round come from
+the request (the authenticated client, the URL), never from the body. Anything that does not
+decode is a :class:`SecAggError` naming the field, so the server answers 422 and stores nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import math
+from typing import Any
+
+from pflkit.sdk.secagg.messages import (
+    MAX_CLIENTS,
+    AdvertiseKeys,
+    KeyDirectory,
+    RoundSetup,
+    SecAggError,
+    ShareKeys,
+    SharesIn,
+    UnmaskRequest,
+    UnmaskResponse,
+)
+
+TASK_KEY = "secagg"  # a task of a SecAgg round carries its public setup under this key
+FLOATING = ("F16", "BF16", "F32", "F64")  # safetensors dtypes that are masked (others: kept)
+
+
+def threshold(fraction: float, holders: int) -> int:
+    """The threshold for ``holders`` share holders: ``ceil(fraction * K)``, over half."""
+    return max(holders // 2 + 1, math.ceil(fraction * holders - 1e-9))
+
+
+def round_setup(config: dict[str, Any], round_id: int, sampled: list[int], global_hash: str,
+                schema: dict[str, tuple[list[int], str]]) -> RoundSetup:
+    """A round's public setup from the run's ``[aggregation]`` secagg settings.
+
+    The vector is every floating tensor of the update schema, flattened in name order; the
+    neighbour graph is drawn from the round's global-state hash (public, fixed at opening).
+    """
+    n = len(sampled)
+    k = config["secagg_neighbours"]
+    k = n - 1 if k is None or k >= n - 1 else k
+    dimension = sum(math.prod(shape) for name, (shape, dtype) in sorted(schema.items())
+                    if dtype in FLOATING)
+    return RoundSetup(round_id=round_id, roster=tuple(sorted(sampled)),
+                      threshold=threshold(config["secagg_threshold"], min(k, n - 1) + 1),
+                      neighbours=k, dimension=dimension,
+                      clip_range=config["secagg_clip_range"],
+                      graph_seed=hashlib.sha256(b"secagg-graph" + global_hash.encode()).digest())
+
+
+def setup_to_wire(setup: RoundSetup) -> dict[str, Any]:
+    """The setup as a task carries it."""
+    return {"round_id": setup.round_id, "roster": list(setup.roster),
+            "threshold": setup.threshold, "neighbours": setup.neighbours,
+            "dimension": setup.dimension, "clip_range": setup.clip_range,
+            "graph_seed": _b64(setup.graph_seed)}
+
+
+def setup_from_wire(data: dict[str, Any]) -> RoundSetup:
+    """The setup a task carries (RoundSetup checks it)."""
+    return RoundSetup(data["round_id"], tuple(data["roster"]), data["threshold"],
+                      data["neighbours"], data["dimension"], float(data["clip_range"]),
+                      _bytes(data["graph_seed"], "graph_seed"))
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def _bytes(text: object, what: str) -> bytes:
+    if not isinstance(text, str) or len(text) > 4096:
+        raise SecAggError(f"{what} must be base64 text of at most 4096 characters")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise SecAggError(f"{what} is not base64") from None
+
+
+def _id(key: object, what: str) -> int:
+    if not isinstance(key, str) or not key.isdecimal() or len(key) > 10:
+        raise SecAggError(f"{what}: {str(key)[:20]!r} is not a client id")
+    return int(key)
+
+
+def _by_id(data: object, what: str) -> dict[int, bytes]:
+    if not isinstance(data, dict) or len(data) > MAX_CLIENTS:
+        raise SecAggError(f"{what} must be an object of at most {MAX_CLIENTS} client ids")
+    return {_id(k, what): _bytes(v, f"{what}[{str(k)[:10]}]") for k, v in data.items()}
+
+
+def _ids(data: object, what: str) -> tuple[int, ...]:
+    if not isinstance(data, list) or not all(isinstance(v, int) for v in data):
+        raise SecAggError(f"{what} must be a list of client ids")
+    return tuple(data)
+
+
+def keys_to_wire(msg: AdvertiseKeys) -> dict[str, Any]:
+    """Step 1, device -> server."""
+    return {"cipher_key": _b64(msg.cipher_key), "mask_key": _b64(msg.mask_key)}
+
+
+def keys_from_wire(sender: int, round_id: int, data: dict[str, Any]) -> AdvertiseKeys:
+    """Step 1 as the server reads it."""
+    return AdvertiseKeys(sender, round_id, _bytes(data.get("cipher_key"), "cipher_key"),
+                         _bytes(data.get("mask_key"), "mask_key"))
+
+
+def directory_to_wire(msg: KeyDirectory) -> dict[str, Any]:
+    """Step 1's answer, server -> device."""
+    return {"keys": {str(v): [_b64(a), _b64(b)] for v, (a, b) in msg.keys.items()}}
+
+
+def directory_from_wire(round_id: int, data: dict[str, Any]) -> KeyDirectory:
+    """Step 1's answer as the device reads it."""
+    keys = data.get("keys")
+    if not isinstance(keys, dict) or not all(isinstance(p, list) and len(p) == 2
+                                             for p in keys.values()):
+        raise SecAggError("keys must map client ids to two public keys")
+    return KeyDirectory(round_id, {_id(v, "keys"): (_bytes(a, "key"), _bytes(b, "key"))
+                                   for v, (a, b) in keys.items()})
+
+
+def shares_to_wire(msg: ShareKeys | SharesIn) -> dict[str, Any]:
+    """Step 2 (device -> server) and its answer (server -> device): envelopes by peer."""
+    return {"shares": {str(v): _b64(blob) for v, blob in msg.shares.items()}}
+
+
+def share_keys_from_wire(sender: int, round_id: int, data: dict[str, Any]) -> ShareKeys:
+    """Step 2 as the server reads it."""
+    return ShareKeys(sender, round_id, _by_id(data.get("shares"), "shares"))
+
+
+def shares_in_from_wire(round_id: int, data: dict[str, Any]) -> SharesIn:
+    """Step 2's answer as the device reads it."""
+    return SharesIn(round_id, _by_id(data.get("shares"), "shares"))
+
+
+def request_to_wire(msg: UnmaskRequest) -> dict[str, Any]:
+    """Step 4's request, server -> device."""
+    return {"survivors": list(msg.survivors), "dropped": list(msg.dropped)}
+
+
+def request_from_wire(round_id: int, data: dict[str, Any]) -> UnmaskRequest:
+    """Step 4's request as the device reads it."""
+    return UnmaskRequest(round_id, _ids(data.get("survivors"), "survivors"),
+                         _ids(data.get("dropped"), "dropped"))
+
+
+def unmask_to_wire(msg: UnmaskResponse) -> dict[str, Any]:
+    """Step 4, device -> server."""
+    return {"seed_shares": {str(u): _b64(s) for u, s in msg.seed_shares.items()},
+            "key_shares": {str(u): _b64(s) for u, s in msg.key_shares.items()}}
+
+
+def unmask_from_wire(sender: int, round_id: int, data: dict[str, Any]) -> UnmaskResponse:
+    """Step 4 as the server reads it."""
+    return UnmaskResponse(sender, round_id, _by_id(data.get("seed_shares"), "seed_shares"),
+                          _by_id(data.get("key_shares"), "key_shares"))

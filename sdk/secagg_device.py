@@ -1,0 +1,53 @@
+"""A device's part in a secure-aggregation round over HTTP: what it uploads instead of its update.
+
+:class:`~pflkit.sdk.client.FederatedClient` calls :func:`take_part` when the task carries a
+SecAgg setup (``wire.TASK_KEY``). The device sends its change to the round's global state (the
+floating tensors of its update, flattened in name order) masked: the server learns only the
+survivors' sum. The four steps are :class:`~pflkit.sdk.secagg.client.SecAggClient`'s; a step's
+answer that is not ready comes back as 409 with ``Retry-After``, which the connection waits out.
+The keys live in memory only: a device restarted mid-round has dropped out of it (the server's
+task then says ``uploaded``) and the others recover the round without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import numpy as np
+
+from pflkit.sdk.algorithms.base import State
+from pflkit.sdk.secagg import wire
+
+
+def change_vector(update: State, global_state: State) -> np.ndarray:
+    """The update's change on its floating tensors, float64, flattened in name order."""
+    parts = [(update[k].double() - global_state[k].double()).cpu().reshape(-1).numpy()
+             for k in sorted(update) if update[k].is_floating_point()]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def take_part(request: Callable[..., httpx.Response], client_id: int, task: dict[str, Any],
+              change: np.ndarray) -> None:
+    """Run the round's four steps for this device (``request``: its authenticated HTTP call).
+
+    Needs ``cryptography`` (the ``secagg`` extra), imported only by devices in SecAgg runs.
+    """
+    from pflkit.sdk.secagg.client import SecAggClient
+
+    setup = wire.setup_from_wire(task[wire.TASK_KEY])
+    if change.shape != (setup.dimension,):
+        raise ValueError(f"secagg: the update has {change.size} floating values, the round "
+                         f"masks {setup.dimension}")
+    device = SecAggClient(client_id, setup)
+    base = f"/v1/runs/{task['run_id']}/rounds/{task['round']}/secagg"
+    r = setup.round_id
+    request("POST", f"{base}/keys", json=wire.keys_to_wire(device.advertise_keys()))
+    directory = wire.directory_from_wire(r, request("GET", f"{base}/keys").json())
+    request("POST", f"{base}/shares", json=wire.shares_to_wire(device.share_keys(directory)))
+    shares = wire.shares_in_from_wire(r, request("GET", f"{base}/shares").json())
+    request("PUT", f"{base}/masked", content=device.masked_input(shares, change).vector,
+            headers={"Content-Type": "application/octet-stream"})
+    ask = wire.request_from_wire(r, request("GET", f"{base}/unmask").json())
+    request("POST", f"{base}/unmask", json=wire.unmask_to_wire(device.unmask(ask)))
