@@ -1,18 +1,23 @@
 """How a round's client updates become the next global state: streamed, one at a time.
 
 An aggregator keeps O(model) memory whatever the number of clients, so the server and the
-simulator fold updates as they arrive (in client-id order) instead of holding them all.
+simulator fold updates as they arrive (in client-id order) instead of holding them all. A
+batched fit's updates arrive as (K, ...) stacks (:meth:`Aggregator.add_stacked`): folding a
+stack in a few calls instead of K spares the per-client work (issue 22, 1000 clients a round).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 import torch
 
 from pflkit.sdk.tensorio import State
 
 __all__ = ["Aggregator", "State", "WeightedMean"]
+
+FOLD_ELEMENTS = 1 << 22  # float64 terms per cumulative sum in WeightedMean.add_stacked (32 MB)
 
 
 class Aggregator(ABC):
@@ -21,6 +26,14 @@ class Aggregator(ABC):
     @abstractmethod
     def add(self, weight: float, update: State) -> None:
         """Fold in one client's update with aggregation weight ``weight``."""
+
+    def add_stacked(self, weights: Sequence[float], stacks: State) -> None:
+        """Fold in ``len(weights)`` updates, row k of every (K, ...) stack with ``weights[k]``.
+
+        The same result as :meth:`add` on each row in order (the default does just that).
+        """
+        for k, weight in enumerate(weights):
+            self.add(weight, {name: stack[k] for name, stack in stacks.items()})
 
     @abstractmethod
     def result(self) -> State:
@@ -48,6 +61,33 @@ class WeightedMean(Aggregator):
             term = value.detach().to(torch.float64) * weight
             self._sum[key] = term if acc is None else acc.add_(term)
             self._weight[key] = self._weight.get(key, 0.0) + weight
+
+    def add_stacked(self, weights: Sequence[float], stacks: State) -> None:
+        """:meth:`add` for every row, with the same float64 sums bit for bit.
+
+        A CPU cumulative sum adds its rows one after the other into a float64 accumulator, so
+        its last row is the running sum that :meth:`add` would reach (a stack-wide ``sum``
+        adds in another order and rounds differently); the one difference: it starts from +0,
+        so a coordinate where every term is -0.0 sums to +0.0. ``FOLD_ELEMENTS`` at a time.
+        """
+        if any(w < 0 for w in weights):
+            raise ValueError(f"aggregation weight must be >= 0, got {min(weights)}")
+        if not weights:
+            return
+        scale = torch.tensor(weights, dtype=torch.float64)
+        for key, stack in stacks.items():
+            span = max(1, FOLD_ELEMENTS // max(1, stack[0].numel()))
+            for start in range(0, len(weights), span):
+                rows = stack[start : start + span].detach().to(torch.float64, copy=True)
+                terms = rows.mul_(scale[start : start + span].view(-1, *(1,) * (rows.dim() - 1)))
+                acc = self._sum.get(key)
+                if acc is not None:
+                    terms = torch.cat([acc.unsqueeze(0), terms])
+                self._sum[key] = (terms.cumsum(0) if len(terms) > 1 else terms)[-1].clone()
+            total = self._weight.get(key, 0.0)
+            for weight in weights:
+                total += weight
+            self._weight[key] = total
 
     def result(self) -> State:
         """sum_k n_k u_k / sum_k n_k per key, cast back to the global dtype."""
