@@ -237,7 +237,8 @@ public final class FederatedClient {
     Safetensors global = globalState(task.globalHash);
     RoundTrainer.Result result = trainer.train(task, global, clientState(task.runId));
     Map<String, Object> metrics = new LinkedHashMap<String, Object>(result.metrics);
-    byte[] upload = Safetensors.write(result.update,
+    byte[] upload = Safetensors.write(task.clipNorm == null ? result.update  // devices clip
+        : UpdateClipping.clip(global.tensors, result.update, task.clipNorm),
         Collections.singletonMap(Wire.METRICS, JsonWriter.write(metrics)));
     PendingRound pending = new PendingRound(task.runId, task.round, result.numSamples, upload,
         result.state);

@@ -21,6 +21,11 @@ public final class Task {
   public final Double deadline;
   public final String globalHash;
   /**
+   * The L2 norm the upload's change to the global state must stay within (the run's devices
+   * clip: {@code dp_clip_on_device}; the client clips before uploading), or null.
+   */
+  public final Double clipNorm;
+  /**
    * The run's config (algorithm, params, model, input_shape, lr_schedule, local, ...) or empty;
    * the same for every round of a run.
    */
@@ -35,6 +40,12 @@ public final class Task {
     deadline = d == null || d == Json.NULL ? null : number(d, Wire.DEADLINE);
     Object h = json.get(Wire.GLOBAL_HASH);
     globalHash = h == null || h == Json.NULL ? null : string(h, Wire.GLOBAL_HASH);
+    Object clip = json.get(Wire.CLIP_NORM);
+    clipNorm = clip == null || clip == Json.NULL ? null : number(clip, Wire.CLIP_NORM);
+    if (clipNorm != null && !(clipNorm > 0 && clipNorm < Double.POSITIVE_INFINITY)) {
+      throw new IllegalArgumentException("task: clip_norm must be a positive number, found "
+          + clipNorm);
+    }
     Object c = json.get(Wire.CONFIG);
     config = c instanceof Map ? Collections.unmodifiableMap(cast(c)) : Collections.<String,
         Object>emptyMap();

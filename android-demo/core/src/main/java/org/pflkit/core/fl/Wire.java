@@ -41,6 +41,8 @@ public final class Wire {
   public static final String DUPLICATE = "duplicate";
   public static final String DETAIL = "detail";
   public static final String NUM_SAMPLES = "num_samples";
+  /** A task of a run whose devices clip: the L2 norm the upload's change must stay within. */
+  public static final String CLIP_NORM = "clip_norm";
 
   /** Upload metadata key: JSON object of metric name to finite number. */
   public static final String METRICS = "metrics";

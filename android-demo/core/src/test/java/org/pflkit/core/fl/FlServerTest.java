@@ -86,33 +86,7 @@ public class FlServerTest {
     throw new AssertionError("round 0 never opened");
   }
 
-  /** The golden round of a client: the downloaded global plus Python's delta. */
-  static RoundTrainer.Result goldenResult(long id, Safetensors global) throws IOException {
-    Safetensors golden = golden(id);
-    Map<String, TensorData> update = new LinkedHashMap<>();
-    Map<String, TensorData> personal = new LinkedHashMap<>();
-    double norm = 0;
-    for (Map.Entry<String, TensorData> e : golden.tensors.entrySet()) {
-      if (e.getKey().startsWith("delta/")) {
-        String name = e.getKey().substring("delta/".length());
-        float[] g = global.tensors.get(name).floats();
-        float[] d = e.getValue().floats();
-        for (int i = 0; i < g.length; i++) {
-          norm += (double) d[i] * d[i];
-          g[i] += d[i];
-        }
-        update.put(name, TensorData.ofFloats(e.getValue().shape(), g));
-      } else {
-        personal.put(e.getKey().substring("state/".length()), e.getValue());
-      }
-    }
-    Map<String, Double> metrics = new LinkedHashMap<>();
-    metrics.put("delta_norm", Math.sqrt(norm));
-    return new RoundTrainer.Result(update, Long.parseLong(golden.metadata.get("num_samples")),
-        metrics, new ClientState(personal, new TreeMap<>()));
-  }
-
-  /** Trains by {@link #goldenResult} and records what it uploads. */
+  /** Trains by {@link PflServer#goldenResult} and records what it uploads. */
   static final class GoldenTrainer implements RoundTrainer {
     private final long id;
     int calls;
@@ -131,23 +105,19 @@ public class FlServerTest {
           new File(SERVER.goldens, "global0.safetensors").toPath()), "global0");
       assertEquals("the server's round-0 state is the one Python computes", global0.tensors,
           global.tensors);
-      Result result = goldenResult(id, global);
+      Result result = SERVER.goldenResult(id, global);
       SAMPLES.put(id, result.numSamples);
       UPLOADS.put(id, Safetensors.parse(Safetensors.write(result.update, null), "upload"));
       return result;
     }
   }
 
-  static Safetensors golden(long id) throws IOException {
-    return Safetensors.parse(Files.readAllBytes(
-        new File(SERVER.goldens, "client" + id + ".safetensors").toPath()), "golden " + id);
-  }
-
   @Test
   public void a_corruptWrongShapedIncompleteAndOverweightUpdatesAreRefused() throws Exception {
     FederatedClient client = client(DIRS.get(0), real());
     Task task = awaitTrain(client);
-    Map<String, TensorData> good = goldenResult(0, client.globalState(task.globalHash)).update;
+    Map<String, TensorData> good =
+        SERVER.goldenResult(0, client.globalState(task.globalHash)).update;
     byte[] valid = Safetensors.write(good, null);
 
     byte[] corrupt = valid.clone();
@@ -292,7 +262,7 @@ public class FlServerTest {
           ((Double) SERVER.status().get("id")).longValue());
       assertNotNull("client " + id + " kept its private state", kept);
       Map<String, TensorData> want = new TreeMap<>();
-      for (Map.Entry<String, TensorData> e : golden(id).tensors.entrySet()) {
+      for (Map.Entry<String, TensorData> e : SERVER.golden(id).tensors.entrySet()) {
         if (e.getKey().startsWith("state/")) {
           want.put(e.getKey().substring("state/".length()), e.getValue());
         }

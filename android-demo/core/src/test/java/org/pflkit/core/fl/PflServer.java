@@ -11,11 +11,14 @@ import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 import org.junit.rules.ExternalResource;
 import org.junit.rules.TemporaryFolder;
 import org.pflkit.core.Json;
 import org.pflkit.core.JsonWriter;
+import org.pflkit.core.Safetensors;
+import org.pflkit.core.TensorData;
 
 /**
  * A real {@code pfl-server} on loopback for the host tests, plus the Python goldens its run
@@ -139,6 +142,52 @@ final class PflServer extends ExternalResource {
     return (String) json(r.body).get(Wire.TOKEN);
   }
 
+  /** Stop the current run and start one from this TOML (the admin's {@code POST /v1/runs}). */
+  void replaceRun(String configToml) throws IOException {
+    Object id = status().get("id");
+    String stop = "/v1/runs/" + ((Double) id).longValue() + "/stop";
+    HttpTransport.Response r = admin("POST", stop, null);
+    if (r.status != 200) {
+      throw new IOException(stop + ": HTTP " + r.status + " " + text(r.body));
+    }
+    r = admin("POST", "/v1/runs", Collections.singletonMap("config_toml", configToml));
+    if (r.status != 201 && r.status != 200) {
+      throw new IOException("POST /v1/runs: HTTP " + r.status + " " + text(r.body));
+    }
+  }
+
+  /** The golden round of a client: the downloaded global plus Python's delta. */
+  RoundTrainer.Result goldenResult(long id, Safetensors global) throws IOException {
+    Safetensors golden = golden(id);
+    Map<String, TensorData> update = new LinkedHashMap<>();
+    Map<String, TensorData> personal = new LinkedHashMap<>();
+    double norm = 0;
+    for (Map.Entry<String, TensorData> e : golden.tensors.entrySet()) {
+      if (e.getKey().startsWith("delta/")) {
+        String name = e.getKey().substring("delta/".length());
+        float[] g = global.tensors.get(name).floats();
+        float[] d = e.getValue().floats();
+        for (int i = 0; i < g.length; i++) {
+          norm += (double) d[i] * d[i];
+          g[i] += d[i];
+        }
+        update.put(name, TensorData.ofFloats(e.getValue().shape(), g));
+      } else {
+        personal.put(e.getKey().substring("state/".length()), e.getValue());
+      }
+    }
+    Map<String, Double> metrics = new LinkedHashMap<>();
+    metrics.put("delta_norm", Math.sqrt(norm));
+    return new RoundTrainer.Result(update, Long.parseLong(golden.metadata.get("num_samples")),
+        metrics, new ClientState(personal, new TreeMap<>()));
+  }
+
+  /** Client {@code id}'s golden round-0 file (java_client_goldens.py). */
+  Safetensors golden(long id) throws IOException {
+    return Safetensors.parse(Files.readAllBytes(
+        new File(goldens, "client" + id + ".safetensors").toPath()), "golden " + id);
+  }
+
   /** {@code GET /v1/runs/current}. */
   Map<String, Object> status() throws IOException {
     return json(admin("GET", "/v1/runs/current", null).body);
@@ -168,6 +217,14 @@ final class PflServer extends ExternalResource {
     Files.deleteIfExists(log.toPath());
     run(log, new File(venv(), "bin/python").getPath(), "-c", code);
     return log("python.log").trim();
+  }
+
+  /** Start the venv's {@code bin/<command>} with these arguments, output to {@code log}. */
+  Process start(File log, String command, String... args) throws IOException {
+    List<String> cmd = new ArrayList<>();
+    cmd.add(new File(venv(), "bin/" + command).getPath());
+    cmd.addAll(Arrays.asList(args));
+    return builder(cmd, log).start();
   }
 
   private void run(File log, String... cmd) throws IOException, InterruptedException {
