@@ -113,6 +113,23 @@ def test_batch_grid_draws_the_batches_sequential_training_draws():
         assert float(grid.weight[k, len(expected):].abs().sum()) == 0.0
 
 
+def test_batch_grid_pads_with_each_clients_first_row_at_weight_zero():
+    """The grid is laid out for all clients at once (issue 22); padding stays the client's."""
+    sizes, epochs = (5, 0, 17, 8), 3
+    datas = [client_data(n, k) for k, n in enumerate(sizes)]
+    grid = BatchGrid.build(datas, epochs, 8, [torch.Generator().manual_seed(k) for k in range(4)])
+    assert grid.steps == (3, 0, 9, 3) and grid.rows.shape == grid.weight.shape == (4, 9, 8)
+    for k, first in enumerate((0, 5, 5, 22)):
+        per_epoch = grid.steps[k] // epochs
+        for e in range(epochs):  # every row of the client once per epoch, padding its first
+            rows = grid.rows[k, e * per_epoch : (e + 1) * per_epoch]
+            real = grid.weight[k, e * per_epoch : (e + 1) * per_epoch] > 0
+            assert sorted(rows[real].tolist()) == list(range(first, first + sizes[k]))
+            assert bool((rows[~real] == first).all())
+        assert bool((grid.rows[k, grid.steps[k]:] == 0).all())
+        assert float(grid.weight[k, grid.steps[k]:].abs().sum()) == 0.0
+
+
 def test_models_with_batch_norm_or_dropout_are_named_as_blockers():
     assert batching_blocker(build_model("twonn", (1, 8, 8), 10)) is None
     reason = batching_blocker(build_model("mobilenet", (3, 32, 32), 10))
