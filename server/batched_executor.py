@@ -19,7 +19,7 @@ from pflkit.sdk.device import state_to
 from pflkit.sdk.run_config import ExecutionConfig
 from pflkit.sdk.step_capture import cuda_graphs
 from pflkit.sdk.training import autocast_training
-from pflkit.server.executors import CPU, ClientTask, SequentialExecutor, to_device
+from pflkit.server.executors import CPU, ClientTask, FitBatch, SequentialExecutor, to_device
 
 log = logging.getLogger(__name__)
 
@@ -36,34 +36,47 @@ class BatchedExecutor(SequentialExecutor):
 
     def fit(self, global_state: State, tasks: Sequence[ClientTask]) -> Iterator[FitResult]:
         """One ``training.fit_batch`` over every task; results in task order, on the CPU."""
+        yield from self.fit_stacked(global_state, tasks).results
+
+    def fit_stacked(self, global_state: State, tasks: Sequence[ClientTask]) -> FitBatch:
+        """One ``training.fit_batch`` over every task, the updates as (K, ...) CPU stacks."""
         if self.blocker is not None or not tasks:
-            yield from super().fit(global_state, tasks)
-            return
+            return FitBatch(super().fit(global_state, tasks))
         on_device = state_to(global_state, self.device)
         jobs = [FitJob(to_device(t.state, self.device), t.data, t.context) for t in tasks]
         with autocast_training(self.autocast), cuda_graphs(self.settings.cuda_graphs):
             results = self.algorithm.training.fit_batch(on_device, jobs)
-        if self.device.type == "cpu":
-            yield from results
-            return
-        updates = states_to_cpu([r.update for r in results])
-        kept = states_to_cpu([r.client_state.tensors for r in results])
-        for result, update, tensors in zip(results, updates, kept, strict=True):
-            yield FitResult(update, ClientState(tensors, result.client_state.meta),
-                            result.num_samples, result.metrics)
+        updates = cpu_stacks([r.update for r in results])
+        sent = [state_to(r.update, CPU) for r in results] if updates is None else \
+            _rows(updates, len(results))
+        kept = [r.client_state.tensors for r in results] if self.device.type == "cpu" else \
+            states_to_cpu([r.client_state.tensors for r in results])
+        return FitBatch([FitResult(update, ClientState(tensors, r.client_state.meta),
+                                   r.num_samples, r.metrics)
+                         for r, update, tensors in zip(results, sent, kept, strict=True)],
+                        updates)
 
 
-def states_to_cpu(states: Sequence[State]) -> list[State]:
-    """Many clients' states on the CPU, one device-to-host copy per tensor name.
+def cpu_stacks(states: Sequence[State]) -> State | None:
+    """Many clients' states as (K, ...) CPU stacks, one device-to-host copy per tensor name.
 
     A batched fit's results are slices of (K, ...) device stacks; moving them one by one costs
     a host round trip per client and name (8000 of them for 1000 ConvNet clients, issue 22).
-    States of other names or shapes move one by one.
+    None where the states differ in names, shapes or dtypes.
     """
     if not states or any(_layout(s) != _layout(states[0]) for s in states):
-        return [state_to(s, CPU) for s in states]
-    stacks = {n: torch.stack([s[n] for s in states]).cpu() for n in states[0]}
-    return [{n: stack[k] for n, stack in stacks.items()} for k in range(len(states))]
+        return None
+    return {n: torch.stack([s[n] for s in states]).cpu() for n in states[0]}
+
+
+def states_to_cpu(states: Sequence[State]) -> list[State]:
+    """Many clients' states on the CPU (:func:`cpu_stacks`; one by one where they differ)."""
+    stacks = cpu_stacks(states)
+    return [state_to(s, CPU) for s in states] if stacks is None else _rows(stacks, len(states))
+
+
+def _rows(stacks: State, count: int) -> list[State]:
+    return [{n: stack[k] for n, stack in stacks.items()} for k in range(count)]
 
 
 def _layout(state: State) -> list[tuple[str, torch.Size, torch.dtype]]:

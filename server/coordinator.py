@@ -83,27 +83,9 @@ class Coordinator:
         Every name of the method's ``aggregation.update_schema``, with its shape and dtype, and
         nothing else: a partial update would be averaged as if the missing tensors were unchanged.
         """
-        current = self.open_round()
-        if client_id not in current.sampled:
-            raise UpdateRejected(f"client {client_id} was not sampled in round {current.index}")
-        if client_id in current.received:
-            raise UpdateRejected(f"client {client_id} already sent round {current.index}")
-        if num_samples < 0:
-            raise UpdateRejected(f"client {client_id}: negative sample count {num_samples}")
-        missing = sorted(set(self._schema) - set(update))
-        if missing:
-            shown = ", ".join(f"'{name}'" for name in missing[:5])
-            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-            raise UpdateRejected(f"client {client_id}: update lacks tensor(s) {shown}{more}")
+        self._check_sender(client_id, num_samples, self.open_round().received)
+        self._check_layout(client_id, {n: (tuple(t.shape), t.dtype) for n, t in update.items()})
         for name, tensor in update.items():
-            if name not in self._schema:
-                raise UpdateRejected(f"client {client_id}: unexpected tensor '{name}'")
-            shape, dtype = self._schema[name]
-            if tuple(tensor.shape) != shape or tensor.dtype != dtype:
-                raise UpdateRejected(
-                    f"client {client_id}: tensor '{name}' is {tuple(tensor.shape)} "
-                    f"{tensor.dtype}, expected {shape} {dtype}"
-                )
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 raise UpdateRejected(f"client {client_id}: tensor '{name}' has NaN or Inf")
 
@@ -113,6 +95,58 @@ class Coordinator:
         current = self.open_round()
         current.aggregator.add(float(num_samples), update)
         current.received[client_id] = num_samples
+
+    def submit_stacked(self, client_ids: Sequence[int], num_samples: Sequence[int],
+                       updates: State) -> None:
+        """:meth:`submit` for clients whose updates are (K, ...) CPU stacks, row k from client k.
+
+        A batched fit returns them so; all or none are folded. The checks of :meth:`validate`,
+        each run once per stack instead of once per client and tensor (1000 clients a round
+        spent 0.6-0.85 ms each on them on an H100 machine, issue 22).
+        """
+        if len(client_ids) != len(num_samples) or \
+                any(len(t) != len(client_ids) for t in updates.values()):
+            raise ValueError(f"{len(client_ids)} clients, {len(num_samples)} sample counts and "
+                             f"stacks of {sorted({len(t) for t in updates.values()})} rows")
+        current = self.open_round()
+        seen = dict(current.received)
+        for client_id, count in zip(client_ids, num_samples, strict=True):
+            self._check_sender(client_id, count, seen)
+            seen[client_id] = count
+        if client_ids:  # one layout for every row: a stack has one shape
+            self._check_layout(client_ids[0], {n: (tuple(t.shape[1:]), t.dtype)
+                                               for n, t in updates.items()})
+        for name, stack in updates.items():
+            if stack.is_floating_point() and not bool(torch.isfinite(stack).all()):
+                bad = int((~torch.isfinite(stack.flatten(1)).all(1)).nonzero()[0])
+                raise UpdateRejected(f"client {client_ids[bad]}: tensor '{name}' has NaN or Inf")
+        current.aggregator.add_stacked([float(n) for n in num_samples], updates)
+        current.received = seen
+
+    def _check_sender(self, client_id: int, num_samples: int, received: dict[int, int]) -> None:
+        current = self.open_round()
+        if client_id not in current.sampled:
+            raise UpdateRejected(f"client {client_id} was not sampled in round {current.index}")
+        if client_id in received:
+            raise UpdateRejected(f"client {client_id} already sent round {current.index}")
+        if num_samples < 0:
+            raise UpdateRejected(f"client {client_id}: negative sample count {num_samples}")
+
+    def _check_layout(self, client_id: int,
+                      layout: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> None:
+        """Exactly the schema's names, shapes and dtypes."""
+        missing = sorted(set(self._schema) - set(layout))
+        if missing:
+            shown = ", ".join(f"'{name}'" for name in missing[:5])
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            raise UpdateRejected(f"client {client_id}: update lacks tensor(s) {shown}{more}")
+        for name, (shape, dtype) in layout.items():
+            if name not in self._schema:
+                raise UpdateRejected(f"client {client_id}: unexpected tensor '{name}'")
+            if (shape, dtype) != self._schema[name]:
+                expected, wanted = self._schema[name]
+                raise UpdateRejected(f"client {client_id}: tensor '{name}' is {shape} {dtype}, "
+                                     f"expected {expected} {wanted}")
 
     def close_round(self) -> State:
         """Finish the open round: the aggregate becomes the global state; advance the round."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +43,26 @@ class ClientTask:
     context: RoundContext
 
 
+@dataclass(frozen=True)
+class FitBatch:
+    """A round's fits in task order, and their updates as (K, ...) CPU stacks where stacked.
+
+    An executor that trains a round as one program stacks them; the Coordinator then checks and
+    folds each stack at once (:meth:`~pflkit.server.coordinator.Coordinator.submit_stacked`).
+    """
+
+    results: Iterable[FitResult]  # a list where ``updates`` is set, else possibly streamed
+    # name -> (K, ...) stack, row k = result k's update; None: not stacked (a streaming
+    # executor, or updates that differ in names or shapes: one of them is not the schema)
+    updates: State | None = None
+
+    def num_samples(self) -> list[int]:
+        """Each result's sample count (stacked batches only: a stream is read once)."""
+        if not isinstance(self.results, list):
+            raise TypeError("a streamed batch is read once: count its samples as it goes")
+        return [r.num_samples for r in self.results]
+
+
 class Executor(ABC):
     """Runs client fits for the simulator; yields results in task (client-id) order."""
 
@@ -59,6 +79,13 @@ class Executor(ABC):
 
         Updates and client states come back on the CPU.
         """
+
+    def fit_stacked(self, global_state: State, tasks: Sequence[ClientTask]) -> FitBatch:
+        """:meth:`fit`, the updates stacked where the executor trains a round as one program.
+
+        The default streams the results and stacks nothing.
+        """
+        return FitBatch(self.fit(global_state, tasks))
 
     def personalize(self, global_state: State, tasks: Sequence[ClientTask]
                     ) -> Iterator[ClientState]:

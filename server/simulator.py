@@ -190,18 +190,20 @@ class Simulation:
         saved = []
         tasks = [ClientTask(cid, self.client_state(cid), self.federation.clients[cid].train,
                             self.context(cid, current.index)) for cid in current.sampled]
-        for task, result in zip(tasks, self.executor.fit(coord.global_state, tasks),
-                                strict=True):
+        device_clips = clip is not None and self.config.aggregation.dp_clip_on_device
+        batch = self.executor.fit_stacked(coord.global_state, tasks)
+        if batch.updates is not None and not device_clips:  # each check once per stack
+            coord.submit_stacked(current.sampled, batch.num_samples(), batch.updates)
+        for task, result in zip(tasks, batch.results, strict=True):
             cid, before = task.client_id, task.state
-            coord.submit(cid, result.num_samples, result.update if clip is None or not
-                         self.config.aggregation.dp_clip_on_device else  # as a device would
-                         clip_update(coord.global_state, result.update, clip))
+            if batch.updates is None or device_clips:  # clipped as a device would
+                coord.submit(cid, result.num_samples, result.update if not device_clips else
+                             clip_update(coord.global_state, result.update, clip))
             self._states[cid] = after = result.client_state
             if before.tensors or before.meta or after.tensors or after.meta:
                 self.store.save(cid, current.index, after)  # stateless methods write nothing
                 saved.append(cid)
-            loss = result.metrics.get("train_loss", float("nan"))
-            losses += loss * result.num_samples
+            losses += result.metrics.get("train_loss", float("nan")) * result.num_samples
             weights += result.num_samples
         global_state = coord.close_round()
         row: dict[str, Any] = {

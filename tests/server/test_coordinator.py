@@ -80,3 +80,43 @@ def test_run_finishes_after_its_rounds():
     assert coord.finished
     with pytest.raises(RuntimeError, match="finished"):
         coord.open_round()
+
+
+def stacked_round(rounds=3):
+    """A coordinator whose round samples all 10 clients, and their updates as (10, ...) stacks."""
+    algo = make_algorithm("fedavg", FACTORY, LocalTraining())
+    coord = Coordinator(algo, Schedule(rounds, Sampling(clients_per_round=10)), list(range(10)),
+                        algo.aggregation.init_global(0), seed=5)
+    gen = torch.Generator().manual_seed(1)
+    stacks = {k: torch.randn(10, *v.shape, generator=gen) for k, v in coord.global_state.items()}
+    return coord, stacks
+
+
+def test_a_stacked_round_equals_the_round_submitted_one_by_one():
+    one_by_one, stacks = stacked_round()
+    counts = [3 * k + 1 for k in range(10)]
+    for k, cid in enumerate(one_by_one.open_round().sampled):
+        one_by_one.submit(cid, counts[k], {n: s[k] for n, s in stacks.items()})
+    stacked, _ = stacked_round()
+    stacked.submit_stacked(stacked.open_round().sampled, counts, stacks)
+    assert stacked.open_round().received == one_by_one.open_round().received
+    expected, new = one_by_one.close_round(), stacked.close_round()
+    assert all(torch.equal(new[k], expected[k]) for k in expected)
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda ids, s: s["head.bias"][7].fill_(float("inf")), "client 7: tensor 'head.bias' has NaN"),
+    (lambda ids, s: s.update({"head.bias": s["head.bias"][:, :3]}), "client 0: .* expected"),
+    (lambda ids, s: s.pop("head.bias"), "client 0: update lacks tensor"),
+    (lambda ids, s: ids.__setitem__(4, 3), "client 3 already sent"),
+    (lambda ids, s: ids.__setitem__(4, 99), "client 99 was not sampled"),
+])
+def test_a_bad_stack_is_refused_naming_its_client_and_folds_nothing(mutate, match):
+    coord, stacks = stacked_round()
+    ids = list(coord.open_round().sampled)
+    mutate(ids, stacks)
+    with pytest.raises(UpdateRejected, match=match):
+        coord.submit_stacked(ids, [1] * 10, stacks)
+    assert coord.open_round().received == {}
+    coord.submit_stacked(coord.open_round().sampled[:2], [1, 1],  # the round still takes them
+                         {n: s[:2] for n, s in stacked_round()[1].items()})
