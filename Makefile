@@ -67,6 +67,11 @@ bench-fedavg: setup
 bench-overhead: setup
 	cd benchmarks && ../$(BIN)/python bench_overhead.py
 
+# issue 22: a batched round's framework work per client at 1000 clients (ROUNDS, default 5)
+.PHONY: bench-client-overhead
+bench-client-overhead: setup
+	cd benchmarks && ../$(BIN)/python bench_client_overhead.py
+
 clean:
 	rm -rf $(RUNS) build dist *.egg-info
 

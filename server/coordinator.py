@@ -8,7 +8,7 @@ the caller's job (``global_state`` and ``round`` are all it needs to be rebuilt)
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -83,7 +83,9 @@ class Coordinator:
         Every name of the method's ``aggregation.update_schema``, with its shape and dtype, and
         nothing else: a partial update would be averaged as if the missing tensors were unchanged.
         """
-        self._check_sender(client_id, num_samples, self.open_round().received)
+        current = self.open_round()
+        self._check_sender(current.index, current.sampled, current.received, client_id,
+                           num_samples)
         self._check_layout(client_id, {n: (tuple(t.shape), t.dtype) for n, t in update.items()})
         for name, tensor in update.items():
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
@@ -109,9 +111,9 @@ class Coordinator:
             raise ValueError(f"{len(client_ids)} clients, {len(num_samples)} sample counts and "
                              f"stacks of {sorted({len(t) for t in updates.values()})} rows")
         current = self.open_round()
-        seen = dict(current.received)
+        seen, sampled = dict(current.received), set(current.sampled)
         for client_id, count in zip(client_ids, num_samples, strict=True):
-            self._check_sender(client_id, count, seen)
+            self._check_sender(current.index, sampled, seen, client_id, count)
             seen[client_id] = count
         if client_ids:  # one layout for every row: a stack has one shape
             self._check_layout(client_ids[0], {n: (tuple(t.shape[1:]), t.dtype)
@@ -123,12 +125,13 @@ class Coordinator:
         current.aggregator.add_stacked([float(n) for n in num_samples], updates)
         current.received = seen
 
-    def _check_sender(self, client_id: int, num_samples: int, received: dict[int, int]) -> None:
-        current = self.open_round()
-        if client_id not in current.sampled:
-            raise UpdateRejected(f"client {client_id} was not sampled in round {current.index}")
+    @staticmethod
+    def _check_sender(round_index: int, sampled: Container[int], received: Container[int],
+                      client_id: int, num_samples: int) -> None:
+        if client_id not in sampled:
+            raise UpdateRejected(f"client {client_id} was not sampled in round {round_index}")
         if client_id in received:
-            raise UpdateRejected(f"client {client_id} already sent round {current.index}")
+            raise UpdateRejected(f"client {client_id} already sent round {round_index}")
         if num_samples < 0:
             raise UpdateRejected(f"client {client_id}: negative sample count {num_samples}")
 
