@@ -106,9 +106,9 @@ class FedAvgTraining(DeviceTraining):
         trained, losses = train_proximal_batch(
             model, global_state, [j.data for j in jobs], [j.ctx for j in jobs], self.local,
             shared_lr(jobs), self.proximal_strength)
-        base = float_state(model)
-        return [FitResult(base | {n: t[k].clone() for n, t in trained.items()}, j.client_state,
-                          len(j.data), {"train_loss": float(losses[k])})
+        base, mean_losses = float_state(model), losses.tolist()  # one host sync, not one each
+        return [FitResult(base | {n: t[k] for n, t in trained.items()}, j.client_state,
+                          len(j.data), {"train_loss": mean_losses[k]})
                 for k, j in enumerate(jobs)]
 
 

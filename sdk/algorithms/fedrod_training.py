@@ -129,13 +129,13 @@ class FedRoDTraining(DeviceTraining):
                        for net in nets])
         trained, losses = train_together(loss, start, grid, shared_lr(jobs), self.local.momentum,
                                          self.local.weight_decay, client_inputs=inputs)
-        results = []
+        results, mean_losses = [], losses.tolist()  # one host sync, not one per client
         for k, ((net, _, a), job) in enumerate(zip(starts, jobs, strict=True)):
             with torch.no_grad():
                 for name, param in self._trainable(net).items():
                     param.copy_(trained[name][k])
             self._finish(net, a)
-            results.append(self._fit_result(net, job.data, job.client_state, float(losses[k])))
+            results.append(self._fit_result(net, job.data, job.client_state, mean_losses[k]))
         return results
 
     def init_client(self, client_id: int, seed: int, data: LabeledTensors) -> ClientState:

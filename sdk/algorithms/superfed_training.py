@@ -115,9 +115,10 @@ class SuPerFedTraining(DeviceTraining):
                                                    shared_lr(jobs), self.params.mu)
             federated = [{n: t[k] for n, t in trained.items()} for k in range(len(jobs))]
             cosines = [float("nan")] * len(jobs)
+        mean_losses = losses.tolist()  # one host sync for the round, not one per client
         return [self._result(model, base | {n: v.clone() for n, v in federated[k].items()},
                              locals_[k], j.client_state, len(trains[k]), mixing,
-                             float(losses[k]), cosines[k])
+                             mean_losses[k], cosines[k])
                 for k, j in enumerate(jobs)]
 
     def _fit_mixed_batch(self, model: nn.Module, global_state: State, locals_: list[State],
