@@ -13,7 +13,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 ORDER = ["fedavg", "overhead", "baselines", "superfed", "superfed_noise", "fedrod",
          "fedrod_new_clients", "pflmoe", "export", "on_device", "server", "scale", "scale_gpu",
-         "natural"]
+         "client_overhead", "natural"]
 
 HEADER = """# Benchmarks
 
