@@ -73,8 +73,13 @@ class SecAggRounds:
                 s.add(row)
         return row
 
-    def _replay(self, s: Session, rnd: Round, setup: RoundSetup, stage: str) -> tuple[Any, dict]:
-        """The round's server in ``stage``, its messages so far received; earlier closes' output."""
+    def _replay(self, s: Session, rnd: Round, setup: RoundSetup, stage: str,
+                add_vectors: bool = False) -> tuple[Any, dict]:
+        """The round's server in ``stage``, its messages so far received; earlier closes' output.
+
+        Checking a message needs who masked, not what: unless ``add_vectors`` (the keeper's
+        sum), stored masked inputs are replayed as zeros and their blobs are not read.
+        """
         from pflkit.sdk.secagg.server import SecAggServer  # needs cryptography: SecAgg runs only
 
         seen: set[bytes] = set()  # every key advertised in an earlier round: never again
@@ -88,10 +93,11 @@ class SecAggRounds:
         closes = {"keys": server.close_keys, "shares": server.close_shares,
                   "masked": server.close_masked}
         out = {}
+        zeros = None if add_vectors else bytes(4 * setup.dimension)
         for step in STAGES[:STAGES.index(stage) + 1]:
             for row in rows:
                 if row.step == step:
-                    self._receive(server, step, row.client_id, rnd.id, row.payload)
+                    self._receive(server, step, row.client_id, rnd.id, row.payload, zeros)
             if step != stage and step in closes:
                 out[step] = closes[step]()
         return server, out
@@ -227,5 +233,5 @@ class SecAggRounds:
             row = self.step_of(s, rnd)
             if row.stage != "done":
                 raise RoundFailed(row.error or f"round {rnd.index} ended at step {row.stage}")
-            server, _ = self._replay(s, rnd, self.setup(rnd, terms), "unmask")
+            server, _ = self._replay(s, rnd, self.setup(rnd, terms), "unmask", add_vectors=True)
         return server.finish()  # type: ignore[no-any-return]
