@@ -61,7 +61,8 @@ class AggregationConfig:
     # secure aggregation (sdk/secagg, docs/privacy.md): the server learns only the round's sum
     # of changes, each coordinate clipped to [-secagg_clip_range, secagg_clip_range] and
     # quantized; the mean is unweighted over the survivors; t = ceil(secagg_threshold * K) of
-    # a device's K share holders (itself and its neighbours) must survive; mean rule only
+    # a device's K share holders (itself and its neighbours) must survive; mean rule only.
+    # With DP each device clips to dp_clip_norm and adds its noise share (sdk/secagg/dp.py)
     secagg: Annotated[bool, Strict()] = False
     secagg_threshold: Annotated[float, Strict(), _SECAGG_T] = 0.6
     secagg_neighbours: Annotated[int, Strict(), _SECAGG_K] | None = None
@@ -70,10 +71,13 @@ class AggregationConfig:
     def __post_init__(self) -> None:
         if self.secagg_neighbours is not None and self.secagg_neighbours % 2:
             raise ValueError(f"secagg_neighbours must be even, got {self.secagg_neighbours}")
-        if self.secagg and (self.rule != "mean" or self.clip_norm is not None
-                            or self.dp_clip_norm is not None):
+        if self.secagg and (self.rule != "mean" or self.clip_norm is not None):
             raise ValueError("secagg: the server sees only the sum, so it takes rule = \"mean\""
-                             ", no clip_norm and (not yet) no DP")
+                             " and no clip_norm")
+        if self.secagg and (self.dp_target_epsilon, self.dp_adaptive_quantile) != (None, None):
+            raise ValueError("secagg: devices add their share of DP's noise, so it takes "
+                             "dp_noise_multiplier (not dp_target_epsilon nor adaptive clipping, "
+                             "not yet)")
         noise = (self.dp_noise_multiplier, self.dp_target_epsilon)
         if self.dp_clip_norm is None:
             given = [f for f in ("dp_noise_multiplier", "dp_target_epsilon", "dp_max_epsilon",
@@ -114,8 +118,9 @@ class AggregationConfig:
             norms = [c.clip_norm for c in (self, floor) if c.clip_norm is not None]
             return dataclasses.replace(self, rule=rule, trim_fraction=max(trims),
                                        clip_norm=min(norms) if norms else None)
-        if self.secagg:  # the server would noise a sum it cannot see
-            raise ValueError("secagg: this server's floor sets DP, which SecAgg does not take yet")
+        if self.secagg and floor.dp_clip_norm is not None:  # not merged with the floor's yet
+            raise ValueError("secagg: this server's floor sets DP; give the run's own "
+                             "dp_noise_multiplier under SecAgg instead (not merged yet)")
         for side, config in (("this server's floor", floor), ("the run", self)):
             if config.rule != "mean":
                 raise ValueError(f"rule: {side} asks for {config.rule!r}, but DP-FedAvg "

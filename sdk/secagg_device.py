@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 
 from pflkit.sdk.algorithms.base import State
-from pflkit.sdk.secagg import wire
+from pflkit.sdk.secagg import dp, wire
 
 
 def change_vector(update: State, global_state: State) -> np.ndarray:
@@ -26,6 +26,14 @@ def change_vector(update: State, global_state: State) -> np.ndarray:
     parts = [(update[k].double() - global_state[k].double()).cpu().reshape(-1).numpy()
              for k in sorted(update) if update[k].is_floating_point()]
     return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def private_change(secagg: dict[str, Any], threshold: int, change: np.ndarray) -> np.ndarray:
+    """With DP: the change clipped to C plus this device's noise share (fresh OS randomness)."""
+    c, z = secagg.get("dp_clip_norm"), secagg.get("dp_noise_multiplier")
+    if c is None or z is None:
+        return change
+    return dp.privatize(change, float(c), float(z), threshold, np.random.default_rng())
 
 
 def take_part(request: Callable[..., httpx.Response], client_id: int, task: dict[str, Any],
@@ -40,6 +48,7 @@ def take_part(request: Callable[..., httpx.Response], client_id: int, task: dict
     if change.shape != (setup.dimension,):
         raise ValueError(f"secagg: the update has {change.size} floating values, the round "
                          f"masks {setup.dimension}")
+    change = private_change(task[wire.TASK_KEY], setup.threshold, change)
     device = SecAggClient(client_id, setup)
     base = f"/v1/runs/{task['run_id']}/rounds/{task['round']}/secagg"
     r = setup.round_id

@@ -152,7 +152,8 @@ def terms_of(setup: RunSetup, global_state: State) -> RunTerms:
               for name, (shape, dtype) in expected.items()}
     dp = setup.aggregation  # the keeper's rules: the devices clip to what it checks
     secagg = {k: getattr(dp, k) for k in ("secagg_threshold", "secagg_neighbours",
-                                          "secagg_clip_range")} if dp.secagg else None
+                                          "secagg_clip_range", "dp_clip_norm",
+                                          "dp_noise_multiplier")} if dp.secagg else None
     return RunTerms(cfg.algorithm.name, cfg.model.name, task, schema,
                     dp.dp_clip_norm if dp.dp_clip_on_device else None, secagg)
 

@@ -1,7 +1,8 @@
 """A secure-aggregation round's close: the survivors' unmasked sum becomes the next global state.
 
-The rule is DP-FedAvg's (``sdk/dp_fedavg.py``) without the noise: the global state plus the
-unweighted mean of the survivors' changes, on the floating tensors a device uploads (flattened
+The rule is DP-FedAvg's (``sdk/dp_fedavg.py``) without the server's noise: the global state plus
+the unweighted mean of the survivors' changes (with DP: noised by the devices, divided by the
+sampled m), on the floating tensors a device uploads (flattened
 in name order, as :func:`~pflkit.sdk.secagg.wire.round_setup` lays them out); integer tensors
 keep the global value (they are not masked). Sample counts stay on the devices: a weight would
 tell the server something about each one. A round that failed keeps the global state and says
@@ -50,5 +51,8 @@ def secagg_global(rounds: SecAggRounds, rnd: Round, terms: RunTerms,
     except RoundFailed as err:
         log.warning("round %d: secure aggregation failed: %s", rnd.index, err)
         return global_state, {"secagg_error": str(err)}
-    return (mean_change(global_state, terms.schema, aggregate.total, len(aggregate.survivors)),
+    # DP-FedAvg divides by the sampled m, a count that does not depend on any one device
+    dp = terms.secagg is not None and terms.secagg.get("dp_clip_norm") is not None
+    count = len(rnd.sampled) if dp else len(aggregate.survivors)
+    return (mean_change(global_state, terms.schema, aggregate.total, count),
             {"participants": len(aggregate.survivors)})

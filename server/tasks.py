@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import select
 
 from pflkit.sdk.protocol import CLIP_NORM_KEY
-from pflkit.sdk.secagg.wire import TASK_KEY, setup_to_wire
+from pflkit.sdk.secagg.wire import TASK_KEY, task_setup
 from pflkit.server.errors import Invalid, NotFound
 from pflkit.server.orm import Round, Run, SecAggMessage, Update
 from pflkit.server.secagg_rounds import SecAggRounds
@@ -60,7 +60,7 @@ class Tasks:
             extra: dict[str, Any] = {} if terms.device_clip_norm is None else \
                 {CLIP_NORM_KEY: terms.device_clip_norm}
             if terms.secagg is not None:
-                extra[TASK_KEY] = setup_to_wire(SecAggRounds.setup(rnd, terms))
+                extra[TASK_KEY] = task_setup(terms.secagg, SecAggRounds.setup(rnd, terms))
             return {**base, "status": "uploaded" if sent is not None else "train",
                     "deadline": rnd.deadline_at, "global_hash": rnd.global_hash,
                     "config": config, **extra}

@@ -14,6 +14,7 @@ import hashlib
 import math
 from typing import Any
 
+from pflkit.sdk.secagg import dp
 from pflkit.sdk.secagg.messages import (
     MAX_CLIENTS,
     AdvertiseKeys,
@@ -41,17 +42,26 @@ def round_setup(config: dict[str, Any], round_id: int, sampled: list[int], globa
 
     The vector is every floating tensor of the update schema, flattened in name order; the
     neighbour graph is drawn from the round's global-state hash (public, fixed at opening).
+    With DP the clip range is :func:`~pflkit.sdk.secagg.dp.quantization_range`'s.
     """
     n = len(sampled)
     k = config["secagg_neighbours"]
     k = n - 1 if k is None or k >= n - 1 else k
+    t = threshold(config["secagg_threshold"], min(k, n - 1) + 1)
     dimension = sum(math.prod(shape) for name, (shape, dtype) in sorted(schema.items())
                     if dtype in FLOATING)
-    return RoundSetup(round_id=round_id, roster=tuple(sorted(sampled)),
-                      threshold=threshold(config["secagg_threshold"], min(k, n - 1) + 1),
-                      neighbours=k, dimension=dimension,
-                      clip_range=config["secagg_clip_range"],
+    c, z = config.get("dp_clip_norm"), config.get("dp_noise_multiplier")
+    clip_range = config["secagg_clip_range"] if c is None or z is None else \
+        dp.quantization_range(c, dp.noise_share_std(z, c, t))
+    return RoundSetup(round_id=round_id, roster=tuple(sorted(sampled)), threshold=t,
+                      neighbours=k, dimension=dimension, clip_range=clip_range,
                       graph_seed=hashlib.sha256(b"secagg-graph" + global_hash.encode()).digest())
+
+
+def task_setup(config: dict[str, Any], setup: RoundSetup) -> dict[str, Any]:
+    """What a task carries: the setup, and DP's C and z when devices add noise shares."""
+    return {**setup_to_wire(setup), "dp_clip_norm": config.get("dp_clip_norm"),
+            "dp_noise_multiplier": config.get("dp_noise_multiplier")}
 
 
 def setup_to_wire(setup: RoundSetup) -> dict[str, Any]:

@@ -18,11 +18,11 @@ from pflkit.server.settings import ServerSettings
 SECAGG = "[aggregation]\nsecagg = true\nsecagg_threshold = 0.6\n"  # 5 devices: t = 3
 
 
-def secagg_service(tmp_path, n: int = 5, rounds: int = 2):
+def secagg_service(tmp_path, n: int = 5, rounds: int = 2, extra: str = ""):
     """A service whose run aggregates securely, ``n`` devices enrolled, round 0 open."""
     config = tmp_path / "run.toml"
     config.write_text(run_toml("fedavg", rounds=rounds, num_clients=n, per_round=n, resize=8)
-                      + SECAGG)
+                      + SECAGG + extra)
     service = build_service(ServerSettings(admin_token="x" * 20, data_dir=tmp_path / "data",
                                            run_config=config, min_enrolled=n))
     service.runs.ensure()

@@ -10,6 +10,7 @@ from secagg_devices import Devices, past_step_deadline, protocol_state, secagg_s
 
 from pflkit.sdk.secagg import wire
 from pflkit.sdk.secagg.wire import FLOATING
+from pflkit.sdk.secagg_device import private_change
 from pflkit.server.errors import ServiceError
 
 
@@ -152,3 +153,30 @@ def test_bad_messages_are_refused_with_the_round_unchanged(service):
     answer = wire.unmask_to_wire(devices.clients[0].unmask(request))
     refuse(devices, 422, "other devices than asked", 0, "unmask",
            {**answer, "key_shares": answer["seed_shares"]})
+
+
+def test_under_dp_devices_clip_and_their_noise_shares_sum_to_z_c(tmp_path):
+    c, z = 0.5, 1.0
+    service = secagg_service(tmp_path, extra=f"dp_clip_norm = {c}\ndp_noise_multiplier = {z}\n")
+    devices = Devices(service)
+    assert devices.task["secagg"]["dp_clip_norm"] == c
+    clipped = {k: v * min(1.0, c / np.linalg.norm(v)) for k, v in devices.changes.items()}
+    devices.changes = {k: private_change(devices.task["secagg"], devices.setup.threshold, v)
+                       for k, v in devices.changes.items()}
+    everyone = list(devices.clients)
+    devices.keys(everyone)
+    devices.shares(everyone)
+    devices.masked(everyone)
+    devices.unmask(everyone[:3])
+    service.rounds.tick()
+    metrics = service.runs.status(None)["history"][0]["metrics"]
+    assert metrics["participants"] == 5 and metrics["dp_noise_multiplier"] == z
+    start = service.store.global_states.get(devices.task["global_hash"])
+    residual = _flat(closed_global(service, 0), start) - np.sum(list(clipped.values()), axis=0) / 5
+    # five shares of N(0, (zC)^2 / t) summed, over the sampled m = 5: std z*C*sqrt(5/3)/5
+    assert np.std(residual) == pytest.approx(z * c * np.sqrt(5 / 3) / 5, rel=0.05)
+
+
+def _flat(new, start) -> np.ndarray:
+    return np.concatenate([(new[k].double() - start[k].double()).reshape(-1).numpy()
+                           for k in sorted(new) if new[k].is_floating_point()])
