@@ -113,8 +113,9 @@ class RoundKeeper:
         roster = sorted(s.scalars(select(Client.id).where(Client.revoked_at.is_(None))))
         needed = max(setup.schedule.sampling.clients_per_round or 1,
                      self.store.settings.min_enrolled or 1)
-        if len(roster) < needed:
-            return None
+        if len(roster) < needed or (setup.aggregation.secagg
+                                    and setup.schedule.sample_size(len(roster)) < 2):
+            return None  # SecAgg masks between two devices at least
         index = run.rounds_done
         coord = Coordinator(setup.algorithm, setup.schedule, roster,
                             self.store.global_states.get(run.global_hash), setup.config.seed,

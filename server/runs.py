@@ -164,6 +164,9 @@ def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules) -> tuple[str,
     from pflkit.sdk.tensorio import state_to_bytes
 
     setup = build_setup(config_toml, rules)
+    if setup.aggregation.secagg and setup.schedule.sampling.clients_per_round == 1:
+        raise Invalid("run config: secagg needs at least 2 clients per round (it masks each "
+                      "update with others')")
     with refused_as_invalid():  # builds the model; clipping as the operator's floor sets it
         state = setup.algorithm.aggregation.init_global(setup.config.seed)
         refuse_unclippable(setup.aggregation,

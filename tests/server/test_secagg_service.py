@@ -180,3 +180,10 @@ def test_under_dp_devices_clip_and_their_noise_shares_sum_to_z_c(tmp_path):
 def _flat(new, start) -> np.ndarray:
     return np.concatenate([(new[k].double() - start[k].double()).reshape(-1).numpy()
                            for k in sorted(new) if new[k].is_floating_point()])
+
+
+def test_a_secagg_run_of_one_client_per_round_is_refused(tmp_path):
+    from pflkit.server.errors import Invalid
+
+    with pytest.raises(Invalid, match="secagg needs at least 2 clients per round"):
+        secagg_service(tmp_path, extra="", n=1)
