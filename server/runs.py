@@ -8,6 +8,7 @@ check uploads without PyTorch.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import multiprocessing
 import sys
@@ -167,6 +168,9 @@ def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules) -> tuple[str,
     if setup.aggregation.secagg and setup.schedule.sampling.clients_per_round == 1:
         raise Invalid("run config: secagg needs at least 2 clients per round (it masks each "
                       "update with others')")
+    if setup.aggregation.secagg and importlib.util.find_spec("cryptography") is None:
+        raise Invalid("run config: secagg needs the 'cryptography' package on this server "
+                      "(the pflkit[secagg] extra)")
     with refused_as_invalid():  # builds the model; clipping as the operator's floor sets it
         state = setup.algorithm.aggregation.init_global(setup.config.seed)
         refuse_unclippable(setup.aggregation,

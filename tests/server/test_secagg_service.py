@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from secagg_devices import Devices, past_step_deadline, protocol_state, secagg_service
+from secagg_devices import SECAGG, Devices, past_step_deadline, protocol_state, secagg_service
 
 from pflkit.sdk.secagg import wire
 from pflkit.sdk.secagg.wire import FLOATING
@@ -187,3 +187,20 @@ def test_a_secagg_run_of_one_client_per_round_is_refused(tmp_path):
 
     with pytest.raises(Invalid, match="secagg needs at least 2 clients per round"):
         secagg_service(tmp_path, extra="", n=1)
+
+
+def test_a_secagg_run_on_a_server_without_cryptography_is_refused(tmp_path, monkeypatch):
+    import importlib.util
+
+    from server_harness import run_toml
+
+    from pflkit.server.errors import Invalid
+    from pflkit.server.runs import RunRules, prepare_run
+    from pflkit.server.settings import ServerSettings
+
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "cryptography" else find(name, *a))
+    rules = RunRules.of(ServerSettings(admin_token="x" * 20, data_dir=tmp_path))
+    with pytest.raises(Invalid, match="needs the 'cryptography' package"):
+        prepare_run(run_toml(per_round=2) + SECAGG, tmp_path / "blobs", rules)
