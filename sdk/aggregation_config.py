@@ -135,10 +135,10 @@ class AggregationConfig:
                 else "dp_target_epsilon"
             raise ValueError(f"this server's floor sets {kind}: give {kind} too (the stricter "
                              f"of the two applies) or leave the noise to the server")
-        z = (self.dp_noise_multiplier, floor.dp_noise_multiplier)
+        z, z_floor = self.dp_noise_multiplier, floor.dp_noise_multiplier
         return dataclasses.replace(
             self, dp_clip_norm=_least(self.dp_clip_norm, floor.dp_clip_norm),
-            dp_noise_multiplier=None if z[0] is None or z[1] is None else max(z),
+            dp_noise_multiplier=None if z is None or z_floor is None else max(z, z_floor),
             dp_target_epsilon=_least(self.dp_target_epsilon, floor.dp_target_epsilon),
             dp_delta=min(self.dp_delta, floor.dp_delta),
             dp_max_epsilon=_least(self.dp_max_epsilon, floor.dp_max_epsilon))
