@@ -1,0 +1,97 @@
+package org.pflkit.core.secagg;
+
+import java.util.Arrays;
+import java.util.Base64;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * A SecAgg round's public setup as a task carries it (Python's {@code wire.setup_to_wire} plus
+ * DP's C and z), checked as Python's {@code RoundSetup} checks it.
+ */
+public final class RoundSetup {
+  public final long roundId;
+  public final long[] roster; // sorted client ids
+  public final int threshold; // t
+  public final int neighbours; // k
+  public final int dimension;
+  public final double clipRange;
+  public final byte[] graphSeed;
+  public final Double dpClipNorm; // null without DP
+  public final Double dpNoiseMultiplier;
+
+  public RoundSetup(long roundId, long[] roster, int threshold, int neighbours, int dimension,
+      double clipRange, byte[] graphSeed, Double dpClipNorm, Double dpNoiseMultiplier) {
+    this.roundId = roundId;
+    this.roster = roster.clone();
+    this.threshold = threshold;
+    this.neighbours = neighbours;
+    this.dimension = dimension;
+    this.clipRange = clipRange;
+    this.graphSeed = graphSeed.clone();
+    this.dpClipNorm = dpClipNorm;
+    this.dpNoiseMultiplier = dpNoiseMultiplier;
+    int n = roster.length;
+    long[] sorted = roster.clone();
+    Arrays.sort(sorted);
+    for (int i = 1; i < n; i++) {
+      if (sorted[i] == sorted[i - 1]) {
+        throw new SecAggException("roster must be distinct sorted client ids");
+      }
+    }
+    if (n < 2 || !Arrays.equals(sorted, roster) || roster[0] < 0 || roundId < 0) {
+      throw new SecAggException("roster must be >= 2 distinct sorted client ids >= 0");
+    }
+    if (neighbours < n - 1 && (neighbours < 2 || neighbours % 2 != 0)) {
+      throw new SecAggException("neighbours = " + neighbours + ": even and >= 2, or >= "
+          + (n - 1));
+    }
+    int holders = holdersPerClient();
+    if (!(holders < 2 * threshold && threshold <= holders)) {
+      throw new SecAggException("threshold = " + threshold + ": must be in (" + holders
+          + " / 2, " + holders + "]");
+    }
+    if (dimension < 1 || !(clipRange > 0 && clipRange < Double.POSITIVE_INFINITY)) {
+      throw new SecAggException("dimension must be >= 1 and clip_range in (0, inf)");
+    }
+  }
+
+  /** K: a device and its neighbours. */
+  public int holdersPerClient() {
+    return Math.min(neighbours, roster.length - 1) + 1;
+  }
+
+  /** The setup under a task's {@code secagg} key (numbers parsed as doubles). */
+  public static RoundSetup fromTask(Map<String, Object> data) {
+    try {
+      List<?> ids = (List<?>) data.get("roster");
+      long[] roster = new long[ids.size()];
+      for (int i = 0; i < roster.length; i++) {
+        roster[i] = whole(ids.get(i));
+      }
+      return new RoundSetup(whole(data.get("round_id")), roster,
+          (int) whole(data.get("threshold")), (int) whole(data.get("neighbours")),
+          (int) whole(data.get("dimension")), ((Number) data.get("clip_range")).doubleValue(),
+          Base64.getDecoder().decode((String) data.get("graph_seed")),
+          optional(data.get("dp_clip_norm")), optional(data.get("dp_noise_multiplier")));
+    } catch (ClassCastException | NullPointerException | IllegalArgumentException e) {
+      if (e instanceof SecAggException) {
+        throw e;
+      }
+      throw new SecAggException("a malformed secagg setup in the task: " + e.getMessage());
+    }
+  }
+
+  /** A JSON number that is a whole number (ids, counts). */
+  public static long whole(Object value) {
+    double d = value instanceof Number ? ((Number) value).doubleValue() : Double.NaN;
+    if (d != Math.rint(d) || Math.abs(d) > (1L << 53)) {
+      throw new SecAggException(value + " is not a whole number");
+    }
+    return (long) d;
+  }
+
+  private static Double optional(Object value) {
+    return value instanceof Number ? ((Number) value).doubleValue() : null;
+  }
+}
