@@ -177,8 +177,14 @@ public final class FederatedClient {
     boolean duplicate;
     String status = StepResult.TRAINED;
     try {
-      duplicate = Boolean.TRUE.equals(json(request("PUT", path, pending.upload,
-          Wire.OCTET_STREAM, true)).get(Wire.DUPLICATE));
+      if (task.secagg != null) {  // secure aggregation: the update leaves masked
+        SecAggRound.takePart(this, task, globalState(task.globalHash).tensors,
+            Safetensors.parse(pending.upload, PendingRound.FILE).tensors);
+        duplicate = false;
+      } else {
+        duplicate = Boolean.TRUE.equals(json(request("PUT", path, pending.upload,
+            Wire.OCTET_STREAM, true)).get(Wire.DUPLICATE));
+      }
     } catch (ServerRefused refused) {
       if (refused.status == 409) {  // e.g. paused meanwhile: keep the round, poll again
         return new StepResult(Wire.WAIT, task.retryAfterSeconds, pending.round, false);

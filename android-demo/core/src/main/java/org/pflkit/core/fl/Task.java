@@ -25,6 +25,8 @@ public final class Task {
    * clip: {@code dp_clip_on_device}; the client clips before uploading), or null.
    */
   public final Double clipNorm;
+  /** A secure-aggregation round's public setup (the update leaves masked), or null. */
+  public final Map<String, Object> secagg;
   /**
    * The run's config (algorithm, params, model, input_shape, lr_schedule, local, ...) or empty;
    * the same for every round of a run.
@@ -46,6 +48,8 @@ public final class Task {
       throw new IllegalArgumentException("task: clip_norm must be a positive number, found "
           + clipNorm);
     }
+    Object sa = json.get(Wire.SECAGG);
+    secagg = sa instanceof Map ? Collections.unmodifiableMap(cast(sa)) : null;
     Object c = json.get(Wire.CONFIG);
     config = c instanceof Map ? Collections.unmodifiableMap(cast(c)) : Collections.<String,
         Object>emptyMap();

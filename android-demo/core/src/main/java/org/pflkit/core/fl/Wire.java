@@ -26,6 +26,11 @@ public final class Wire {
         NUM_SAMPLES, numSamples);
   }
 
+  /** The secure-aggregation steps of a round: {@code <this>/keys}, {@code /shares}, ... */
+  public static String secagg(long runId, long round) {
+    return String.format(Locale.ROOT, "%s/runs/%d/rounds/%d/secagg", PREFIX, runId, round);
+  }
+
   // JSON keys (EnrollIn, CredentialsPublic, TaskPublic, ReceiptPublic; errors carry "detail")
   public static final String TOKEN = "token";
   public static final String CLIENT_ID = "client_id";
@@ -43,6 +48,8 @@ public final class Wire {
   public static final String NUM_SAMPLES = "num_samples";
   /** A task of a run whose devices clip: the L2 norm the upload's change must stay within. */
   public static final String CLIP_NORM = "clip_norm";
+  /** A task of a secure-aggregation round: the round's public setup. */
+  public static final String SECAGG = "secagg";
 
   /** Upload metadata key: JSON object of metric name to finite number. */
   public static final String METRICS = "metrics";
