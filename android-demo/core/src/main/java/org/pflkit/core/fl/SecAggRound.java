@@ -11,6 +11,7 @@ import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Random;
 import java.util.TreeMap;
 import org.pflkit.core.Json;
 import org.pflkit.core.JsonWriter;
@@ -44,7 +45,7 @@ final class SecAggRound {
           + " floating values, the round masks " + setup.dimension);
     }
     if (setup.dpClipNorm != null && setup.dpNoiseMultiplier != null) {
-      privatize(change, setup.dpClipNorm, setup.dpNoiseMultiplier, setup.threshold);
+      privatize(change, setup.dpClipNorm, setup.dpNoiseMultiplier, setup.threshold, RANDOM);
     }
     SecAggDevice device = new SecAggDevice(client.clientId(), setup);
     String base = Wire.secagg(task.runId, task.round);
@@ -105,7 +106,7 @@ final class SecAggRound {
   }
 
   /** Python's {@code dp.privatize}: clip to L2 norm C, add N(0, (zC)^2 / t), in place. */
-  private static void privatize(double[] change, double clip, double z, int threshold) {
+  static void privatize(double[] change, double clip, double z, int threshold, Random random) {
     double squared = 0;
     for (double v : change) {
       squared += v * v;
@@ -114,7 +115,7 @@ final class SecAggRound {
     double scale = norm > clip ? clip / norm : 1;
     double std = z * clip / Math.sqrt(threshold);
     for (int i = 0; i < change.length; i++) {
-      change[i] = change[i] * scale + RANDOM.nextGaussian() * std;
+      change[i] = change[i] * scale + random.nextGaussian() * std;
     }
   }
 
