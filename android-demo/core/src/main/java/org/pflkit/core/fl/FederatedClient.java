@@ -2,7 +2,6 @@ package org.pflkit.core.fl;
 
 import java.io.File;
 import java.io.IOException;
-import java.io.InterruptedIOException;
 import java.nio.charset.Charset;
 import java.util.Collections;
 import java.util.LinkedHashMap;
@@ -30,10 +29,11 @@ import org.pflkit.core.Sha256;
  *
  * <p>A round is committed on the device only once the server is done with it (it answered the
  * upload, or the run moved on), so an app killed at any point, or a run paused between training
- * and upload, re-sends the same bytes (counted once by the server) instead of training twice. Network errors, 429 and 5xx, and any answer carrying {@code Retry-After} (the server's
- * mark of a refusal worth repeating, e.g. a 409 for an enrollment that lost a race) are retried
- * per {@link RetryPolicy}, waiting what {@code Retry-After} says when present; other 4xx
- * answers raise {@link ServerRefused}. Not thread-safe: one client object per folder, used from one thread.
+ * and upload, re-sends the same bytes (counted once by the server) instead of training twice.
+ * Requests are retried as {@link ServerConnection} says (network errors, 429, 5xx, and any answer
+ * carrying {@code Retry-After}: the server's mark of a refusal worth repeating, e.g. a 409 for
+ * an enrollment that lost a race); other 4xx answers raise {@link ServerRefused}. Not
+ * thread-safe: one client object per folder, used from one thread.
  */
 public final class FederatedClient {
   static final String CREDENTIALS = "credentials.json";
@@ -56,10 +56,8 @@ public final class FederatedClient {
 
   private final String server;
   private final File dir;
-  private final HttpTransport http;
-  private final RetryPolicy retry;
+  private final ServerConnection connection;
   private final Sleeper sleeper;
-  private final Random jitter;
   /** Null until enrolled. */
   private Credentials credentials;
 
@@ -74,10 +72,9 @@ public final class FederatedClient {
     if (!dir.isDirectory() && !dir.mkdirs()) {
       throw new IOException("cannot create " + dir);
     }
-    this.http = http;
-    this.retry = retry;
+    this.connection = new ServerConnection(this.server, http, retry, sleeper,
+        new Random(dir.getAbsolutePath().hashCode()));
     this.sleeper = sleeper;
-    this.jitter = new Random(dir.getAbsolutePath().hashCode());
     this.credentials = Credentials.fromJson(readJson(CREDENTIALS),
         new File(dir, CREDENTIALS).getPath());
     if (credentials != null && !credentials.server.equals(this.server)) {
@@ -108,7 +105,7 @@ public final class FederatedClient {
   public long enroll(String token) throws IOException {
     byte[] body = JsonWriter.write(Collections.singletonMap(Wire.TOKEN, token)).getBytes(UTF8);
     Credentials creds = Credentials.fromAnswer(server,
-        json(request("POST", Wire.ENROLL, body, Wire.JSON, false)));
+        ServerConnection.json(request("POST", Wire.ENROLL, body, Wire.JSON, false)));
     AtomicFiles.writePrivate(new File(dir, CREDENTIALS),
         JsonWriter.write(creds.toJson()).getBytes(UTF8));
     credentials = creds;
@@ -163,7 +160,7 @@ public final class FederatedClient {
   public StepResult step(RoundTrainer trainer) throws Exception {
     Task task = poll();
     PendingRound pending = readPending();
-    if (pending != null && roundIsOver(pending, task)) {
+    if (pending != null && pending.isOver(task)) {
       commit(pending);  // counted, or late: keep the trained state
       pending = null;
     }
@@ -182,8 +179,8 @@ public final class FederatedClient {
             Safetensors.parse(pending.upload, PendingRound.FILE).tensors);
         duplicate = false;
       } else {
-        duplicate = Boolean.TRUE.equals(json(request("PUT", path, pending.upload,
-            Wire.OCTET_STREAM, true)).get(Wire.DUPLICATE));
+        duplicate = Boolean.TRUE.equals(ServerConnection.json(request("PUT", path,
+            pending.upload, Wire.OCTET_STREAM, true)).get(Wire.DUPLICATE));
       }
     } catch (ServerRefused refused) {
       if (refused.status == 409) {  // e.g. paused meanwhile: keep the round, poll again
@@ -222,21 +219,6 @@ public final class FederatedClient {
       }
     }
     return rounds;
-  }
-
-  /**
-   * Whether the task shows the server is done with the pending round (the Python SDK's rule):
-   * the run ended or changed, it moved past the round, or it has this client's upload. Until
-   * then (a pause, a wait while the round closes) the pending bytes are kept and re-sent, so a
-   * round is never trained twice.
-   */
-  static boolean roundIsOver(PendingRound pending, Task task) {
-    if (Wire.FINISHED.equals(task.status) || Wire.STOPPED.equals(task.status)
-        || task.runId == null || task.runId != pending.runId) {
-      return true;
-    }
-    return task.round != null && (task.round > pending.round
-        || (task.round == pending.round && Wire.UPLOADED.equals(task.status)));
   }
 
   private PendingRound train(Task task, RoundTrainer trainer) throws Exception {
@@ -282,85 +264,13 @@ public final class FederatedClient {
     }
   }
 
-  /** One request with retries; returns a 2xx/3xx answer or throws. */
+  /** One request with retries (as this device when {@code auth}); a 2xx/3xx answer or throws. */
   HttpTransport.Response request(String method, String path, byte[] body, String contentType,
       boolean auth) throws IOException {
-    Map<String, String> headers = new LinkedHashMap<String, String>();
-    if (auth) {
-      if (!isEnrolled()) {
-        throw new IllegalStateException("not enrolled: call enroll(token) first");
-      }
-      headers.put("Authorization", "Bearer " + credentials.secret);
+    if (auth && !isEnrolled()) {
+      throw new IllegalStateException("not enrolled: call enroll(token) first");
     }
-    if (contentType != null) {
-      headers.put("Content-Type", contentType);
-    }
-    headers.put("Accept", Wire.JSON + ", " + Wire.OCTET_STREAM);
-    long started = System.nanoTime();
-    for (int attempt = 0; ; attempt++) {
-      String problem;
-      long wait;
-      try {
-        HttpTransport.Response answer = http.send(method, server + path, headers, body);
-        if (answer.status < 400) {
-          return answer;
-        }
-        long asked = RetryPolicy.retryAfterMillis(answer.header(Wire.RETRY_AFTER_HEADER),
-            System.currentTimeMillis());
-        // 429 and 5xx may be repeated; any other refusal only when the server says when
-        boolean retryable = answer.status == 429 || answer.status >= 500 || asked >= 0;
-        if (!retryable) {
-          throw new ServerRefused(answer.status, detail(answer));
-        }
-        problem = "HTTP " + answer.status;
-        wait = asked >= 0 ? asked : retry.backoffMillis(attempt, jitter);
-      } catch (ServerRefused refused) {
-        throw refused;
-      } catch (InterruptedIOException interrupted) {
-        throw interrupted;
-      } catch (IOException e) {
-        problem = e.getClass().getSimpleName() + ": " + e.getMessage();
-        wait = retry.backoffMillis(attempt, jitter);
-      }
-      long elapsed = (System.nanoTime() - started) / 1_000_000;
-      if (elapsed + wait > retry.maxElapsedMillis) {
-        throw new ServerUnavailable(method + " " + path + ": gave up after " + (attempt + 1)
-            + " attempts (" + problem + ")");
-      }
-      try {
-        sleeper.sleep(wait);
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        throw new InterruptedIOException(method + " " + path + " interrupted while waiting");
-      }
-    }
-  }
-
-  private static String detail(HttpTransport.Response answer) {
-    String text = new String(answer.body, UTF8);
-    try {
-      Object parsed = Json.parse(text);
-      if (parsed instanceof Map && ((Map<?, ?>) parsed).get(Wire.DETAIL) != null) {
-        return String.valueOf(((Map<?, ?>) parsed).get(Wire.DETAIL));
-      }
-    } catch (Json.SyntaxException e) {
-      // not JSON: the body itself is the message
-    }
-    return text;
-  }
-
-  private static Map<String, Object> json(HttpTransport.Response answer) throws IOException {
-    try {
-      Object parsed = Json.parse(new String(answer.body, UTF8));
-      if (parsed instanceof Map) {
-        @SuppressWarnings("unchecked")
-        Map<String, Object> map = (Map<String, Object>) parsed;
-        return map;
-      }
-    } catch (Json.SyntaxException e) {
-      throw new IOException("server answer is not JSON: " + e.getMessage(), e);
-    }
-    throw new IOException("server answer is not a JSON object");
+    return connection.send(method, path, body, contentType, auth ? credentials.secret : null);
   }
 
   private Map<String, Object> readJson(String name) throws IOException {
@@ -384,6 +294,4 @@ public final class FederatedClient {
   private void writeJson(String name, Map<String, Object> value) throws IOException {
     AtomicFiles.write(new File(dir, name), JsonWriter.write(value).getBytes(UTF8));
   }
-
-
 }

@@ -84,6 +84,21 @@ final class PendingRound {
         integer(meta, Wire.NUM_SAMPLES, source), upload.bytes(), state);
   }
 
+  /**
+   * Whether the task shows the server is done with the pending round (the Python SDK's rule):
+   * the run ended or changed, it moved past the round, or it has this client's upload. Until
+   * then (a pause, a wait while the round closes) the pending bytes are kept and re-sent, so a
+   * round is never trained twice.
+   */
+  boolean isOver(Task task) {
+    if (Wire.FINISHED.equals(task.status) || Wire.STOPPED.equals(task.status)
+        || task.runId == null || task.runId != runId) {
+      return true;
+    }
+    return task.round != null && (task.round > round
+        || (task.round == round && Wire.UPLOADED.equals(task.status)));
+  }
+
   private static long integer(Map<?, ?> meta, String key, String source)
       throws Safetensors.FormatException {
     Object v = meta.get(key);

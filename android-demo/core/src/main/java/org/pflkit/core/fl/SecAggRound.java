@@ -13,7 +13,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Random;
 import java.util.TreeMap;
-import org.pflkit.core.Json;
 import org.pflkit.core.JsonWriter;
 import org.pflkit.core.TensorData;
 import org.pflkit.core.secagg.RoundSetup;
@@ -133,15 +132,9 @@ final class SecAggRound {
     client.request("POST", path, JsonWriter.write(body).getBytes(UTF8), Wire.JSON, true);
   }
 
-  @SuppressWarnings("unchecked")
   private static Map<String, Object> get(FederatedClient client, String path)
       throws IOException {
-    Object parsed = Json.parse(new String(client.request("GET", path, null, null, true).body,
-        UTF8));
-    if (!(parsed instanceof Map)) {
-      throw new SecAggException(path + ": the answer is not a JSON object");
-    }
-    return (Map<String, Object>) parsed;
+    return ServerConnection.json(client.request("GET", path, null, null, true));
   }
 
   private static Map<Long, Object> byId(Map<String, Object> answer, String key) {

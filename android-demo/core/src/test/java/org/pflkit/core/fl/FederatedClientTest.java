@@ -368,7 +368,7 @@ public class FederatedClientTest {
     for (String[] c : cases) {
       Task t = Task.parse(task(c[1], c[0]).getBytes(StandardCharsets.UTF_8));
       assertEquals(c[1] + c[0], Boolean.parseBoolean(c[2]),
-          FederatedClient.roundIsOver(pending, t));
+          pending.isOver(t));
     }
   }
 }
