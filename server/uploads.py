@@ -101,11 +101,14 @@ class Uploads:
                                f"(the current round is {run.rounds_done})")
             if client_id not in rnd.sampled:
                 raise Forbidden(f"client {client_id} was not sampled in round {round_index}")
+            terms = self.store.terms(s, run)
+            if terms.secagg is not None:  # the server must never hold one device's update
+                raise Conflict(f"run {run_id} aggregates securely: a device sends its masked "
+                               "input through the round's secagg steps, never a plain update")
             prior = s.scalar(select(Update).where(Update.round_id == rnd.id,
                                                   Update.client_id == client_id))
             if prior is None:  # a replay is answered whatever the round's state now
                 _still_open(run, rnd)
-            terms = self.store.terms(s, run)
             return Admission(client_id, run_id, rnd.id, round_index, num_samples, terms.schema,
                              None if prior is None else (prior.blob_hash, prior.num_samples),
                              rnd.global_hash, terms.device_clip_norm)

@@ -11,6 +11,7 @@ from secagg_devices import SECAGG, Devices, past_step_deadline, protocol_state, 
 from pflkit.sdk.secagg import wire
 from pflkit.sdk.secagg.wire import FLOATING
 from pflkit.sdk.secagg_device import private_change
+from pflkit.sdk.tensorio import state_to_bytes
 from pflkit.server.errors import ServiceError
 
 
@@ -204,3 +205,15 @@ def test_a_secagg_run_on_a_server_without_cryptography_is_refused(tmp_path, monk
     rules = RunRules.of(ServerSettings(admin_token="x" * 20, data_dir=tmp_path))
     with pytest.raises(Invalid, match="needs the 'cryptography' package"):
         prepare_run(run_toml(per_round=2) + SECAGG, tmp_path / "blobs", rules)
+
+
+def test_a_plain_upload_in_a_secagg_round_is_refused_and_nothing_is_stored(service):
+    devices = Devices(service)
+    client = next(iter(devices.clients))
+    start = service.store.global_states.get(devices.task["global_hash"])
+    stored = {p for p in service.settings.blobs.rglob("*") if p.is_file()}
+    with pytest.raises(ServiceError) as refused:
+        service.uploads.accept(client, devices.task["run_id"], devices.task["round"], 10,
+                               state_to_bytes(start))
+    assert refused.value.status == 409 and "secagg steps" in str(refused.value)
+    assert {p for p in service.settings.blobs.rglob("*") if p.is_file()} == stored
