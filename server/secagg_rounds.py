@@ -9,8 +9,9 @@ message against the same state, and a refused message (422, 409, 410) stores not
 Each request's transaction first writes the round's row, which serializes the round's writers
 (SQLite's write lock, PostgreSQL's row lock). A step closes when everyone it waits for has
 sent (all sampled devices, then those that advertised keys, then those that shared) or, for
-the unmask step, once ``t`` devices answered; or when ``round_deadline`` seconds passed since
-it began (the round keeper's tick). A close below the threshold fails the round: the keeper
+the unmask step, once every secret it needs has ``t`` shares from its holders (or every
+survivor answered); or when ``round_deadline`` seconds passed since it began (the round
+keeper's tick). A close below the threshold fails the round: the keeper
 closes it with the global state unchanged and the error in its metrics, and opens the next.
 """
 
@@ -153,11 +154,14 @@ class SecAggRounds:
                                 payload=payload))
             sent = len(s.scalars(select(SecAggMessage.client_id).where(
                 SecAggMessage.round_id == rnd.id, SecAggMessage.step == step)).all())
-            waits = {"keys": len(setup.roster), "unmask": setup.threshold}.get(step) or \
-                len(s.scalars(select(SecAggMessage.client_id).where(
-                    SecAggMessage.round_id == rnd.id,
-                    SecAggMessage.step == STAGES[STAGES.index(step) - 1])).all())
-            if sent >= waits:
+            if step == "unmask":
+                complete = server.unmask_complete()
+            else:
+                complete = sent >= (len(setup.roster) if step == "keys" else len(s.scalars(
+                    select(SecAggMessage.client_id).where(
+                        SecAggMessage.round_id == rnd.id,
+                        SecAggMessage.step == STAGES[STAGES.index(step) - 1])).all()))
+            if complete:
                 ready = self._close(server, row, sent)
         if ready:
             self.on_quorum()

@@ -164,6 +164,19 @@ class SecAggServer:
                 points.setdefault(u, {})[holders(self._graph, u).index(v) + 1] = share
         self._responded.add(v)
 
+    def unmask_complete(self) -> bool:
+        """Whether the unmask step has all it needs, or all it can get.
+
+        Every secret the request names has t shares from its own holders (under SecAgg+, t
+        answers alone may all come from outside one neighbourhood), or every survivor answered.
+        """
+        if self._request is None:
+            return False
+        t = self.setup.threshold
+        return self._responded >= set(self._request.survivors) or (
+            all(len(self._seed_points.get(u, {})) >= t for u in self._request.survivors)
+            and all(len(self._key_points.get(u, {})) >= t for u in self._request.dropped))
+
     def finish(self) -> Aggregate:
         """Remove the survivors' self masks and the dropped devices' pairwise masks; decode."""
         self._step("unmask", "done")

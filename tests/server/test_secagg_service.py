@@ -217,3 +217,22 @@ def test_a_plain_upload_in_a_secagg_round_is_refused_and_nothing_is_stored(servi
                                state_to_bytes(start))
     assert refused.value.status == 409 and "secagg steps" in str(refused.value)
     assert {p for p in service.settings.blobs.rglob("*") if p.is_file()} == stored
+
+
+def test_a_secagg_plus_round_on_a_sparse_graph_recovers_a_device_gone_after_masking(tmp_path):
+    service = secagg_service(tmp_path, extra="secagg_neighbours = 2\n")  # K = 3 holders, t = 2
+    devices = Devices(service)
+    assert (devices.setup.neighbours, devices.setup.threshold) == (2, 2)
+    everyone = list(devices.clients)
+    devices.keys(everyone)
+    devices.shares(everyone)
+    devices.masked(everyone)
+    devices.unmask(everyone[1:])  # device 0 stops after masking
+    service.rounds.tick()
+    status = service.runs.status(None)
+    assert status["rounds_done"] == 1
+    assert status["history"][0]["metrics"]["participants"] == 5
+    want, got = expected_global(service, devices, everyone), closed_global(service, 0)
+    for name, tensor in got.items():
+        torch.testing.assert_close(tensor.double(), want[name], rtol=0,
+                                   atol=devices.bound(5) + 1e-6 * want[name].abs().max())
