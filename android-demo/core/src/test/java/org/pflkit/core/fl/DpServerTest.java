@@ -40,16 +40,7 @@ public class DpServerTest {
         + "dp_clip_on_device = true\n";
     assertTrue("java_client_goldens.py's run changed: update this test", run.contains(
         "rounds = 1\n") && run.contains("clients_per_round = 2"));
-    File toml = new File(SERVER.root, "dp.toml");
-    Files.write(toml.toPath(), run.getBytes(StandardCharsets.UTF_8));
-    SERVER.replaceRun(run);
-    File data = new File(SERVER.root, "python-device");
-    SERVER.python("import tomllib\n"
-        + "from pflkit.sdk.builder import build_run\n"
-        + "from pflkit.sdk.client import save_client_data\n"
-        + "from pflkit.sdk.run_config import SimConfig\n"
-        + "fed, _ = build_run(SimConfig.from_mapping(tomllib.load(open('" + toml + "', 'rb'))))\n"
-        + "save_client_data('" + data + "/data.safetensors', fed.clients[1].train)\n");
+    File data = SERVER.replaceRunWithPythonDevice("dp", run);
 
     List<byte[]> puts = new ArrayList<>();
     HttpTransport real = FlServerTest.real();

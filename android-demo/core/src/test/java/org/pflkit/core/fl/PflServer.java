@@ -156,6 +156,25 @@ final class PflServer extends ExternalResource {
     }
   }
 
+  /**
+   * Start a run from this TOML and write client 1's training rows where a {@code pfl-client}
+   * process reads them (the folder returned): the Java tests' Python device.
+   */
+  File replaceRunWithPythonDevice(String name, String configToml)
+      throws IOException, InterruptedException {
+    File toml = new File(root, name + ".toml");
+    Files.write(toml.toPath(), configToml.getBytes(StandardCharsets.UTF_8));
+    replaceRun(configToml);
+    File data = new File(root, "python-device");
+    python("import tomllib\n"
+        + "from pflkit.sdk.builder import build_run\n"
+        + "from pflkit.sdk.client import save_client_data\n"
+        + "from pflkit.sdk.run_config import SimConfig\n"
+        + "fed, _ = build_run(SimConfig.from_mapping(tomllib.load(open('" + toml + "', 'rb'))))\n"
+        + "save_client_data('" + data + "/data.safetensors', fed.clients[1].train)\n");
+    return data;
+  }
+
   /** The golden round of a client: the downloaded global plus Python's delta. */
   RoundTrainer.Result goldenResult(long id, Safetensors global) throws IOException {
     Safetensors golden = golden(id);
