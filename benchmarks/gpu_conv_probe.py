@@ -1,12 +1,13 @@
-"""Where the batched ConvNet step spends its GPU time: one vmapped step, per kernel option.
+"""Where the batched ConvNet step spends its GPU time: one step, per kernel option and layout.
 
 CLIENTS x BATCH rows (environment; default 20 x 40, workload (a)) of FMNIST-shaped input through
-the FedRoD ConvNet, forward and backward under vmap (what
-:func:`pflkit.sdk.batched_training.train_together` runs), timed per step (CUDA-synchronized mean
-of STEPS after warm-up) for: fp32, TF32, bf16 autocast, channels-last input, the convolutions
-written as unfold + matmul (fp32 and TF32), and the fp32 step replayed as a CUDA graph. It tells
-which kernel option can bring (a) under issue 22's 0.15 s/round (tests/gpu_check.sh runs it;
-it prints one JSON line).
+the FedRoD ConvNet, forward and backward, timed per step (CUDA-synchronized mean of STEPS after
+warm-up): vmap's step (what :func:`pflkit.sdk.batched_training.train_together` runs) in fp32,
+TF32, bf16 autocast, channels-last, with cuDNN's autotuner (``cudnn.benchmark``), and the
+hand-written layouts of gpu_conv_layouts.py (grouped convolutions without layout copies; im2col
++ batched GEMM), each also replayed as a CUDA graph; plus the heaviest kernels of three of them.
+It tells which kernel path can bring (a) under issue 22's 0.15 s/round (tests/gpu_check.sh runs
+it; it prints one JSON line).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import os
 import time
 
+import gpu_conv_layouts as layouts
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
@@ -57,20 +59,21 @@ def captured(step):  # noqa: ANN001, ANN201
     return graph.replay
 
 
-def conv_as_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """A valid stride-1 convolution as unfold + matmul (under vmap: one batched GEMM)."""
-    out, _, k, _ = weight.shape
-    cols = F.unfold(x, k)  # (B, C k k, L)
-    side = x.shape[-1] - k + 1
-    return (weight.reshape(out, -1) @ cols + bias[:, None]).view(x.shape[0], out, side, side)
+def flags(tf32: bool = False, benchmark: bool = False) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = benchmark
 
 
-def convnet_as_matmuls(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    """The FedRoD ConvNet's forward with its convolutions as matmuls."""
-    h = F.max_pool2d(F.relu(conv_as_matmul(x, p["body.0.weight"], p["body.0.bias"])), 2)
-    h = F.max_pool2d(F.relu(conv_as_matmul(h, p["body.3.weight"], p["body.3.bias"])), 2)
-    h = F.relu(F.linear(h.flatten(1), p["body.7.weight"], p["body.7.bias"]))
-    return F.linear(h, p["head.weight"], p["head.bias"])
+def top_kernels(step, count: int = 8) -> list[list]:  # noqa: ANN001
+    """The ``count`` kernels with the most CUDA time over 10 steps: [name, ms per step]."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            step()
+        torch.cuda.synchronize()
+    events = sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:count]
+    return [[e.key[:70], round(e.device_time_total / 1e4, 3)] for e in events]
 
 
 def main() -> None:
@@ -92,27 +95,41 @@ def main() -> None:
             total = losses(params, inputs, y).sum()
         torch.autograd.grad(total, list(params.values()))
 
-    result = {"clients": K, "batch": B, "device": torch.cuda.get_device_name(0)}
-    result["fp32_ms"] = probe(step)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    result["tf32_ms"] = probe(step)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    result["bf16_ms"] = probe(lambda: step(dtype=torch.bfloat16))
+    def by_hand(forward):  # noqa: ANN001, ANN202 - a step through a hand-written layout
+        def step() -> None:
+            logits = forward(params, x)
+            loss = F.cross_entropy(logits.reshape(K * B, -1), y.reshape(-1), reduction="none")
+            torch.autograd.grad(loss.view(K, B).mean(1).sum(), list(params.values()))
+        return step
+
+    grouped, bmm = by_hand(layouts.grouped), by_hand(layouts.bmm)
+    grouped_last = by_hand(lambda p, xb: layouts.grouped(p, xb, channels_last=True))
     last = x.view(K * B, 1, 28, 28).contiguous(memory_format=torch.channels_last)
-    result["channels_last_ms"] = probe(lambda: step(last.view(K, B, 1, 28, 28)))
-    matmul_losses = vmap(lambda p, xb, yb: F.cross_entropy(convnet_as_matmuls(p, xb), yb))
-
-    def matmul_step() -> None:
-        torch.autograd.grad(matmul_losses(params, x, y).sum(), list(params.values()))
-
-    result["matmul_fp32_ms"] = probe(matmul_step)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    result["matmul_tf32_ms"] = probe(matmul_step)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        result["fp32_graph_ms"] = probe(captured(step))
-    except Exception as error:  # noqa: BLE001 - the capture itself failed: say so
-        result["fp32_graph_ms"] = f"capture failed: {type(error).__name__}: {error}"[:200]
+    # name -> (step, tf32, cudnn.benchmark, captured)
+    variants = {
+        "fp32": (step, False, False, False), "tf32": (step, True, False, False),
+        "bf16": (lambda: step(dtype=torch.bfloat16), False, False, False),
+        "channels_last": (lambda: step(last.view(K, B, 1, 28, 28)), False, False, False),
+        "fp32_graph": (step, False, False, True), "cudnn_benchmark": (step, False, True, False),
+        "cudnn_benchmark_graph": (step, False, True, True),
+        "grouped": (grouped, False, False, False), "grouped_graph": (grouped, False, False, True),
+        "grouped_benchmark_graph": (grouped, False, True, True),
+        "grouped_last_benchmark": (grouped_last, False, True, False),
+        "grouped_tf32_benchmark_graph": (grouped, True, True, True),
+        "bmm": (bmm, False, False, False), "bmm_tf32": (bmm, True, False, False),
+        "bmm_graph": (bmm, False, False, True), "bmm_tf32_graph": (bmm, True, False, True),
+    }
+    result = {"clients": K, "batch": B, "device": torch.cuda.get_device_name(0)}
+    for name, (run, tf32, benchmark, capture) in variants.items():
+        flags(tf32, benchmark)
+        try:
+            result[f"{name}_ms"] = probe(captured(run) if capture else run)
+        except Exception as error:  # noqa: BLE001 - the capture itself failed: say so
+            result[f"{name}_ms"] = f"capture failed: {type(error).__name__}: {error}"[:200]
+    flags()
+    result["fp32_top_kernels"] = top_kernels(step)
+    result["grouped_top_kernels"] = top_kernels(grouped)
+    result["bmm_top_kernels"] = top_kernels(bmm)
     print(json.dumps(result))
 
 

@@ -18,7 +18,8 @@ nvidia-smi -L || true
       torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'NO CUDA GPU')"
 status=0
 # where the batched ConvNet step spends its time, per kernel option (one JSON line)
-(cd benchmarks && "$py" gpu_conv_probe.py) | tee "$out/gpu_conv_probe.json" || status=1
+(cd benchmarks && "$py" gpu_conv_probe.py &&
+ CLIENTS=1000 BATCH=20 STEPS=10 "$py" gpu_conv_probe.py) | tee "$out/gpu_conv_probe.json" || status=1
 # the gpu-marked test files only: the rest need packages a bare GPU machine may lack
 "$py" -m pytest -q -rs -p no:cacheprovider -m gpu \
     $(grep -rl "mark.gpu" tests --include='test_*.py') || status=1
