@@ -34,6 +34,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.dropout import _DropoutNd
 
 from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.phases import phase
 from pflkit.sdk.step_capture import run_steps
 from pflkit.sdk.training import Batch, training_autocast
 
@@ -51,11 +52,13 @@ def batching_blocker(model: nn.Module) -> str | None:
     return None
 
 
+@phase("stack")
 def stack(states: Sequence[Mapping[str, torch.Tensor]]) -> Stacked:
     """Per-client tensors with the same names -> one (K, ...) tensor per name."""
     return {name: torch.stack([s[name].detach() for s in states]) for name in states[0]}
 
 
+@phase("stack")
 def repeat(state: Mapping[str, torch.Tensor], count: int) -> Stacked:
     """``count`` copies of one state (every client starts from the global weights)."""
     return {n: t.detach().unsqueeze(0).repeat(count, *(1,) * t.dim()) for n, t in state.items()}
@@ -72,6 +75,7 @@ class BatchGrid:
     steps: tuple[int, ...]  # T_k: steps of client k this round
 
     @classmethod
+    @phase("grid")
     def build(cls, datas: Sequence[LabeledTensors], epochs: int, batch_size: int,
               generators: Sequence[torch.Generator]) -> BatchGrid:
         """Draw each client's batch order from its generator, as sequential training does.
@@ -199,7 +203,8 @@ def train_together(loss_fn: ClientLoss, params: Stacked, grid: BatchGrid, lr: fl
 
     # clients are sorted: at step t the active ones are those with more than t steps
     actives = [sum(s > t for s in steps) for t in range(max(steps, default=0))]
-    run_steps(step, actives, rows.device)
+    with phase("steps"):
+        run_steps(step, actives, rows.device)
     back = torch.empty_like(perm)
     back[perm] = torch.arange(count, device=perm.device)
     counts = torch.tensor(steps, dtype=torch.float64, device=totals.device)

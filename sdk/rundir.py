@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pflkit.sdk.data.federation import Partition
+from pflkit.sdk.phases import phase
 from pflkit.sdk.run_config import ConfigError, SimConfig
 from pflkit.sdk.state_store import RunClientStore
 from pflkit.sdk.tensorio import CorruptStateError, load_state, read_metadata, save_state
@@ -143,6 +144,7 @@ class RunDir:
             kept = [r for r in rows if r["round"] < rounds_done]
             self.metrics.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
+    @phase("metrics")
     def append_metrics(self, row: dict[str, Any]) -> None:
         """Add one round's row to ``metrics.jsonl``."""
         with self.metrics.open("a") as handle:

@@ -16,6 +16,7 @@ import torch
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, FitJob, FitResult, State
 from pflkit.sdk.data.federation import Federation
 from pflkit.sdk.device import state_to
+from pflkit.sdk.phases import phase
 from pflkit.sdk.run_config import ExecutionConfig
 from pflkit.sdk.step_capture import cuda_graphs
 from pflkit.sdk.training import autocast_training
@@ -42,15 +43,18 @@ class BatchedExecutor(SequentialExecutor):
         """One ``training.fit_batch`` over every task, the updates as (K, ...) CPU stacks."""
         if self.blocker is not None or not tasks:
             return FitBatch(super().fit(global_state, tasks))
-        on_device = state_to(global_state, self.device)
-        jobs = [FitJob(to_device(t.state, self.device), t.data, t.context) for t in tasks]
-        with autocast_training(self.autocast), cuda_graphs(self.settings.cuda_graphs):
+        with phase("to_device"):
+            on_device = state_to(global_state, self.device)
+            jobs = [FitJob(to_device(t.state, self.device), t.data, t.context) for t in tasks]
+        with phase("fit"), autocast_training(self.autocast), \
+                cuda_graphs(self.settings.cuda_graphs):
             results = self.algorithm.training.fit_batch(on_device, jobs)
-        updates = cpu_stacks([r.update for r in results])
-        sent = [state_to(r.update, CPU) for r in results] if updates is None else \
-            _rows(updates, len(results))
-        kept = [r.client_state.tensors for r in results] if self.device.type == "cpu" else \
-            states_to_cpu([r.client_state.tensors for r in results])
+        with phase("to_cpu"):
+            updates = cpu_stacks([r.update for r in results])
+            sent = [state_to(r.update, CPU) for r in results] if updates is None else \
+                _rows(updates, len(results))
+            kept = [r.client_state.tensors for r in results] if self.device.type == "cpu" \
+                else states_to_cpu([r.client_state.tensors for r in results])
         return FitBatch([FitResult(update, ClientState(tensors, r.client_state.meta),
                                    r.num_samples, r.metrics)
                          for r, update, tensors in zip(results, sent, kept, strict=True)],
@@ -66,7 +70,24 @@ def cpu_stacks(states: Sequence[State]) -> State | None:
     """
     if not states or any(_layout(s) != _layout(states[0]) for s in states):
         return None
-    return {n: torch.stack([s[n] for s in states]).cpu() for n in states[0]}
+    stacks = {n: _to_host(torch.stack([s[n] for s in states])) for n in states[0]}
+    first = next(iter(states[0].values()), None)
+    if first is not None and first.is_cuda:
+        torch.cuda.current_stream(first.device).synchronize()  # the pinned copies have landed
+    return stacks
+
+
+def _to_host(tensor: torch.Tensor) -> torch.Tensor:
+    """A CUDA tensor copied into page-locked memory without waiting (the caller syncs once).
+
+    A pageable copy is staged by the driver: the 416 MB of 1000 ConvNet clients moved at
+    1.4 GB/s on an H100 machine (0.31 s of a 1.23 s round, issue 22). Torch caches pinned blocks,
+    so later rounds reuse them.
+    """
+    if not tensor.is_cuda:
+        return tensor.cpu()
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    return host.copy_(tensor, non_blocking=True)
 
 
 def states_to_cpu(states: Sequence[State]) -> list[State]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pflkit.sdk.algorithms.base import Aggregator, Algorithm, State
+from pflkit.sdk.phases import phase
 from pflkit.sdk.run_config import Schedule
 from pflkit.sdk.seeding import numpy_rng
 
@@ -61,6 +62,7 @@ class Coordinator:
         """All planned rounds are done."""
         return self.round >= self.schedule.rounds
 
+    @phase("sample")
     def sample(self, round_index: int) -> list[int]:
         """The clients of a round: a seeded draw without replacement (same seed, same draw)."""
         k = self.schedule.sample_size(len(self.client_ids))
@@ -98,6 +100,7 @@ class Coordinator:
         current.aggregator.add(float(num_samples), update)
         current.received[client_id] = num_samples
 
+    @phase("fold")
     def submit_stacked(self, client_ids: Sequence[int], num_samples: Sequence[int],
                        updates: State) -> None:
         """:meth:`submit` for clients whose updates are (K, ...) CPU stacks, row k from client k.
@@ -151,6 +154,7 @@ class Coordinator:
                 raise UpdateRejected(f"client {client_id}: tensor '{name}' is {shape} {dtype}, "
                                      f"expected {expected} {wanted}")
 
+    @phase("aggregate")
     def close_round(self) -> State:
         """Finish the open round: the aggregate becomes the global state; advance the round."""
         current = self.open_round()

@@ -28,6 +28,7 @@ from pflkit.sdk.builder import build_algorithm, load_data, partition_of
 from pflkit.sdk.data.federation import ClientData, Partition, partition_table, plot_partition
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import federation_to, resolve_device
+from pflkit.sdk.phases import phase
 from pflkit.sdk.privacy_accounting import privacy_spent
 from pflkit.sdk.run_config import ExecutionConfig, SimConfig
 from pflkit.sdk.rundir import CLIP_NORM_KEY, RunDir, check_creatable, checkpoint_round
@@ -73,8 +74,8 @@ class Simulation:
         self.on_device = self._on_device_engine()
         self.store = self.files.clients
         start_round, global_state = 0, None
-        if resume:
-            start_round, global_state = self._committed()
+        if resume and (done := self.files.rounds_done()):
+            start_round, global_state = done, load_state(self.files.latest)
         if global_state is None:
             global_state = self.algorithm.aggregation.init_global(config.seed)
         refuse_unclippable(config.aggregation,
@@ -149,10 +150,7 @@ class Simulation:
         files.partition_table.write_text(partition_table(self.federation, 200) + "\n")
         plot_partition(self.federation, files.plots / "partition.png")
 
-    def _committed(self) -> tuple[int, State | None]:
-        rounds_done = self.files.rounds_done()
-        return (rounds_done, load_state(self.files.latest)) if rounds_done else (0, None)
-
+    @phase("commit")
     def _commit(self, round_index: int, global_state: State, saved: list[int]) -> None:
         meta = {"rounds_done": str(round_index + 1), "algorithm": self.config.algorithm.name}
         if self.rules.clip is not None:
@@ -186,25 +184,26 @@ class Simulation:
         current: OpenRound = coord.open_round()
         clip = self.rules.clip.value if self.rules.clip is not None else None  # this round's
         started = time.perf_counter()
-        losses, weights = 0.0, 0
-        saved = []
-        tasks = [ClientTask(cid, self.client_state(cid), self.federation.clients[cid].train,
-                            self.context(cid, current.index)) for cid in current.sampled]
+        losses, weights, saved = 0.0, 0, []
+        with phase("tasks"):
+            tasks = [ClientTask(cid, self.client_state(cid), self.federation.clients[cid].train,
+                                self.context(cid, current.index)) for cid in current.sampled]
         device_clips = clip is not None and self.config.aggregation.dp_clip_on_device
         batch = self.executor.fit_stacked(coord.global_state, tasks)
         if batch.updates is not None and not device_clips:  # each check once per stack
             coord.submit_stacked(current.sampled, batch.num_samples(), batch.updates)
-        for task, result in zip(tasks, batch.results, strict=True):
-            cid, before = task.client_id, task.state
-            if batch.updates is None or device_clips:  # clipped as a device would
-                coord.submit(cid, result.num_samples, result.update if not device_clips else
-                             clip_update(coord.global_state, result.update, clip))
-            self._states[cid] = after = result.client_state
-            if before.tensors or before.meta or after.tensors or after.meta:
-                self.store.save(cid, current.index, after)  # stateless methods write nothing
-                saved.append(cid)
-            losses += result.metrics.get("train_loss", float("nan")) * result.num_samples
-            weights += result.num_samples
+        with phase("results"):  # streamed executors train here; per-client folds, states
+            for task, result in zip(tasks, batch.results, strict=True):
+                cid, before = task.client_id, task.state
+                if batch.updates is None or device_clips:  # clipped as a device would
+                    coord.submit(cid, result.num_samples, result.update if not device_clips else
+                                 clip_update(coord.global_state, result.update, clip))
+                self._states[cid] = after = result.client_state
+                if before.tensors or before.meta or after.tensors or after.meta:
+                    self.store.save(cid, current.index, after)  # stateless methods write nothing
+                    saved.append(cid)
+                losses += result.metrics.get("train_loss", float("nan")) * result.num_samples
+                weights += result.num_samples
         global_state = coord.close_round()
         row: dict[str, Any] = {
             "round": current.index, "lr": self.config.schedule().lr_at(current.index),
@@ -221,6 +220,7 @@ class Simulation:
         self._commit(current.index, global_state, saved)
         return row
 
+    @phase("evaluate")
     def evaluate_round(self) -> dict[str, Any]:
         """Generic model on the global test set; personalized models on clients' own tests."""
         return round_scores(self.algorithm, self.coordinator.global_state, self.federation,
