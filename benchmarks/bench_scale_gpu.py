@@ -106,7 +106,8 @@ def gpu_section(workdir: Path) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for label, make, systems in (("a", fedavg_config, SYSTEMS),
                                  ("b", superfed_config, SYSTEMS),
-                                 ("c'", many_clients_config, ("batched-eager", "batched"))):
+                                 ("c'", many_clients_config,
+                                  ("batched-eager", "batched", "batched-tf32"))):
         for name in systems:
             if label == "b" and name in ("batched-tf32", "sequential"):
                 continue  # TwoNN: TF32 is a convolution question; b's targets are batched
@@ -130,6 +131,12 @@ def _row(rows: dict[str, Any], key: str, field: str = "per_round") -> float | No
     return rows.get(key, {}).get(field)
 
 
+def _fastest(rows: dict[str, Any], label: str, systems: tuple[str, ...]) -> str:
+    """The key of ``label``'s fastest measured row among ``systems`` (the first if none ran)."""
+    keys = [f"{label}-{name}" for name in systems if _row(rows, f"{label}-{name}")]
+    return min(keys, key=lambda k: rows[k]["per_round"]) if keys else f"{label}-{systems[0]}"
+
+
 def _check(name: str, value: float | None, shown: str, ok: bool | None) -> str:
     verdict = "n/a" if value is None or ok is None else ("yes" if ok else "NO")
     return f"| {name} | {shown if value is not None else 'not measured'} | {verdict} |"
@@ -138,17 +145,21 @@ def _check(name: str, value: float | None, shown: str, ok: bool | None) -> str:
 def targets(gpu: dict[str, Any]) -> list[str]:
     """Issue 22's GPU targets against this run's rows."""
     rows = gpu["rows"]
-    a, b, c = (_row(rows, k) for k in ("a-batched", "b-batched", "c'-batched"))
-    a_plain, a_seq = _row(rows, "a-plain"), _row(rows, "a-sequential")
-    vs_plain = a_plain / a if a and a_plain else None
-    seq_vs_plain = a_plain / a_seq if a_seq and a_plain else None
-    busy, peak = _row(rows, "b-batched", "busy"), _row(rows, "c'-batched", "peak_gb")
     fp32 = _row(rows, f"a-batched-{TF32_ROUNDS}", "top1")
     tf32 = _row(rows, f"a-batched-tf32-{TF32_ROUNDS}", "top1")
     drift = abs(fp32 - tf32) * 100 if fp32 is not None and tf32 is not None else None
+    # the issue lets TF32 count where its top-1 after 20 rounds stays within 0.3 points
+    systems = ("batched", "batched-tf32") if drift is not None and drift <= 0.3 else ("batched",)
+    a_key, c_key = (_fastest(rows, label, systems) for label in ("a", "c'"))
+    a, b, c = _row(rows, a_key), _row(rows, "b-batched"), _row(rows, c_key)
+    a_plain, a_seq = _row(rows, "a-plain"), _row(rows, "a-sequential")
+    vs_plain = a_plain / a if a and a_plain else None
+    seq_vs_plain = a_plain / a_seq if a_seq and a_plain else None
+    busy, peak = _row(rows, "b-batched", "busy"), _row(rows, c_key, "peak_gb")
     return [
         "| target | measured | met |", "|---|---|---|",
-        _check("(a) batched <= 0.15 s/round", a, f"{a:.3f} s" if a else "", a and a <= 0.15),
+        _check("(a) batched <= 0.15 s/round", a, f"{a:.3f} s ({a_key})" if a else "",
+               a and a <= 0.15),
         _check("(a) batched >= 15x the plain GPU loop", vs_plain,
                f"{vs_plain:.1f}x" if vs_plain else "", vs_plain and vs_plain >= 15),
         _check("(b) batched <= 0.4 s/round", b, f"{b:.3f} s" if b else "", b and b <= 0.4),
@@ -156,7 +167,7 @@ def targets(gpu: dict[str, Any]) -> list[str]:
                f"{100 * busy:.1f}%" if busy is not None else "",
                busy is not None and busy >= 0.5),
         _check("(c') 1000 clients/round <= 0.5 s/round in <= 8 GB", c,
-               f"{c:.3f} s, {peak:.1f} GB" if c and peak else "",
+               f"{c:.3f} s, {peak:.1f} GB ({c_key})" if c and peak else "",
                c and peak and c <= 0.5 and peak <= 8),
         _check("sequential no slower than the plain GPU loop", seq_vs_plain,
                f"plain / sequential = {seq_vs_plain:.2f}" if seq_vs_plain else "",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -79,17 +80,32 @@ def use_device(device: torch.device, precision: str, tf32: bool = False) -> torc
     """Check ``precision`` on the resolved ``device`` and set its TF32 mode; the autocast dtype.
 
     TF32 is process-wide in torch; every executor and client of a process sets it the same way.
-    It is set on CUDA only, both ways: cuDNN convolutions use TF32 unless told not to.
+    It is set on CUDA only, both ways: cuDNN convolutions use TF32 unless told not to. With TF32
+    cuDNN's autotuner picks each convolution's algorithm: its heuristic picks slow TF32 kernels
+    for the batched executor's grouped convolutions (an H100 step of 1000 ConvNet clients: 84 ms
+    heuristic, 50 ms autotuned, fp32 120 ms; issue 22). fp32 keeps the heuristic: autotuning
+    did not speed it up and its choice can vary between runs.
     """
     dtype = check_precision_on(device, precision)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cudnn.benchmark = tf32
     return dtype
 
 
 def state_to(state: State, device: torch.device | str) -> State:
     """The same named tensors on ``device`` (no copy for tensors already there)."""
     return {k: v.to(device) for k, v in state.items()}
+
+
+def metrics_to_host(metrics: Sequence[Mapping[str, float | torch.Tensor]]
+                    ) -> list[dict[str, float]]:
+    """Each fit's metrics as floats, every 0-dim tensor among them read in one transfer."""
+    scalars = [v for m in metrics for v in m.values() if isinstance(v, torch.Tensor)]
+    read = iter(torch.stack([t.reshape(()).to(scalars[0].device) for t in scalars]).tolist()
+                if scalars else [])
+    return [{k: next(read) if isinstance(v, torch.Tensor) else float(v) for k, v in m.items()}
+            for m in metrics]
 
 
 def data_to(data: LabeledTensors, device: torch.device | str) -> LabeledTensors:

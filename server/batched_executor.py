@@ -70,7 +70,24 @@ def cpu_stacks(states: Sequence[State]) -> State | None:
     """
     if not states or any(_layout(s) != _layout(states[0]) for s in states):
         return None
-    return {n: torch.stack([s[n] for s in states]).cpu() for n in states[0]}
+    stacks = {n: _to_host(torch.stack([s[n] for s in states])) for n in states[0]}
+    first = next(iter(states[0].values()), None)
+    if first is not None and first.is_cuda:
+        torch.cuda.current_stream(first.device).synchronize()  # the pinned copies have landed
+    return stacks
+
+
+def _to_host(tensor: torch.Tensor) -> torch.Tensor:
+    """A CUDA tensor copied into page-locked memory without waiting (the caller syncs once).
+
+    A pageable copy is staged by the driver: the 416 MB of 1000 ConvNet clients moved at
+    1.4 GB/s on an H100 machine (0.31 s of a 1.23 s round, issue 22). Torch caches pinned blocks,
+    so later rounds reuse them.
+    """
+    if not tensor.is_cuda:
+        return tensor.cpu()
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    return host.copy_(tensor, non_blocking=True)
 
 
 def states_to_cpu(states: Sequence[State]) -> list[State]:

@@ -12,6 +12,7 @@ from device_runs import device_config
 
 from pflkit.sdk.device import DeviceError
 from pflkit.sdk.run_config import ExecutionConfig
+from pflkit.server.batched_executor import cpu_stacks
 from pflkit.server.simulator import Simulation
 
 pytestmark = [
@@ -28,10 +29,12 @@ CASES = [(a, p, "sequential") for a, p in ALGORITHMS] + \
 
 @pytest.fixture(autouse=True)
 def tf32_flags():
-    """The process-wide TF32 flags, restored after each test (the executors set them)."""
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    """The process-wide TF32 and autotuner flags, restored after each test (executors set them)."""
+    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+           torch.backends.cudnn.benchmark)
     yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+    (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+     torch.backends.cudnn.benchmark) = old
 
 
 def assert_close_runs(cpu, gpu):
@@ -46,10 +49,12 @@ def test_a_run_on_cuda_matches_the_cpu_run(tmp_path, algorithm, params, executor
     cpu = Simulation(device_config(algorithm, params, "cpu", executor), tmp_path / "cpu",
                      progress=False)
     torch.backends.cudnn.allow_tf32 = True  # cuDNN's default: the executor must turn it off
+    torch.backends.cudnn.benchmark = True  # a TF32 run's setting: fp32 turns it off again
     gpu = Simulation(device_config(algorithm, params, "cuda", executor), tmp_path / "gpu",
                      progress=False)
     assert gpu.federation.test.x.is_cuda
     assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    assert not torch.backends.cudnn.benchmark
     cpu.run_round()
     gpu.run_round()
     for key, value in cpu.coordinator.global_state.items():
@@ -78,6 +83,7 @@ def test_tf32_and_bf16_on_cuda(tmp_path):
         execution=ExecutionConfig(device="cuda", tf32=True))
     Simulation(tf32, tmp_path / "tf32", progress=False).close()
     assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+    assert torch.backends.cudnn.benchmark
     bf16 = tf32.replace(execution=ExecutionConfig(device="auto", precision="bf16"))
     with pytest.raises(DeviceError, match="measured slower than fp32"):
         Simulation(bf16, tmp_path / "bf16", progress=False)
@@ -108,3 +114,13 @@ def test_cuda_graph_replays_do_what_eager_steps_do(tmp_path, monkeypatch, algori
         assert bool(captures) is graphs  # eager: nothing captured; default: every long segment
     for key, value in runs[False].items():
         torch.testing.assert_close(runs[True][key], value, rtol=1e-6, atol=1e-7, msg=key)
+
+
+def test_results_leave_the_gpu_through_pinned_memory():
+    """cpu_stacks copies without waiting per tensor, then syncs once: every value must land."""
+    states = [{"w": torch.full((256, 256), float(k), device="cuda"),
+               "b": torch.arange(7, device="cuda") + k} for k in range(50)]
+    stacks = cpu_stacks(states)
+    assert stacks["w"].is_pinned() and not stacks["w"].is_cuda
+    assert torch.equal(stacks["w"][:, 0, 0], torch.arange(50, dtype=torch.float32))
+    assert torch.equal(stacks["b"], torch.stack([s["b"].cpu() for s in states]))
