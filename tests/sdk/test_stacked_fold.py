@@ -80,3 +80,29 @@ def test_a_negative_weight_in_a_stack_is_refused():
     weights[5] = -1.0
     with pytest.raises(ValueError, match="must be >= 0, got -1.0"):
         WeightedMean(global_state).add_stacked(weights, stacks)
+
+
+def test_a_stacked_fold_writes_each_term_once_and_adds_each_row_once():
+    """The fold's work: a float64 term per element and one running-sum add per row (~2 writes
+    per stacked element); a cumulative sum over the stack wrote ~4 (a float64 copy, its
+    product, the concatenation with the running sum, every partial sum) and cost 1000 ConvNet
+    clients ~4 s a round on the CPU (issue 22)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Written(TorchDispatchMode):
+        elements = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not func.is_view:
+                self.elements += sum(t.numel() for t in torch.utils._pytree.tree_leaves(out)
+                                     if isinstance(t, torch.Tensor))
+            return out
+
+    global_state, weights, stacks = round_updates()
+    aggregator = WeightedMean(global_state)
+    aggregator.add(weights[0], {n: s[0] for n, s in stacks.items()})  # a running sum exists
+    with Written() as written:
+        aggregator.add_stacked(weights, stacks)
+    stacked = sum(s.numel() for s in stacks.values())
+    assert written.elements <= 2.1 * stacked, written.elements / stacked
