@@ -9,7 +9,8 @@ device; what is computed from a marked tensor is marked too, and a marked tensor
   histogram bug of issue 22 crashed at simulation start on an H100 this way);
 - an op mixing a device tensor with a host tensor of one or more dimensions raises CUDA's
   "same device" RuntimeError (indexing with host indices is allowed, as on CUDA);
-- ``.cpu()`` / ``.to("cpu")`` of a device tensor is an unmarked copy, as on CUDA.
+- ``.cpu()`` / ``.to("cpu")`` of a device tensor is an unmarked copy, as on CUDA, and so is a
+  host tensor ``copy_`` from one (``pin_memory=True`` gives a plain host tensor here).
 
 Host synchronizations of device tensors (``.item()``, ``.tolist()``, ``bool``/``float``/``int``,
 ``nonzero``/``masked_select``/``unique``; boolean-mask indexing is not seen) are allowed, as on
@@ -50,6 +51,13 @@ MIXED_ALLOWED = {T.__getitem__, T.__setitem__, T.copy_, T.index_put_, SET_DATA,
 def on_device(t: object) -> bool:
     """Whether ``t`` is a tensor that lives on the fake device."""
     return isinstance(t, torch.Tensor) and getattr(t, MARK, False)
+
+
+class _Stream:
+    """``torch.cuda.current_stream()``: the fake device's work is done when it returns."""
+
+    def synchronize(self) -> None:
+        """Nothing to wait for."""
 
 
 def _mark(value: Any) -> Any:
@@ -127,6 +135,7 @@ class FakeCuda(TorchFunctionMode):
                  if n.startswith("pflkit") and getattr(m, "vmap", None) is torch.func.vmap]
         from pflkit.sdk import step_capture
         for owner, name, value in ((torch.cuda, "is_available", lambda: True),
+                                   (torch.cuda, "current_stream", lambda device=None: _Stream()),
                                    (step_capture, "MIN_SEGMENT", sys.maxsize),
                                    (torch.cuda, "device_count", lambda: 1),
                                    (nn.Parameter, "__new__", _marking(nn.Parameter.__new__)),
@@ -167,6 +176,11 @@ class FakeCuda(TorchFunctionMode):
                 return self._copy(func(self_, *to_host, **k), self_, True)
             if any(_is_host(d) for d in targets):
                 return self._copy(func(*args, **kwargs), self_, False)
+        if kwargs.get("pin_memory"):  # page-locked host memory: a plain host tensor here
+            kwargs = {**kwargs, "pin_memory": False}
+        if func is T.copy_:  # the destination stays where it is (a host buffer: a download)
+            out = func(*args, **kwargs)
+            return _mark(out) if on_device(self_) else out
         if "device" in kwargs and _is_cuda(kwargs["device"]):
             return _mark(func(*args, **{**kwargs, "device": HOST}))
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
