@@ -61,7 +61,11 @@ class Batch:
         """Mean cross-entropy of ``logits`` (B, C) over the batch's real rows."""
         if self.weight is None:
             return F.cross_entropy(logits, self.y)
-        return (F.cross_entropy(logits, self.y, reduction="none") * self.weight).sum()
+        # -sum_i w_i log p_i[y_i]: nll_loss's value, without its ignore_index masks (under vmap
+        # they cost eight more kernels per step, issue 22); at least float32, as autocast runs it
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        picked = F.log_softmax(logits, -1, dtype=dtype).gather(-1, self.y.unsqueeze(-1)).squeeze(-1)
+        return -(picked * self.weight).sum()
 
 
 def sgd(params: Iterable[torch.Tensor], lr: float, momentum: float, weight_decay: float
@@ -77,12 +81,14 @@ def run_epochs(
     epochs: int,
     batch_size: int,
     generator: torch.Generator,
-) -> float:
-    """Minimize ``loss_fn(x, y)`` over ``epochs`` passes; return the mean batch loss."""
+) -> torch.Tensor:
+    """Minimize ``loss_fn(x, y)`` over ``epochs`` passes; return the mean batch loss.
+
+    The mean is a float64 scalar on the data's device (NaN without a step): reading it waits
+    for the device, so executors read a round's losses together (issue 22).
+    """
     dtype = _AUTOCAST.get()
-    # float64 sum on the data's device: the same value as summing Python floats, without a
-    # device-to-host synchronization per step on a GPU
-    total, steps = torch.zeros((), dtype=torch.float64, device=data.y.device), 0
+    losses: list[torch.Tensor] = []  # no kernel and no host synchronization per step
     for _ in range(epochs):
         for xb, yb in data.batches(batch_size, generator):
             optimizer.zero_grad(set_to_none=True)
@@ -93,9 +99,11 @@ def run_epochs(
                     loss = loss_fn(xb, yb)
             loss.backward()
             optimizer.step()
-            total += loss.detach().double()
-            steps += 1
-    return float(total) / steps if steps else float("nan")
+            losses.append(loss.detach())
+    if not losses:
+        return torch.tensor(float("nan"), dtype=torch.float64, device=data.y.device)
+    # float64 sums in step order (a CPU cumsum adds as a Python loop over floats would)
+    return torch.stack(losses).double().cumsum(0)[-1] / len(losses)
 
 
 def cross_entropy_of(model: nn.Module) -> LossFn:

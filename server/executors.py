@@ -5,8 +5,9 @@ and folds the results into the Coordinator in that same order as they are yielde
 executor yields in task order whatever order its workers finish in, so the aggregate (a float64
 running sum) and therefore the run never depend on timing. States cross the executor boundary
 on the CPU: the global state comes in on the CPU and is moved to the device once per round, a
-client's state once per fit (algorithms see every tensor on their device); updates and client
-states go back to the CPU (aggregation and checkpoint boundaries).
+client's state once per fit (algorithms see every tensor on their device); updates, client
+states and metrics go back to the CPU (aggregation and checkpoint boundaries), a round's at once
+(:func:`results_to_cpu`).
 
 Executors are named in the configuration (``[execution] executor = ...``) and built by
 :func:`make_executor` from :data:`~pflkit.sdk.execution_config.EXECUTORS`, a table of
@@ -26,7 +27,7 @@ import torch
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, FitResult, RoundContext, State
 from pflkit.sdk.data.federation import Federation
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.device import resolve_device, state_to, use_device
+from pflkit.sdk.device import metrics_to_host, resolve_device, state_to, use_device
 from pflkit.sdk.execution_config import EXECUTORS, ExecutionConfig
 from pflkit.sdk.training import autocast_training
 
@@ -77,7 +78,7 @@ class Executor(ABC):
     def fit(self, global_state: State, tasks: Sequence[ClientTask]) -> Iterator[FitResult]:
         """Fit every task from ``global_state``; yield one result per task, in task order.
 
-        Updates and client states come back on the CPU.
+        Updates and client states come back on the CPU, metrics as floats.
         """
 
     def fit_stacked(self, global_state: State, tasks: Sequence[ClientTask]) -> FitBatch:
@@ -106,23 +107,48 @@ def to_device(state: ClientState, device: torch.device) -> ClientState:
     return ClientState(state_to(state.tensors, device), state.meta)
 
 
-def result_to_cpu(result: FitResult) -> FitResult:
-    """A fit result whose update and client state are on the CPU (aggregation boundary)."""
-    return FitResult(state_to(result.update, CPU), to_device(result.client_state, CPU),
-                     result.num_samples, result.metrics)
+def results_to_cpu(results: Sequence[FitResult], device: torch.device) -> FitBatch:
+    """A round's fit results from ``device`` on the CPU, with their updates as (K, ...) stacks.
+
+    One device-to-host copy per tensor name and one for the metrics' device scalars, not a host
+    synchronization per client and tensor (aggregation boundary).
+    """
+    # the batched executor's transfers; imported here, that module imports this one
+    from pflkit.server.batched_executor import cpu_stacks, states_to_cpu
+
+    updates = cpu_stacks([r.update for r in results])
+    sent = [state_to(r.update, CPU) for r in results] if updates is None else \
+        [{n: stack[k] for n, stack in updates.items()} for k in range(len(results))]
+    kept = [r.client_state.tensors for r in results] if device.type == "cpu" else \
+        states_to_cpu([r.client_state.tensors for r in results])
+    rows = zip(results, sent, kept, metrics_to_host([r.metrics for r in results]), strict=True)
+    return FitBatch([FitResult(update, ClientState(tensors, r.client_state.meta),
+                               r.num_samples, metrics) for r, update, tensors, metrics in rows],
+                    updates)
 
 
 class SequentialExecutor(Executor):
-    """One client after another in this process, on the configured device."""
+    """One client after another in this process, on the configured device.
+
+    A round's results wait on the device until its last fit, then cross to the CPU together
+    (:func:`results_to_cpu`): moved after each fit, every client cost host synchronizations that
+    left the GPU idle while the next client was prepared (issue 22).
+    """
 
     def fit(self, global_state: State, tasks: Sequence[ClientTask]) -> Iterator[FitResult]:
         """Fit the tasks in order; the global state is moved to the device once per round."""
+        yield from self._fit_round(global_state, tasks).results
+
+    def fit_stacked(self, global_state: State, tasks: Sequence[ClientTask]) -> FitBatch:
+        """:meth:`fit`, the updates stacked (one device-to-host copy per tensor name)."""
+        return self._fit_round(global_state, tasks)
+
+    def _fit_round(self, global_state: State, tasks: Sequence[ClientTask]) -> FitBatch:
         on_device = state_to(global_state, self.device)
-        for task in tasks:
-            with autocast_training(self.autocast):
-                result = self.algorithm.training.fit(
-                    on_device, to_device(task.state, self.device), task.data, task.context)
-            yield result_to_cpu(result)
+        with autocast_training(self.autocast):
+            results = [self.algorithm.training.fit(on_device, to_device(t.state, self.device),
+                                                   t.data, t.context) for t in tasks]
+        return results_to_cpu(results, self.device)
 
 
 def make_executor(settings: ExecutionConfig, federation: Federation,

@@ -41,7 +41,7 @@ import torch
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, FitResult, RoundContext, State
 from pflkit.sdk.data.federation import Federation
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.device import data_to, resolve_device, state_to, use_device
+from pflkit.sdk.device import data_to, metrics_to_host, resolve_device, state_to, use_device
 from pflkit.sdk.run_config import ExecutionConfig
 from pflkit.sdk.state_store import client_state_from_bytes, client_state_to_bytes
 from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
@@ -151,7 +151,7 @@ class ClientWorker:
             result = self.algorithm.training.fit(global_state, self._client_state(state),
                                                  self.data[client_id], ctx)
         return (state_to_bytes(result.update), client_state_to_bytes(result.client_state),
-                result.num_samples, result.metrics)
+                result.num_samples, metrics_to_host([result.metrics])[0])
 
     def personalize(self, key: int, global_payload: bytes, client_id: int, state: bytes,
                     ctx: RoundContext) -> bytes:

@@ -89,7 +89,8 @@ class FitResult:
     update: State  # tensors sent to the server (empty: nothing to aggregate)
     client_state: ClientState  # the device's new private state
     num_samples: int  # aggregation weight
-    metrics: dict[str, float] = field(default_factory=dict)
+    # floats, or 0-dim tensors left on the device: executors read a round's in one transfer
+    metrics: dict[str, float | torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -51,10 +51,10 @@ def proximal_loss(logits: torch.Tensor, batch: Batch, params: Mapping[str, torch
 
 
 def train_proximal(model: nn.Module, global_state: State, data: LabeledTensors,
-                   ctx: RoundContext, local: LocalTraining, strength: float) -> float:
+                   ctx: RoundContext, local: LocalTraining, strength: float) -> torch.Tensor:
     """FedAvg's local loop: E epochs of SGD on :func:`proximal_loss`, ``model`` trained in place.
 
-    Returns the mean batch loss.
+    Returns the mean batch loss (a scalar on the device, :func:`~pflkit.sdk.training.run_epochs`).
     """
     params = dict(model.named_parameters())
 

@@ -71,7 +71,8 @@ class FedRoDTraining(DeviceTraining):
                 net.phead.load_state_dict(net.hyper(proportions))
 
     def train(self, global_state: State, client_state: ClientState, data: LabeledTensors,
-              epochs: int, lr: float, generator: torch.Generator) -> tuple[TwoHeadNet, float]:
+              epochs: int, lr: float, generator: torch.Generator
+              ) -> tuple[TwoHeadNet, torch.Tensor]:
         """Eq. 14 for ``epochs`` epochs from the global state (and the client's phi)."""
         net, prior, a = self._start(global_state, client_state, data)
         params = self._trainable(net)
@@ -102,7 +103,7 @@ class FedRoDTraining(DeviceTraining):
         return self._fit_result(net, data, client_state, loss)
 
     def _fit_result(self, net: TwoHeadNet, data: LabeledTensors, client_state: ClientState,
-                    loss: float) -> FitResult:
+                    loss: float | torch.Tensor) -> FitResult:
         update = {k: v.detach().clone() for k, v in net.state_dict().items()
                   if not k.startswith("phead.")}
         # hyper: phi is regenerated from nu-bar every round, so nothing private persists.

@@ -21,6 +21,7 @@ from pflkit.sdk.algorithms.mixing import float_buffers
 from pflkit.sdk.algorithms.superfed_inference import LOCAL
 from pflkit.sdk.algorithms.superfed_objective import (
     FlatLayout,
+    compact_lambda,
     cosine,
     lambda_sampler,
     superfed_loss,
@@ -63,7 +64,8 @@ class SuPerFedTraining(DeviceTraining):
                             loss, cos)
 
     def _result(self, model: nn.Module, update: State, local: State, client_state: ClientState,
-                num_samples: int, mixing: bool, loss: float, cos: float) -> FitResult:
+                num_samples: int, mixing: bool, loss: float | torch.Tensor, cos: float
+                ) -> FitResult:
         """Send w_f (and running statistics); keep w_l and the client's own statistics."""
         tensors = {LOCAL + n: w.detach().clone() for n, w in local.items()}
         tensors |= {LOCAL + n: update[n].clone() for n in float_buffers(model)}
@@ -73,19 +75,21 @@ class SuPerFedTraining(DeviceTraining):
         return FitResult(update, ClientState(tensors, meta), num_samples, metrics)
 
     def _fit_mixed(self, model: nn.Module, global_state: State, local: State,
-                   data: LabeledTensors, ctx: RoundContext) -> tuple[float, State, float]:
+                   data: LabeledTensors, ctx: RoundContext
+                   ) -> tuple[torch.Tensor, State, float]:
         """From L on: eq. 4 on flat w_f and w_l, both in one SGD; w_f is written back to model."""
         params = dict(model.named_parameters())
         layout = FlatLayout.of(params)
         wf = layout.flatten(params).requires_grad_()
         wl = layout.flatten(local).requires_grad_()
         wg = layout.flatten(global_state)
-        draw = lambda_sampler(self.method.mixing, layout, ctx.generator("lambda"))
+        mixing = self.method.mixing
+        draw = lambda_sampler(mixing, layout, ctx.generator("lambda"))
         mu, nu = self.params.mu, self.params.nu
 
         def loss_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return superfed_loss(model, layout, wf, wl, wg, draw().to(wf.device), Batch(x, y),
-                                 mu, nu)
+            lam = compact_lambda(mixing, draw()).to(wf.device)
+            return superfed_loss(model, layout, wf, wl, wg, lam, Batch(x, y), mu, nu)
 
         optimizer = sgd([wf, wl], ctx.lr, self.local.momentum, self.local.weight_decay)
         loss = run_epochs(optimizer, loss_fn, data, self.local.epochs, self.local.batch_size,
@@ -135,7 +139,7 @@ class SuPerFedTraining(DeviceTraining):
             draw = lambda_sampler(self.method.mixing, layout, ctx.generator("lambda"))
             for t in range(grid.steps[k]):
                 lams[k, t] = draw()
-        lams = lams.to(wg.device)
+        lams = compact_lambda(self.method.mixing, lams).to(wg.device)
         mu, nu = self.params.mu, self.params.nu
 
         def loss(p: dict[str, torch.Tensor], batch: Batch, inputs: dict[str, torch.Tensor]
