@@ -72,6 +72,11 @@ bench-overhead: setup
 bench-client-overhead: setup
 	cd benchmarks && ../$(BIN)/python bench_client_overhead.py
 
+# issue 22: the sequential executor's cost per client and per step vs the plain loop (ROUNDS, default 5)
+.PHONY: bench-sequential-overhead
+bench-sequential-overhead: setup
+	cd benchmarks && ../$(BIN)/python bench_sequential_overhead.py
+
 clean:
 	rm -rf $(RUNS) build dist *.egg-info
 

@@ -52,11 +52,14 @@ def time_simulator(run_dir: Path) -> tuple[float, Simulation]:
     return time.perf_counter() - started, sim
 
 
-def plain_rounds(sim: Simulation, rounds: int) -> tuple[list[float], dict[str, torch.Tensor]]:
+def plain_rounds(sim: Simulation, rounds: int, first: int = 0
+                 ) -> tuple[list[float], dict[str, torch.Tensor]]:
     """The simulator's FedAvg written directly (no framework, no disk): seconds of each round.
 
     Same clients, batches, SGD settings (from ``sim.config``) and n-weighted float64 mean, on
-    the device the simulation's data is on (a CUDA round is timed to its last kernel).
+    the device the simulation's data is on (a CUDA round is timed to its last kernel). Rounds
+    ``first`` .. ``first + rounds - 1`` (their clients and learning rates), from the initial
+    weights.
     """
     device = sim.federation.test.x.device
     model = sim.algorithm.model_factory.build().to(device)
@@ -64,7 +67,7 @@ def plain_rounds(sim: Simulation, rounds: int) -> tuple[list[float], dict[str, t
                     for k, v in sim.algorithm.aggregation.init_global(sim.config.seed).items()}
     schedule, t = sim.config.schedule(), sim.config.training
     seconds = []
-    for r in range(rounds):
+    for r in range(first, first + rounds):
         started = time.perf_counter()
         sums = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in global_state.items()}
         total = 0
