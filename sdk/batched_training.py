@@ -167,6 +167,7 @@ def train_together(loss_fn: ClientLoss, params: Stacked, grid: BatchGrid, lr: fl
     rows, share = grid.rows.index_select(0, perm), grid.weight.index_select(0, perm)
     steps = [grid.steps[k] for k in order]
     totals = torch.zeros(count, dtype=torch.float64, device=grid.rows.device)
+    ones = torch.ones(count, device=grid.rows.device)  # d(sum of the losses)/d(each loss)
 
     def client_loss(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                     w: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -190,13 +191,13 @@ def train_together(loss_fn: ClientLoss, params: Stacked, grid: BatchGrid, lr: fl
             losses = losses_of(dict(zip(names, leaves, strict=True)), grid.x[index],
                                grid.y[index], share[:active].index_select(1, now).squeeze(1),
                                inputs)
-        grads = torch.autograd.grad(losses.sum(), leaves)
+        grads = torch.autograd.grad(losses, leaves, ones[:active].to(losses.dtype))
         with torch.no_grad():
             if not laid_out:
                 weights = [_adopt_layout(w, g) for w, g in zip(weights, grads, strict=True)]
                 buffers = [torch.zeros_like(w) for w in weights]
                 laid_out = True
-            totals[:active] += losses.detach()
+            totals[:active].add_(losses.detach())  # in place: ``+=`` on a slice copies back
             _sgd([w[:active] for w in weights], list(grads), [b[:active] for b in buffers],
                  lr, momentum, weight_decay)
             now.add_(1)

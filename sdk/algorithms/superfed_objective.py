@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from pflkit.sdk.algorithms.mixing import mixed_weights
+from pflkit.sdk.algorithms.mixing import mix, mixed_weights
 from pflkit.sdk.training import Batch
 
 
@@ -53,6 +53,17 @@ class FlatLayout:
                 for n, shape, chunk in zip(self.names, self.shapes, flat.split(self.sizes),
                                            strict=True)}
 
+    def spread(self, lam: torch.Tensor) -> torch.Tensor:
+        """One lambda per tensor (..., n) -> one per element (..., P), one kernel; (..., 1) stays.
+
+        Mixing the flat vectors at once is one lerp and a two-kernel backward; mixing tensor by
+        tensor costs six kernels per tensor (issue 22: per-kernel latency bounds a GPU step).
+        """
+        if lam.shape[-1] == 1:
+            return lam  # one lambda for every tensor: it broadcasts
+        return torch.cat([lam[..., i:i + 1].expand(*lam.shape[:-1], size)
+                          for i, size in enumerate(self.sizes)], dim=-1)
+
     def layers(self) -> tuple[torch.Tensor, int]:
         """(layer index of every tensor, number of layers); a layer = a parameter-owning module."""
         owners: dict[str, int] = {}
@@ -69,14 +80,20 @@ def lambda_sampler(mixing: str, layout: FlatLayout, gen: torch.Generator
     return lambda: torch.rand(count, generator=gen)[layer]
 
 
+def compact_lambda(mixing: str, lam: torch.Tensor) -> torch.Tensor:
+    """Draws (..., n) as :func:`superfed_loss` mixes them: model mixing's one value as (..., 1)."""
+    return lam[..., :1] if mixing == "model" else lam
+
+
 def superfed_loss(model: nn.Module, layout: FlatLayout, wf: torch.Tensor, wl: torch.Tensor,
                   wg: torch.Tensor, lam: torch.Tensor, batch: Batch, mu: float, nu: float
                   ) -> torch.Tensor:
     """Eq. 4 on one batch: CE of W(lambda) + mu ||w_f - w_g||^2 + nu cos^2(w_f, w_l).
 
-    ``wf``, ``wl``, ``wg`` are flat (``layout``); ``lam`` holds one lambda per tensor.
+    ``wf``, ``wl``, ``wg`` are flat (``layout``); ``lam`` holds one lambda per tensor, or one
+    for all of them (shape (1,), :func:`compact_lambda`).
     """
-    mixed = mixed_weights(layout.unflatten(wf), layout.unflatten(wl), layout.names, lam)
+    mixed = layout.unflatten(mix(wf, wl, layout.spread(lam)))
     loss = batch.cross_entropy(functional_call(model, mixed, (batch.x,)))  # logits (B, C)
     if mu or nu:
         loss = loss + regularizer(wf, wl, wg, mu, nu)
@@ -103,36 +120,40 @@ class Regularizer(torch.autograd.Function):
     @staticmethod
     def forward(wf: torch.Tensor, wl: torch.Tensor, wg: torch.Tensor, mu: float, nu: float
                 ) -> tuple[torch.Tensor, ...]:
-        """(value, w_f - w_g, cos, |w_f|^2, |w_l|^2), each per row."""
+        """(value, w_f - w_g, cos, |w_f|^2, |w_l|^2, |w_f||w_l|), each per row."""
         gap = wf - wg
         ff, ll = torch.linalg.vecdot(wf, wf), torch.linalg.vecdot(wl, wl)
-        cos = torch.linalg.vecdot(wf, wl) / torch.sqrt(ff * ll)
-        return mu * torch.linalg.vecdot(gap, gap) + nu * cos**2, gap, cos, ff, ll
+        norms = torch.sqrt(ff * ll)
+        cos = torch.linalg.vecdot(wf, wl) / norms
+        value = torch.addcmul(mu * torch.linalg.vecdot(gap, gap), cos, cos, value=nu)
+        return value, gap, cos, ff, ll, norms
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]
                       ) -> None:
         """Keep what the backward needs (the intermediates are outputs, as vmap requires)."""
         wf, wl, _, mu, nu = inputs
-        _, gap, cos, ff, ll = output
-        ctx.mark_non_differentiable(gap, cos, ff, ll)
-        ctx.save_for_backward(wf, wl, gap, cos, ff, ll)
+        _, gap, cos, ff, ll, norms = output
+        ctx.mark_non_differentiable(gap, cos, ff, ll, norms)
+        ctx.set_materialize_grads(False)  # no zero gradients for the intermediates
+        ctx.save_for_backward(wf, wl, gap, cos, ff, ll, norms)
         ctx.mu, ctx.nu = mu, nu
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor, *_: Any) -> tuple[torch.Tensor | None, ...]:
         """d/dw_f = 2 mu (w_f - w_g) + nu dcos^2/dw_f;  d/dw_l = nu dcos^2/dw_l."""
-        wf, wl, gap, cos, ff, ll = ctx.saved_tensors
+        wf, wl, gap, cos, ff, ll, norms = ctx.saved_tensors
         k = 2 * ctx.nu * cos * grad  # d(nu cos^2)/dcos, times the incoming gradient
+        kc = k * cos
 
         def per_row(scalar: torch.Tensor) -> torch.Tensor:
             return scalar.unsqueeze(-1)  # (K,) -> (K, 1) against (K, P); () -> (1,)
 
         # dcos/dw_f = w_l / (|w_f||w_l|) - cos w_f / |w_f|^2, and symmetrically for w_l
-        across = per_row(k / torch.sqrt(ff * ll))
-        grad_f = torch.addcmul(torch.addcmul(wl * across, wf, per_row(-k * cos / ff)), gap,
+        across = per_row(k / norms)
+        grad_f = torch.addcmul(torch.addcmul(wl * across, wf, per_row(kc / ff), value=-1), gap,
                                per_row(2 * ctx.mu * grad))
-        grad_l = torch.addcmul(wf * across, wl, per_row(-k * cos / ll))
+        grad_l = torch.addcmul(wf * across, wl, per_row(kc / ll), value=-1)
         return grad_f, grad_l, None, None, None
 
     @staticmethod
