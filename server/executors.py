@@ -30,8 +30,7 @@ from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import metrics_to_host, resolve_device, state_to, use_device
 from pflkit.sdk.execution_config import EXECUTORS, ExecutionConfig
 from pflkit.sdk.training import autocast_training
-
-CPU = torch.device("cpu")
+from pflkit.server.host_results import CPU, cpu_stacks, rows, states_to_cpu
 
 
 @dataclass(frozen=True)
@@ -113,18 +112,16 @@ def results_to_cpu(results: Sequence[FitResult], device: torch.device) -> FitBat
     One device-to-host copy per tensor name and one for the metrics' device scalars, not a host
     synchronization per client and tensor (aggregation boundary).
     """
-    # the batched executor's transfers; imported here, that module imports this one
-    from pflkit.server.batched_executor import cpu_stacks, states_to_cpu
-
     updates = cpu_stacks([r.update for r in results])
     sent = [state_to(r.update, CPU) for r in results] if updates is None else \
-        [{n: stack[k] for n, stack in updates.items()} for k in range(len(results))]
+        rows(updates, len(results))
     kept = [r.client_state.tensors for r in results] if device.type == "cpu" else \
         states_to_cpu([r.client_state.tensors for r in results])
-    rows = zip(results, sent, kept, metrics_to_host([r.metrics for r in results]), strict=True)
+    per_client = zip(results, sent, kept, metrics_to_host([r.metrics for r in results]),
+                     strict=True)
     return FitBatch([FitResult(update, ClientState(tensors, r.client_state.meta),
-                               r.num_samples, metrics) for r, update, tensors, metrics in rows],
-                    updates)
+                               r.num_samples, metrics)
+                     for r, update, tensors, metrics in per_client], updates)
 
 
 class SequentialExecutor(Executor):

@@ -12,7 +12,7 @@ from device_runs import device_config
 
 from pflkit.sdk.device import DeviceError
 from pflkit.sdk.run_config import ExecutionConfig
-from pflkit.server.batched_executor import cpu_stacks
+from pflkit.server.host_results import cpu_stacks
 from pflkit.server.simulator import Simulation
 
 pytestmark = [
