@@ -13,7 +13,7 @@ from its LAST global model and the same client states (split seeds). PFL-FB's cl
 taken from the PFL-MF state: the classifier passes never read the gate, so the three variants'
 classifiers are bit-identical (tests/sdk/algorithms/test_pflmoe.py checks it). The frozen
 extractor is shared by every client, so the global test set's activations are computed once
-and each client's model is scored with ``GatedExperts.mixed_logits`` (checked against the full
+and each client's model is scored with ``GatedExperts.head_logits`` (checked against the full
 forward on client 0). Local-only: 3 x LOCAL_EPOCHS epochs (default 5) at lr 0.1, 0.01, 0.001
 (the paper's 300-epoch step schedule, compressed), B=64, SGD m=0.9, wd 5e-4, scored on a
 seeded 2000-image subset of the global test set (100 separate extractors are the cost).
@@ -28,9 +28,11 @@ runs first train on to ROUNDS (e.g. 100 -> 200). OUT names the results.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +40,9 @@ import torch
 from common import RESULTS, RUNS, pct, save, set_threads
 from pflmoe_report import PAPER, plot, table
 
-from pflkit.sdk.algorithms import ClientState, make_algorithm
+from pflkit.sdk.algorithms import Algorithm, ClientState, RoundContext, State, make_algorithm
 from pflkit.sdk.algorithms.pflmoe import PERSONAL
+from pflkit.sdk.data.federation import Federation
 from pflkit.sdk.evaluation import evaluate_client
 from pflkit.sdk.metrics import class_weighted_accuracy, predict, top_k_accuracy
 from pflkit.sdk.run_config import (
@@ -90,13 +93,19 @@ def mean_pair(pairs: list[tuple[float, float]]) -> dict[str, float]:
     return {"local_test": sum(p[0] for p in pairs) / n, "global_test": sum(p[1] for p in pairs) / n}
 
 
-def stage_one(sim: Simulation, counts: dict[int, torch.Tensor]) -> list[dict[str, float]]:
-    """Run the FedAvg rounds; every EVAL_EVERY rounds score the global model (the curve)."""
+def stage_one(sim: Simulation, counts: dict[int, torch.Tensor],
+              deadline: float = math.inf) -> list[dict[str, float]]:
+    """Run the FedAvg rounds; every EVAL_EVERY rounds score the global model (the curve).
+
+    ``deadline`` (``time.monotonic()``): stop after the round that reaches it, scored; the
+    constant lr makes the stopped run the run of that many rounds.
+    """
     test, curve = sim.federation.test, []
     while not sim.coordinator.finished:
         row = sim.run_round()
         done = row["round"] + 1
-        if done % EVAL_EVERY == 0 or sim.coordinator.finished:
+        last = sim.coordinator.finished or time.monotonic() >= deadline
+        if done % EVAL_EVERY == 0 or last:
             global_model = sim.algorithm.inference.global_model(sim.coordinator.global_state)
             logits = predict(global_model, test)
             local = [class_weighted_accuracy(logits.argmax(1), test.y, c) for c in counts.values()]
@@ -104,33 +113,47 @@ def stage_one(sim: Simulation, counts: dict[int, torch.Tensor]) -> list[dict[str
                           "local_test": sum(local) / len(local), "train_loss": row["train_loss"]})
             print(f"  round {done}: global {pct(curve[-1]['global_test'])} "
                   f"local {pct(curve[-1]['local_test'])}", flush=True)
+        if last:
+            break
     return curve
+
+
+Pairs = dict[str, list[tuple[float, float]]]  # method -> per-client (local, global test)
 
 
 def stage_two(sim: Simulation, per_epochs: int) -> dict[str, dict[str, float]]:
     """PFL-FB / -MF / -MFE for every client from the final global model; FedAvg alongside."""
-    fed, state = sim.federation, sim.coordinator.global_state
+    pairs = personalize(sim.algorithm, sim.federation, sim.coordinator.global_state,
+                        list(sim.federation.clients), per_epochs,
+                        lambda cid: sim.context(cid, sim.config.rounds), sim.client_state)
+    return {k: mean_pair(v) for k, v in pairs.items()}
+
+
+def personalize(algorithm: Algorithm, fed: Federation, state: State, client_ids: list[int],
+                per_epochs: int, context: Callable[[int], RoundContext],
+                client_state: Callable[[int], ClientState]) -> Pairs:
+    """Stage 2 of ``client_ids`` and the per-client scores of FedAvg, FB, MF and MFE."""
     test, spec = fed.test, fed.spec
-    base = sim.algorithm.inference.global_model(state)
+    base = algorithm.inference.global_model(state)
     with torch.no_grad():
         a_test = base.body(test.x)  # (10000, 400): the frozen extractor, shared by all
         global_logits = base.head(a_test)
-    algos = {v: make_algorithm("pflmoe", sim.algorithm.model_factory, sim.algorithm.local,
+    algos = {v: make_algorithm("pflmoe", algorithm.model_factory, algorithm.local,
                                {"variant": v, "epochs": per_epochs}) for v in ("fb", "mf", "mfe")}
-    pairs: dict[str, list[tuple[float, float]]] = {k: [] for k in ("fedavg", "fb", "mf", "mfe")}
+    pairs: Pairs = {k: [] for k in ("fedavg", "fb", "mf", "mfe")}
     started = time.perf_counter()
-    for i, (cid, client) in enumerate(fed.clients.items()):
+    for i, cid in enumerate(client_ids):
+        client = fed.clients[cid]
         counts = client.class_counts(spec.num_classes)
         pairs["fedavg"].append(scores(global_logits, test.y, counts))
-        ctx = sim.context(cid, sim.config.rounds)
         for variant in ("mf", "mfe"):
-            cstate = algos[variant].personalization.personalize(state, sim.client_state(cid),
-                                                                client.train, ctx)
+            cstate = algos[variant].personalization.personalize(state, client_state(cid),
+                                                                client.train, context(cid))
             model = algos[variant].inference.personalized_model(state, cstate)
             with torch.no_grad():
-                logits = model.mixed_logits(test.x, a_test)
+                logits = model.head_logits(test.x, a_test)
             pairs[variant].append(scores(logits, test.y, counts))
-            if cid == 0:  # the cached-activation path equals the plain forward
+            if i == 0:  # the cached-activation path equals the plain forward
                 full = evaluate_client(model, client, test, spec.num_classes)
                 assert abs(full.class_weighted - pairs[variant][-1][0]) < 1e-6
                 assert abs(full.global_plain - pairs[variant][-1][1]) < 1e-6
@@ -142,9 +165,9 @@ def stage_two(sim: Simulation, per_epochs: int) -> dict[str, dict[str, float]]:
                 with torch.no_grad():
                     pairs["fb"].append(scores(fb.head(a_test), test.y, counts))
         if (i + 1) % 10 == 0:
-            print(f"  stage 2: {i + 1}/{len(fed.clients)} clients, "
+            print(f"  stage 2: {i + 1}/{len(client_ids)} clients, "
                   f"{time.perf_counter() - started:.0f} s", flush=True)
-    return {k: mean_pair(v) for k, v in pairs.items()}
+    return pairs
 
 
 def local_only(alpha: float, epochs: int) -> dict[str, float]:

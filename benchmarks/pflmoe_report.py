@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from common import RESULTS
@@ -19,8 +20,9 @@ LABELS = {"local": "Local", "fedavg": "FedAvg", "fb": "PFL-FB", "mf": "PFL-MF",
 
 
 def table(results: dict[str, Any], rounds: int, per_epochs: int, local_epochs: int,
-          name: str) -> str:
-    """The markdown table (two decimals: the targets have two)."""
+          name: str, fedavg_note: str | None = None) -> str:
+    """The markdown table (two decimals: the targets have two); ``fedavg_note`` replaces the
+    default sentence about the FedAvg rounds."""
     head = ("| alpha | method | local test | global test | paper local / global | target |\n"
             "|---|---|---|---|---|---|\n")
     lines = []
@@ -36,14 +38,15 @@ def table(results: dict[str, Any], rounds: int, per_epochs: int, local_epochs: i
                 target = f">= {pl - 1.5:.2f} / >= {pg - 1.5:.2f} ({' / '.join(met)})"
             lines.append(f"| {alpha} | {label} | {local:.2f} | {glob:.2f} | {pl} / {pg} | "
                          f"{target} |")
-    notes = (f"\nFedAvg: {rounds} rounds (paper 1000; CPU budget), LAST round's model (the paper "
+    fedavg_note = fedavg_note or f"FedAvg: {rounds} rounds (paper 1000; CPU budget)"
+    notes = (f"\n{fedavg_note}, LAST round's model (the paper "
              f"keeps the best round's). Stage 2: {per_epochs} epochs (paper 200). Local-only: "
              f"3 x {local_epochs} epochs (paper 300), scored on a seeded 2000-image subset of "
              f"the global test set. Curve: {name}_curve.png.\n")
     return head + "\n".join(lines) + "\n" + notes
 
 
-def plot(curves: dict[str, list[dict[str, float]]], name: str) -> None:
+def plot(curves: dict[str, list[dict[str, float]]], name: str, folder: Path = RESULTS) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -63,5 +66,48 @@ def plot(curves: dict[str, list[dict[str, float]]], name: str) -> None:
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(RESULTS / f"{name}_curve.png", dpi=110)
+    fig.savefig(folder / f"{name}_curve.png", dpi=110)
     plt.close(fig)
+
+
+def paired(per_client: dict[str, dict[str, list[list[float]]]]) -> dict[str, dict[str, Any]]:
+    """Each personalized method against FedAvg, client by client (local test, in points).
+
+    Mean difference with a normal 95% interval over the clients, and how many clients gained.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for alpha, pairs in per_client.items():
+        base = [p[0] for p in pairs["fedavg"]]
+        for method in ("fb", "mf", "mfe"):
+            diff = [100 * (p[0] - b) for p, b in zip(pairs[method], base, strict=True)]
+            n = len(diff)
+            mean = sum(diff) / n
+            sd = (sum((d - mean) ** 2 for d in diff) / (n - 1)) ** 0.5 if n > 1 else 0.0
+            out[f"{alpha}/{method}"] = {"mean": mean, "ci95": 1.96 * sd / n ** 0.5,
+                                        "gained": sum(d > 0 for d in diff), "clients": n}
+    return out
+
+
+def render(payload: dict[str, Any], folder: Path, name: str) -> str:
+    """bench_pflmoe_gpu's results page: the table, the paired comparison, the curve."""
+    rounds = payload["rounds"]
+    ran = ", ".join(f"alpha {k}: {v}" for k, v in rounds.items())
+    budget = payload["budget_s"]
+    note = (f"FedAvg on {payload['device']} ({payload['command'].split(' python3')[0]}): "
+            f"rounds run {ran} (planned {payload['planned_rounds']}, paper 1000"
+            + (f"; FedAvg stage bounded by BUDGET_S = {budget:g} s" if budget is not None
+               else "") + ")")
+    md = table(payload["results"], payload["planned_rounds"], payload["per_epochs"], 5, name, note)
+    md += ("Local rows: copied from the CPU run (pflmoe.json). Stage 2 and scoring ran in CPU "
+           "worker processes.\n\nPer client, against FedAvg (local test, points): mean "
+           "difference, 95% interval, clients that gained.\n\n"
+           "| alpha | method | mean | 95% | gained |\n|---|---|---|---|---|\n")
+    for key, row in payload["paired"].items():
+        alpha, method = key.split("/")
+        md += (f"| {alpha} | {LABELS[method]} | {row['mean']:+.2f} | +-{row['ci95']:.2f} | "
+               f"{row['gained']}/{row['clients']} |\n")
+    for alpha, error in payload.get("failed", {}).items():
+        md += f"\nalpha {alpha}: FedAvg failed ({error}); its rounds so far are in the run tar.\n"
+    seconds = ", ".join(f"{k} {v:.0f} s" for k, v in payload["seconds"].items())
+    plot(payload["curves"], name, folder)
+    return f"# bench-pflmoe on a GPU\n\nCommand: `{payload['command']}`\n\n{md}\nWall: {seconds}.\n"
