@@ -27,12 +27,9 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
-import shutil
-import tarfile
 import time
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +37,7 @@ from typing import Any
 import torch
 from bench_pflmoe import Pairs, config, mean_pair, personalize, stage_one
 from common import RESULTS, RUNS, machine
+from gpu_runs import device_name, pack, pool, render_only, unpack, write
 from pflmoe_report import paired, render
 
 from pflkit.sdk.algorithms import Algorithm, RoundContext
@@ -62,7 +60,7 @@ class FedAvgJob:
     config: SimConfig
     run_dir: Path
     deadline: float  # time.monotonic(): one clock for every process of the machine
-    resume: bool
+    resume: bool  # the folder holds a run (RESUME): train it on
 
 
 def fedavg(job: FedAvgJob) -> dict[str, Any]:
@@ -126,13 +124,6 @@ def stage2(job: Stage2Job) -> Pairs:
                        client_state)
 
 
-def device_name(device: str) -> str:
-    """The GPU's name (or the CPU's) for the results."""
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name(torch.device(device))}, torch {torch.__version__}"
-    return f"CPU ({os.cpu_count()} cores), torch {torch.__version__}"
-
-
 @dataclass(frozen=True)
 class Settings:
     """What one run does (env names in the module docstring)."""
@@ -162,12 +153,6 @@ class Settings:
                    int(env("CLIENTS", "0")) or None)
 
 
-def pool(settings: Settings, workers: int) -> Executor:
-    if not settings.processes:
-        return ThreadPoolExecutor(1)
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-
-
 def bench(s: Settings) -> dict[str, Any]:
     """Every alpha's FedAvg stage in parallel, then stage 2 in chunks; the results payload.
 
@@ -177,18 +162,15 @@ def bench(s: Settings) -> dict[str, Any]:
     started = time.monotonic()
     runs = RUNS / s.name
     previous = json.loads((s.resume / f"{s.name}.json").read_text()) if s.resume else None
-    shutil.rmtree(runs, ignore_errors=True)
-    if s.resume:
-        with tarfile.open(s.resume / f"{s.name}_runs.tar.gz") as tar:
-            tar.extractall(runs.parent, filter="data")
+    unpack(s.resume / f"{s.name}_runs.tar.gz" if s.resume else None, runs)
     execution = ExecutionConfig(executor=s.executor, device=s.device)
-    jobs = [FedAvgJob(a, config(a, s.rounds).replace(execution=execution),
-                      runs / f"pflmoe-dir{a:g}", started + s.budget_s, s.resume is not None)
-            for a in s.alphas]
+    dirs = {a: runs / f"pflmoe-dir{a:g}" for a in s.alphas}
+    jobs = [FedAvgJob(a, config(a, s.rounds).replace(execution=execution), dirs[a],
+                      started + s.budget_s, dirs[a].is_dir()) for a in s.alphas]
     fed_runs: dict[str, dict[str, Any]] = {}
     failed: dict[str, str] = {}
     chunks: dict[str, list[Future[Pairs]]] = {}
-    with pool(s, len(jobs)) as fed_pool, pool(s, s.workers) as cpu_pool:
+    with pool(s.processes, len(jobs)) as fed_pool, pool(s.processes, s.workers) as cpu_pool:
         pending = {fed_pool.submit(fedavg, job): job for job in jobs}
         while pending:
             done, _ = wait(pending, return_when="FIRST_COMPLETED")
@@ -213,9 +195,7 @@ def bench(s: Settings) -> dict[str, Any]:
                                                                  s.per_epochs))
                                for i in range(0, len(ids), CHUNK)]
         payload = summary(s, fed_runs, failed, previous)
-        s.out.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(s.out / f"{s.name}_runs.tar.gz", "w:gz") as tar:
-            tar.add(runs, arcname=runs.name)
+        pack(runs, s.out / f"{s.name}_runs.tar.gz")
         (s.out / f"{s.name}.json").write_text(json.dumps(payload, indent=1) + "\n")
         per_client = {key: merge([f.result() for f in futures]) for key, futures in chunks.items()}
     local = json.loads((RESULTS / "pflmoe.json").read_text())["results"] \
@@ -250,22 +230,11 @@ def merge(parts: list[Pairs]) -> Pairs:
     return {m: [p for part in parts for p in part[m]] for m in parts[0]}
 
 
-def write(payload: dict[str, Any], out: Path, name: str) -> None:
-    """<name>.json, .md and _curve.png in ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps(payload, indent=1) + "\n")
-    md = render(payload, out, name)
-    (out / f"{name}.md").write_text(md)
-    print(md, flush=True)
-
-
 def main() -> None:
-    if os.environ.get("RENDER_ONLY"):  # a GPU run's JSON -> benchmarks/results
-        payload = json.loads(Path(os.environ["RENDER_ONLY"]).read_text())
-        write(payload, RESULTS, Path(os.environ["RENDER_ONLY"]).stem)
+    if render_only(RESULTS, render):  # a GPU run's JSON -> benchmarks/results
         return
     settings = Settings.from_env()
-    write(bench(settings), settings.out, settings.name)
+    write(bench(settings), settings.out, settings.name, render)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ def test_budget_stops_fedavg_and_results_say_how_many_rounds_ran(tmp_path, monke
                                          budget_s=0.0, out=tmp_path / "out", name="tiny",
                                          clients=3, processes=False)
     payload = bench_pflmoe_gpu.bench(settings)
-    bench_pflmoe_gpu.write(payload, settings.out, settings.name)
+    bench_pflmoe_gpu.write(payload, settings.out, settings.name, bench_pflmoe_gpu.render)
 
     assert payload["rounds"] == {"2": 1} and payload["planned_rounds"] == 1000
     assert [c["round"] for c in payload["curves"]["2"]] == [1]  # the stopped round is scored

@@ -1,0 +1,173 @@
+"""bench-baselines on a GPU (issue 22): the SuPerFed comparison's methods at R = 500, in parallel.
+
+bench_baselines.py's setting (SETTING, default twocnn-50: 5 clients x 96 steps x 10 epochs a
+round) and rows, each method in its own process on DEVICE (default cuda) through EXECUTOR
+(default batched). Only FedAvg (+FT), FedProx, SuPerFed and FedRoD have batched steps; the
+batched executor trains the other methods client by client (it logs why), ~20x slower.
+
+BUDGET_S bounds the training (one wall clock for every method): each run stops after the round
+that reaches it, then runs its final evaluation (the personalization stage included); the rows
+name the rounds run. The lr is 0.01 x 0.99^round, so a stopped run is the first rounds of the
+R-round run (its final stage reads R's round context). Run folders go back as
+<NAME>_runs.tar.gz; RESUME=<folder holding NAME.json and the tar> trains them on.
+
+    bash .gpu/run.sh env OUT=$OUT BUDGET_S=420 python3 benchmarks/bench_baselines_gpu.py
+    RENDER_ONLY=<OUT>/<NAME>.json .venv/bin/python benchmarks/bench_baselines_gpu.py
+
+env: SETTING, ROUNDS (500), METHODS (fedavg_ft,fedprox), DEVICE, EXECUTOR, BUDGET_S (none),
+OUT (folder, default benchmarks/results), NAME (baselines_<setting>_gpu), RESUME.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from concurrent.futures import wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from bench_baselines import (
+    LABELS,
+    RUN_ORDER,
+    config,
+    curve,
+    curve_points,
+    fedavg_row,
+    row_from_summary,
+    setting_title,
+    table,
+)
+from common import RESULTS, RUNS, machine
+from gpu_runs import device_name, pack, pool, render_only, unpack, write
+
+from pflkit.sdk.run_config import ExecutionConfig, SimConfig
+from pflkit.server.simulator import Simulation
+
+
+@dataclass(frozen=True)
+class MethodJob:
+    """One method's run."""
+
+    method: str
+    config: SimConfig
+    run_dir: Path
+    deadline: float  # time.monotonic(): one clock for every process of the machine
+    resume: bool  # the folder holds a run (RESUME): train it on
+
+
+def train(job: MethodJob) -> dict[str, Any]:
+    """Rounds until R or the deadline, then the final evaluation; the method's rows."""
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    sim = Simulation(job.config, job.run_dir, resume=job.resume, progress=False)
+    try:
+        while not sim.coordinator.finished:
+            sim.run_round()
+            if time.monotonic() >= job.deadline:
+                break
+        final = sim.final_evaluation()
+    finally:
+        sim.close()
+    seconds = time.perf_counter() - started
+    rows = {job.method: row_from_summary(final["clients"]["summary"], final["rounds"], seconds)}
+    if job.method == "fedavg_ft":
+        rows["fedavg"] = fedavg_row(job.run_dir, final["rounds"])
+    return {"rows": rows, "curve": curve_points(str(job.run_dir)), "seconds": seconds,
+            "own_top1": [c["own_top1"] for c in final["clients"]["per_client"]],
+            "device": device_name(job.config.execution.device)}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one run does (env names in the module docstring)."""
+
+    setting: str = "twocnn-50"
+    rounds: int = 500
+    methods: tuple[str, ...] = ("fedavg_ft", "fedprox")
+    device: str = "cuda"
+    executor: str = "batched"
+    budget_s: float = math.inf
+    out: Path = RESULTS
+    name: str = "baselines_twocnn_50_gpu"
+    resume: Path | None = None
+    processes: bool = True  # False: one thread of this process (tests)
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        env = os.environ.get
+        setting = env("SETTING", "twocnn-50")
+        methods = tuple(m for m in env("METHODS", "fedavg_ft,fedprox").split(",") if m)
+        unknown = sorted(set(methods) - set(RUN_ORDER))
+        if unknown:
+            raise SystemExit(f"unknown METHODS {unknown}; choose from {', '.join(RUN_ORDER)}")
+        return cls(setting, int(env("ROUNDS", "500")), methods, env("DEVICE", "cuda"),
+                   env("EXECUTOR", "batched"), float(env("BUDGET_S", "inf")),
+                   Path(env("OUT", str(RESULTS))),
+                   env("NAME", f"baselines_{setting.replace('-', '_')}_gpu"),
+                   Path(env("RESUME")) if env("RESUME") else None)
+
+
+def bench(s: Settings) -> dict[str, Any]:
+    """Every method at once; rows, curves, per-client top-1 and the run folders (tar in OUT)."""
+    started = time.monotonic()
+    runs = RUNS / s.name
+    unpack(s.resume / f"{s.name}_runs.tar.gz" if s.resume else None, runs)
+    execution = ExecutionConfig(executor=s.executor, device=s.device)
+    jobs = [MethodJob(m, config(m, s.rounds, s.setting).replace(execution=execution),
+                      runs / m, started + s.budget_s, (runs / m).is_dir()) for m in s.methods]
+    done: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
+    with pool(s.processes, len(jobs)) as workers:
+        futures = {workers.submit(train, job): job.method for job in jobs}
+        wait(futures)
+    for future, method in futures.items():
+        try:
+            done[method] = future.result()
+        except Exception as error:  # e.g. NaN weights (UpdateRejected): "diverged"
+            failed[method] = f"{type(error).__name__}: {error}".splitlines()[0]
+    pack(runs, s.out / f"{s.name}_runs.tar.gz")
+    order = ("fedavg", *RUN_ORDER)
+    rows = {m: r for d in done.values() for m, r in d["rows"].items()}
+    command = (f"bash .gpu/run.sh env SETTING={s.setting} ROUNDS={s.rounds} "
+               f"METHODS={','.join(s.methods)} BUDGET_S={s.budget_s:g} DEVICE={s.device} "
+               f"EXECUTOR={s.executor} {'RESUME=<previous OUT> ' if s.resume else ''}"
+               "python3 benchmarks/bench_baselines_gpu.py")
+    return {"machine": machine(), "command": command, "setting": s.setting,
+            "planned_rounds": s.rounds,
+            "budget_s": None if math.isinf(s.budget_s) else s.budget_s,
+            "device": next(iter(done.values()))["device"] if done else s.device,
+            "rows": {m: rows[m] for m in order if m in rows}, "failed": failed,
+            "curves": {m: d["curve"] for m, d in done.items()},
+            "own_top1": {m: d["own_top1"] for m, d in done.items()},
+            "seconds": {**{m: d["seconds"] for m, d in done.items()},
+                        "total": time.monotonic() - started}}
+
+
+def render(payload: dict[str, Any], out: Path, name: str) -> str:
+    """The results page: bench_baselines' table, the rounds each method ran, the curve."""
+    budget = payload["budget_s"]
+    curve(payload["curves"], out / f"{name}_curve.png",
+          setting_title(payload["setting"], payload["planned_rounds"]))
+    seconds = ", ".join(f"{m} {v:.0f} s" for m, v in payload["seconds"].items())
+    return (f"# Baselines on a GPU: {setting_title(payload['setting'], payload['planned_rounds'])}"
+            f"\n\nCommand: `{payload['command']}` on {payload['device']}.\n"
+            + (f"Training bounded by BUDGET_S = {budget:g} s; 'last round' says where each "
+               "method stopped.\n" if budget is not None else "")
+            + f"Settings and columns as bench-baselines'. Curve: {name}_curve.png.\n\n"
+            + table(payload["rows"])
+            + "".join(f"\n{LABELS[m]}: failed ({why})\n" for m, why in payload["failed"].items())
+            + f"\nWall: {seconds}.\n")
+
+
+def main() -> None:
+    if render_only(RESULTS, render):  # a GPU run's JSON -> benchmarks/results
+        return
+    settings = Settings.from_env()
+    write(bench(settings), settings.out, settings.name, render)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""What the GPU benchmarks share: worker pools, the device's name, run folders packed for OUT,
+the results files and RENDER_ONLY.
+
+A lent GPU machine is bare at each start: run folders travel back as one tar in OUT (its
+files come back, at most 8), and RESUME unpacks them there to train on in a later session.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import tarfile
+from collections.abc import Callable
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def pool(processes: bool, workers: int) -> Executor:
+    """``workers`` spawned processes (CUDA needs spawn); one thread of this process if not."""
+    if not processes:
+        return ThreadPoolExecutor(1)
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def device_name(device: str) -> str:
+    """The GPU's name (or the CPU's) and torch's version, for the results."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(torch.device(device))}, torch {torch.__version__}"
+    return f"CPU ({os.cpu_count()} cores), torch {torch.__version__}"
+
+
+def pack(runs: Path, tar_path: Path) -> None:
+    """The run folders under ``runs`` as one .tar.gz (named by the folder)."""
+    tar_path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tar_path, "w:gz") as tar:
+        tar.add(runs, arcname=runs.name)
+
+
+def unpack(tar_path: Path | None, runs: Path) -> None:
+    """A fresh ``runs`` folder: empty, or (RESUME) the packed folders of a previous session."""
+    shutil.rmtree(runs, ignore_errors=True)
+    if tar_path is not None:
+        with tarfile.open(tar_path) as tar:
+            tar.extractall(runs.parent, filter="data")
+
+
+Render = Callable[[dict[str, Any], Path, str], str]  # (payload, folder, name) -> page
+
+
+def write(payload: dict[str, Any], out: Path, name: str, render: Render) -> None:
+    """<name>.json, .md (and what ``render`` draws) in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(payload, indent=1) + "\n")
+    md = render(payload, out, name)
+    (out / f"{name}.md").write_text(md)
+    print(md, flush=True)
+
+
+def render_only(results: Path, render: Render) -> bool:
+    """RENDER_ONLY=<a GPU run's JSON>: write its page into ``results``; False if not asked."""
+    if not os.environ.get("RENDER_ONLY"):
+        return False
+    path = Path(os.environ["RENDER_ONLY"])
+    write(json.loads(path.read_text()), results, path.stem, render)
+    return True
