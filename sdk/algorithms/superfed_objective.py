@@ -80,6 +80,20 @@ def lambda_sampler(mixing: str, layout: FlatLayout, gen: torch.Generator
     return lambda: torch.rand(count, generator=gen)[layer]
 
 
+def lambda_draws(mixing: str, layout: FlatLayout, gen: torch.Generator, steps: int
+                 ) -> torch.Tensor:
+    """(steps, tensors): :func:`lambda_sampler`'s first ``steps`` draws in one call.
+
+    ``torch.rand`` fills a tensor in order from the generator, so these are the same values as
+    ``steps`` calls of the sampler, without ~5 host ops per draw (a batched SuPerFed round of
+    870 steps x 5 clients spent 85 ms drawing them one by one on an H100 host, issue 22).
+    """
+    if mixing == "model":
+        return torch.rand(steps, 1, generator=gen).expand(steps, len(layout.names))
+    layer, count = layout.layers()
+    return torch.rand(steps, count, generator=gen)[:, layer]
+
+
 def compact_lambda(mixing: str, lam: torch.Tensor) -> torch.Tensor:
     """Draws (..., n) as :func:`superfed_loss` mixes them: model mixing's one value as (..., 1)."""
     return lam[..., :1] if mixing == "model" else lam

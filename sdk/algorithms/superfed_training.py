@@ -23,6 +23,7 @@ from pflkit.sdk.algorithms.superfed_objective import (
     FlatLayout,
     compact_lambda,
     cosine,
+    lambda_draws,
     lambda_sampler,
     superfed_loss,
 )
@@ -136,9 +137,8 @@ class SuPerFedTraining(DeviceTraining):
         # (K, T, tensors): the draws fit makes, in its order (CPU generators, moved once)
         lams = torch.zeros(len(datas), max(grid.steps, default=0), len(layout.names))
         for k, ctx in enumerate(ctxs):
-            draw = lambda_sampler(self.method.mixing, layout, ctx.generator("lambda"))
-            for t in range(grid.steps[k]):
-                lams[k, t] = draw()
+            lams[k, :grid.steps[k]] = lambda_draws(self.method.mixing, layout,
+                                                   ctx.generator("lambda"), grid.steps[k])
         lams = compact_lambda(self.method.mixing, lams).to(wg.device)
         mu, nu = self.params.mu, self.params.nu
 
@@ -152,6 +152,6 @@ class SuPerFedTraining(DeviceTraining):
         trained, losses = train_together(loss, start, grid, lr, self.local.momentum,
                                          self.local.weight_decay, step_inputs={"lam": lams})
         wf, wl = trained["wf"], trained["wl"]
-        cosines = [float(cosine(wf[k], wl[k])) for k in range(len(datas))]
+        cosines = torch.stack([cosine(wf[k], wl[k]) for k in range(len(datas))]).tolist()
         return (losses, [layout.unflatten(w) for w in wf], [layout.unflatten(w) for w in wl],
                 cosines)
