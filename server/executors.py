@@ -30,7 +30,7 @@ from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import metrics_to_host, resolve_device, state_to, use_device
 from pflkit.sdk.execution_config import EXECUTORS, ExecutionConfig
 from pflkit.sdk.training import autocast_training
-from pflkit.server.host_results import CPU, cpu_stacks, rows, states_to_cpu
+from pflkit.server.host_results import CPU, device_stacks, host_copies, rows, states_to_cpu
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,9 @@ class FitBatch:
     # name -> (K, ...) stack, row k = result k's update; None: not stacked (a streaming
     # executor, or updates that differ in names or shapes: one of them is not the schema)
     updates: State | None = None
+    # the same stacks on the GPU they were trained on (None on the CPU): an aggregator that
+    # folds there skips 1000 clients' row-by-row float64 fold on the host (0.25 s, issue 22)
+    device_updates: State | None = None
 
     def num_samples(self) -> list[int]:
         """Each result's sample count (stacked batches only: a stream is read once)."""
@@ -112,7 +115,8 @@ def results_to_cpu(results: Sequence[FitResult], device: torch.device) -> FitBat
     One device-to-host copy per tensor name and one for the metrics' device scalars, not a host
     synchronization per client and tensor (aggregation boundary).
     """
-    updates = cpu_stacks([r.update for r in results])
+    on_device = device_stacks([r.update for r in results])
+    updates = None if on_device is None else host_copies(on_device)
     sent = [state_to(r.update, CPU) for r in results] if updates is None else \
         rows(updates, len(results))
     kept = [r.client_state.tensors for r in results] if device.type == "cpu" else \
@@ -121,7 +125,8 @@ def results_to_cpu(results: Sequence[FitResult], device: torch.device) -> FitBat
                      strict=True)
     return FitBatch([FitResult(update, ClientState(tensors, r.client_state.meta),
                                r.num_samples, metrics)
-                     for r, update, tensors, metrics in per_client], updates)
+                     for r, update, tensors, metrics in per_client], updates,
+                    on_device if device.type == "cuda" else None)
 
 
 class SequentialExecutor(Executor):

@@ -23,13 +23,24 @@ def cpu_stacks(states: Sequence[State]) -> State | None:
 
     None where the states differ in names, shapes or dtypes.
     """
+    stacks = device_stacks(states)
+    return None if stacks is None else host_copies(stacks)
+
+
+def device_stacks(states: Sequence[State]) -> State | None:
+    """Many clients' states as (K, ...) stacks where they are; None where layouts differ."""
     if not states or any(_layout(s) != _layout(states[0]) for s in states):
         return None
-    stacks = {n: _to_host(torch.stack([s[n] for s in states])) for n in states[0]}
-    first = next(iter(states[0].values()), None)
+    return {n: torch.stack([s[n] for s in states]) for n in states[0]}
+
+
+def host_copies(stacks: State) -> State:
+    """Each stack on the CPU; from a GPU through pinned memory, with one synchronization."""
+    copies = {n: _to_host(stack) for n, stack in stacks.items()}
+    first = next(iter(stacks.values()), None)
     if first is not None and first.is_cuda:
         torch.cuda.current_stream(first.device).synchronize()  # the pinned copies have landed
-    return stacks
+    return copies
 
 
 def _to_host(tensor: torch.Tensor) -> torch.Tensor:

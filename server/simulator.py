@@ -191,7 +191,8 @@ class Simulation:
         device_clips = clip is not None and self.config.aggregation.dp_clip_on_device
         batch = self.executor.fit_stacked(coord.global_state, tasks)
         if batch.updates is not None and not device_clips:  # each check once per stack
-            coord.submit_stacked(current.sampled, batch.num_samples(), batch.updates)
+            coord.submit_stacked(current.sampled, batch.num_samples(), batch.updates,
+                                 batch.device_updates)
         with phase("results"):  # streamed executors train here; per-client folds, states
             for task, result in zip(tasks, batch.results, strict=True):
                 cid, before = task.client_id, task.state
@@ -208,8 +209,7 @@ class Simulation:
         row: dict[str, Any] = {
             "round": current.index, "lr": self.config.schedule().lr_at(current.index),
             "clients": current.sampled, "train_loss": losses / weights if weights else None,
-            "seconds": time.perf_counter() - started,
-        }
+            "seconds": time.perf_counter() - started}
         done = current.index + 1
         row.update(privacy_spent(self.config.aggregation, self.config.schedule(),
                                  len(coord.client_ids), done, clip))

@@ -23,6 +23,9 @@ FOLD_ELEMENTS = 1 << 22  # float64 terms made at once in WeightedMean.add_stacke
 class Aggregator(ABC):
     """Folds client updates into the next global state, one update at a time."""
 
+    # True: add_stacked takes stacks on a GPU (its result stays on the CPU, the same bits)
+    folds_on_device = False
+
     @abstractmethod
     def add(self, weight: float, update: State) -> None:
         """Fold in one client's update with aggregation weight ``weight``."""
@@ -46,6 +49,8 @@ class WeightedMean(Aggregator):
     Keys no client sent keep their global value; with no updates the global state is kept.
     Integer buffers (BatchNorm's ``num_batches_tracked``) are averaged and rounded.
     """
+
+    folds_on_device = True
 
     def __init__(self, global_state: State) -> None:
         self._global = global_state
@@ -74,19 +79,22 @@ class WeightedMean(Aggregator):
             raise ValueError(f"aggregation weight must be >= 0, got {min(weights)}")
         if not weights:
             return
-        scale = torch.tensor(weights, dtype=torch.float64)
         for key, stack in stacks.items():
+            # on a GPU the same float64 products and adds, in the same order, give the same
+            # bits, one kernel a row instead of host work a row
+            scale = torch.tensor(weights, dtype=torch.float64, device=stack.device)
+            acc = self._sum.get(key)
+            acc = None if acc is None else acc.to(stack.device)
             span = max(1, FOLD_ELEMENTS // max(1, stack[0].numel()))
             for start in range(0, len(weights), span):
                 rows = stack[start : start + span].detach()
                 # (span, ...) float64: the product is computed in float64, as add's
                 terms = rows * scale[start : start + span].view(-1, *(1,) * (rows.dim() - 1))
-                acc = self._sum.get(key)
                 if acc is None:
                     acc, terms = terms[0].clone(), terms[1:]
                 for term in terms:
                     acc.add_(term)
-                self._sum[key] = acc
+            self._sum[key] = acc.cpu()
             total = self._weight.get(key, 0.0)
             for weight in weights:
                 total += weight

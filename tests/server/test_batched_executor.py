@@ -126,7 +126,7 @@ def test_a_batched_round_checks_and_folds_each_stack_once_and_changes_no_bit(tmp
     monkeypatch.setattr(WeightedMean, "add", counted("add", WeightedMean.add))
     stacked = run(tmp_path, "fedavg", "batched", rounds=2)
     assert calls == {"validate": 0, "add": 0}
-    monkeypatch.setattr(executors, "cpu_stacks", lambda states: None)  # one by one
+    monkeypatch.setattr(executors, "device_stacks", lambda states: None)  # one by one
     one_by_one = run(tmp_path, "fedavg", "batched", "one-by-one", rounds=2)
     assert calls == {"validate": 8, "add": 8}  # 2 rounds of 4 clients
     assert all(torch.equal(stacked.global_state[k], one_by_one.global_state[k])

@@ -10,6 +10,7 @@ import pytest
 import torch
 from device_runs import device_config
 
+from pflkit.sdk.algorithms.aggregators import WeightedMean
 from pflkit.sdk.device import DeviceError
 from pflkit.sdk.run_config import ExecutionConfig
 from pflkit.server.host_results import cpu_stacks
@@ -124,3 +125,19 @@ def test_results_leave_the_gpu_through_pinned_memory():
     assert stacks["w"].is_pinned() and not stacks["w"].is_cuda
     assert torch.equal(stacks["w"][:, 0, 0], torch.arange(50, dtype=torch.float32))
     assert torch.equal(stacks["b"], torch.stack([s["b"].cpu() for s in states]))
+
+
+def test_a_stack_folded_on_the_gpu_gives_the_cpu_fold_bit_for_bit():
+    """WeightedMean folds GPU stacks there (issue 22): same float64 products and adds, in order."""
+    gen = torch.Generator().manual_seed(3)
+    stacks = {"w": torch.randn(300, 64, 33, generator=gen), "b": torch.randn(300, 7, generator=gen)}
+    weights = torch.randint(1, 500, (300,), generator=gen).double().tolist()
+    first = {n: torch.randn(t.shape[1:], generator=gen) for n, t in stacks.items()}
+    means = []
+    for device in ("cpu", "cuda"):
+        mean = WeightedMean({n: torch.zeros(t.shape[1:]) for n, t in stacks.items()})
+        mean.add(17.0, first)  # a running sum on the CPU before the stack
+        mean.add_stacked(weights, {n: t.to(device) for n, t in stacks.items()})
+        means.append(mean.result())
+    assert all(not t.is_cuda for t in means[1].values())
+    assert all(torch.equal(means[0][n], means[1][n]) for n in stacks)
