@@ -14,6 +14,7 @@ TF32 (the issue allows TF32 where it stays within 0.3 points).
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import time
 from pathlib import Path
@@ -63,6 +64,8 @@ def busy_share(sim: Simulation) -> float:
 def timed(config: SimConfig, name: str, workdir: Path, profile: bool = False,
           rounds: int | None = None) -> dict[str, Any]:
     """WARMUP + ROUNDS rounds (or ``rounds`` untimed-warmup rounds for a top-1 check)."""
+    gc.collect()  # the earlier rows' simulations, so the peak is this row's own
+    torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     sim = Simulation(config, workdir / name, progress=False)
     seconds = []

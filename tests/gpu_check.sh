@@ -5,7 +5,8 @@
 #   bash .gpu/run.sh bash tests/gpu_check.sh         (an offline GPU machine: ../shared/gpu/bundle.sh)
 # Results: $OUT (default: benchmarks/results)/gpu_check.log, gpu_conv_probe.json,
 # gpu_round_profile.json and gpu_scale.json. ROUNDS / WARMUP size the benchmark (default 2 / 1:
-# a few minutes on an H100); BENCH=0 runs the tests only, PROBE=0 skips the convolution probe.
+# a few minutes on an H100); BENCH=0 runs the tests only, PROBE=0 / PROFILE=0 skip the convolution probe /
+# the round profile.
 set -u
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
@@ -24,7 +25,9 @@ if [ "${PROBE:-1}" != 0 ]; then
     status=1
 fi
 # where a batched round's wall time goes, phase by phase ((a), (b), (c'); one JSON line each)
-(cd benchmarks && "$py" gpu_round_profile.py) | tee "$out/gpu_round_profile.json" || status=1
+if [ "${PROFILE:-1}" != 0 ]; then
+  (cd benchmarks && "$py" gpu_round_profile.py) | tee "$out/gpu_round_profile.json" || status=1
+fi
 # the gpu-marked test files only: the rest need packages a bare GPU machine may lack
 "$py" -m pytest -q -rs -p no:cacheprovider -m gpu \
     $(grep -rl "mark.gpu" tests --include='test_*.py') || status=1
