@@ -76,20 +76,21 @@ def check_precision_on(device: str | torch.device, precision: str) -> torch.dtyp
     return dtype
 
 
-def use_device(device: torch.device, precision: str, tf32: bool = False) -> torch.dtype | None:
-    """Check ``precision`` on the resolved ``device`` and set its TF32 mode; the autocast dtype.
+def use_device(device: torch.device, precision: str, tf32: bool = False,
+               autotune: bool = False) -> torch.dtype | None:
+    """Check ``precision`` on ``device``, set its TF32 and autotuner modes; the autocast dtype.
 
-    TF32 is process-wide in torch; every executor and client of a process sets it the same way.
-    It is set on CUDA only, both ways: cuDNN convolutions use TF32 unless told not to. With TF32
-    cuDNN's autotuner picks each convolution's algorithm: its heuristic picks slow TF32 kernels
-    for the batched executor's grouped convolutions (an H100 step of 1000 ConvNet clients: 84 ms
-    heuristic, 50 ms autotuned, fp32 120 ms; issue 22). fp32 keeps the heuristic: autotuning
-    did not speed it up and its choice can vary between runs.
+    Both are process-wide in torch; every executor and client of a process sets them the same
+    way, on CUDA only, both ways (cuDNN convolutions use TF32 unless told not to). The autotuner
+    (``cudnn.benchmark``) matters with TF32: the heuristic picks slow TF32 kernels for the
+    batched executor's grouped convolutions (an H100 step of 1000 ConvNet clients: 84 ms
+    heuristic, 50 ms autotuned, fp32 120 ms), but it searches once per new shape, which cost
+    seconds a round while a round's active-client counts were new (issue 22).
     """
     dtype = check_precision_on(device, precision)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
-        torch.backends.cudnn.benchmark = tf32
+        torch.backends.cudnn.benchmark = autotune
     return dtype
 
 

@@ -52,6 +52,9 @@ class ExecutionConfig:
     # TF32 CUDA matmuls and convolutions: faster, but results then differ from the CPU's beyond
     # the GPU tests' tolerance (docs/simulator.md)
     tf32: Annotated[bool, Strict()] = False
+    # CUDA: cuDNN's autotuner picks each convolution shape's algorithm (a one-off search per
+    # shape; runs are then not bit-reproducible): docs/simulator.md
+    cudnn_benchmark: Annotated[bool, Strict()] = False
     # batched executor on CUDA: each step shape captured once as a CUDA graph and replayed
     # (sdk/step_capture.py); false runs every step eagerly (the same arithmetic, slower)
     cuda_graphs: Annotated[bool, Strict()] = True

@@ -73,7 +73,8 @@ class Executor(ABC):
                  algorithm: Algorithm) -> None:
         self.settings = settings
         self.device = resolve_device(settings.device)
-        self.autocast = use_device(self.device, settings.precision, settings.tf32)
+        self.autocast = use_device(self.device, settings.precision, settings.tf32,
+                                   settings.cudnn_benchmark)
         self.algorithm = algorithm.to(self.device)
 
     @abstractmethod

@@ -116,12 +116,13 @@ class ClientWorker:
     """One worker process: the algorithm, all clients' rows, and the round's global state."""
 
     def __init__(self, algorithm: Algorithm, rows: dict[int, tuple[np.ndarray, np.ndarray]],
-                 device: str, threads: int, precision: str, tf32: bool) -> None:
+                 device: str, threads: int, precision: str, tf32: bool, autotune: bool
+                 ) -> None:
         slow_point("ray_worker_start")
         torch.set_num_threads(threads)
         self.device = resolve_device(device)  # "auto" is resolved where the worker runs
         self.algorithm = algorithm.to(self.device)
-        self.autocast = use_device(self.device, precision, tf32)
+        self.autocast = use_device(self.device, precision, tf32, autotune)
         with warnings.catch_warnings():  # the object store's arrays are read-only: training
             warnings.simplefilter("ignore", UserWarning)  # only reads rows, so no copy is made
             self.data = {cid: data_to(LabeledTensors(torch.from_numpy(x), torch.from_numpy(y)),
@@ -190,7 +191,8 @@ class RayExecutor(Executor):
         # kept referenced for the run: a restarted worker is built from the same objects
         self._algorithm = ray.put(algorithm)
         self.workers = [self._actor.remote(self._algorithm, self._rows, settings.device, threads,
-                                           settings.precision, settings.tf32)
+                                           settings.precision, settings.tf32,
+                                           settings.cudnn_benchmark)
                         for _ in range(self._worker_count())]
         self._key = 0
 

@@ -23,10 +23,12 @@ name = "fedavg"
 
 @pytest.fixture
 def tf32_flags():
-    """The process-wide TF32 flags, restored after the test."""
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    """The process-wide TF32 and autotuner flags, restored after the test."""
+    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+           torch.backends.cudnn.benchmark)
     yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+    (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+     torch.backends.cudnn.benchmark) = old
 
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:1"])
@@ -49,14 +51,19 @@ def test_bf16_with_auto_is_refused_once_auto_resolves_to_a_gpu():
     assert use_device(torch.device("cpu"), "bf16") == torch.bfloat16
 
 
-@pytest.mark.parametrize("tf32", [False, True])
-def test_tf32_is_what_the_config_says_on_a_cuda_device(tf32_flags, tf32):
-    config = SimConfig.from_toml(SMALL + f'device = "cuda"\ntf32 = {str(tf32).lower()}\n')
-    assert config.execution.tf32 is tf32
+@pytest.mark.parametrize("tf32, autotune", [(False, False), (True, False), (True, True),
+                                            (False, True)])
+def test_tf32_and_the_autotuner_are_what_the_config_says_on_a_cuda_device(tf32_flags, tf32,
+                                                                         autotune):
+    config = SimConfig.from_toml(SMALL + f'device = "cuda"\ntf32 = {str(tf32).lower()}\n'
+                                 f'cudnn_benchmark = {str(autotune).lower()}\n')
+    assert config.execution.tf32 is tf32 and config.execution.cudnn_benchmark is autotune
     federation, algorithm = build_run(config)
     # cuDNN's own default is TF32 on: off must be set, not assumed
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = not tf32
+    torch.backends.cudnn.benchmark = not autotune
     with FakeCuda():
         make_executor(config.execution, federation, algorithm)
     assert torch.backends.cuda.matmul.allow_tf32 is tf32
     assert torch.backends.cudnn.allow_tf32 is tf32
+    assert torch.backends.cudnn.benchmark is autotune

@@ -50,7 +50,7 @@ def test_a_run_on_cuda_matches_the_cpu_run(tmp_path, algorithm, params, executor
     cpu = Simulation(device_config(algorithm, params, "cpu", executor), tmp_path / "cpu",
                      progress=False)
     torch.backends.cudnn.allow_tf32 = True  # cuDNN's default: the executor must turn it off
-    torch.backends.cudnn.benchmark = True  # a TF32 run's setting: fp32 turns it off again
+    torch.backends.cudnn.benchmark = True  # the executor turns the autotuner off by default
     gpu = Simulation(device_config(algorithm, params, "cuda", executor), tmp_path / "gpu",
                      progress=False)
     assert gpu.federation.test.x.is_cuda
@@ -81,7 +81,7 @@ def test_a_cpu_run_resumed_on_cuda_matches_the_cpu_run(tmp_path, algorithm, para
 
 def test_tf32_and_bf16_on_cuda(tmp_path):
     tf32 = device_config("fedavg", "", "cuda").replace(
-        execution=ExecutionConfig(device="cuda", tf32=True))
+        execution=ExecutionConfig(device="cuda", tf32=True, cudnn_benchmark=True))
     Simulation(tf32, tmp_path / "tf32", progress=False).close()
     assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
     assert torch.backends.cudnn.benchmark
