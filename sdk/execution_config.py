@@ -58,6 +58,10 @@ class ExecutionConfig:
     # batched executor on CUDA: each step shape captured once as a CUDA graph and replayed
     # (sdk/step_capture.py); false runs every step eagerly (the same arithmetic, slower)
     cuda_graphs: Annotated[bool, Strict()] = True
+    # batched executor: the most clients trained together in one program (None: a round's all);
+    # a round of more trains in chunks of this size, one after another, to bound the memory
+    # their activations take (1000 ConvNet clients x 20 rows: 9.2 GB on a GPU, issue 22)
+    batch_clients: Annotated[int, Strict(), in_range(1, 1_000_000)] | None = None
     ray_address: Text | None = None  # None: start a local Ray on this machine's cores
     # Ray: seconds ray_address may take to accept a connection before the run is refused
     ray_connect_timeout: Annotated[float, Strict(), in_range(0.0, 3600.0, open_low=True)] = 10.0

@@ -50,8 +50,11 @@ class BatchedExecutor(SequentialExecutor):
         with phase("to_device"):
             on_device = state_to(global_state, self.device)
             jobs = [FitJob(to_device(t.state, self.device), t.data, t.context) for t in tasks]
+        size = self.settings.batch_clients or len(jobs)
         with phase("fit"), autocast_training(self.autocast), \
                 cuda_graphs(self.settings.cuda_graphs):
-            results = self.algorithm.training.fit_batch(on_device, jobs)
+            results = [result for start in range(0, len(jobs), size)
+                       for result in self.algorithm.training.fit_batch(
+                           on_device, jobs[start:start + size])]
         with phase("to_cpu"):
             return results_to_cpu(results, self.device)

@@ -131,3 +131,21 @@ def test_a_batched_round_checks_and_folds_each_stack_once_and_changes_no_bit(tmp
     assert calls == {"validate": 8, "add": 8}  # 2 rounds of 4 clients
     assert all(torch.equal(stacked.global_state[k], one_by_one.global_state[k])
                for k in stacked.global_state)
+
+
+def test_a_round_in_chunks_of_batch_clients_trains_what_one_batch_does(tmp_path, monkeypatch):
+    """execution.batch_clients bounds the clients trained together (issue 22: memory)."""
+    from pflkit.sdk.algorithms.fedavg import FedAvgTraining
+
+    sizes = []
+    fit_batch = FedAvgTraining.fit_batch
+    monkeypatch.setattr(FedAvgTraining, "fit_batch",
+                        lambda self, g, jobs: sizes.append(len(jobs)) or fit_batch(self, g, jobs))
+    whole = run(tmp_path, "fedavg", "batched", "whole", rounds=2)
+    assert sizes == [4, 4]
+    sizes.clear()
+    cfg = config("fedavg", "batched", rounds=2)
+    cfg = cfg.replace(execution=ExecutionConfig(executor="batched", batch_clients=3))
+    chunked = Simulation(cfg, tmp_path / "chunked", progress=False).run()
+    assert sizes == [3, 1, 3, 1]
+    assert distance(chunked.global_state, whole.global_state) < 1e-6
