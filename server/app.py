@@ -25,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from pflkit.sdk.heap import return_large_buffers_to_the_os
 from pflkit.sdk.protocol import RETRY_AFTER
 from pflkit.server.api import (
     clients,
@@ -46,25 +47,6 @@ from pflkit.server.ticker import WAKE_ENV, wake
 
 log = logging.getLogger(__name__)
 API_VERSION = "v1"
-
-
-def return_large_buffers_to_the_os() -> bool:
-    """Make glibc serve and free every buffer of 128 KiB or more with mmap/munmap.
-
-    Upload bodies and global states are ~1 MB each. By default glibc raises its mmap
-    threshold after the first such buffer is freed, so later ones come from per-thread heaps
-    that stay resident (the worker's RSS kept the high-water mark of the busiest round, ~100 MB
-    above idle with 200 concurrent uploads; measured in bench-server). A fixed threshold
-    returns each body's pages when the request ends. Returns False off glibc (no change).
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    m_mmap_threshold = -3  # mallopt's M_MMAP_THRESHOLD; setting it disables the dynamic rule
-    return bool(libc.mallopt(m_mmap_threshold, 128 * 1024))
 
 
 class ServerTiming:

@@ -5,8 +5,7 @@ a worker process holding the algorithm and every client's training rows: the row
 Ray's object store once per run and each worker reads them once, so a round only ships the
 global state (once per round, as safetensors bytes) and each client's private state. Results
 come back as safetensors bytes and are yielded in client-id order whatever order the workers
-finish in, so with one torch thread per worker a run is bit-identical to the sequential
-executor with one thread.
+finish in: with one torch thread per worker a run is bit-identical to the sequential one.
 
 A worker that dies mid-round (a killed process, a lost node) is restarted by Ray and the
 clients it held are sent again; their fits are deterministic, so the round's result is the
@@ -42,6 +41,7 @@ from pflkit.sdk.algorithms.base import Algorithm, ClientState, FitResult, RoundC
 from pflkit.sdk.data.federation import Federation
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import data_to, metrics_to_host, resolve_device, state_to, use_device
+from pflkit.sdk.heap import keep_freed_heap
 from pflkit.sdk.run_config import ExecutionConfig
 from pflkit.sdk.state_store import client_state_from_bytes, client_state_to_bytes
 from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
@@ -119,6 +119,7 @@ class ClientWorker:
                  device: str, threads: int, precision: str, tf32: bool, autotune: bool
                  ) -> None:
         slow_point("ray_worker_start")
+        keep_freed_heap()  # else every step faults its activations in again (30% more CPU)
         torch.set_num_threads(threads)
         self.device = resolve_device(device)  # "auto" is resolved where the worker runs
         self.algorithm = algorithm.to(self.device)

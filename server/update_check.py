@@ -150,7 +150,7 @@ def first_non_finite(data: bytes, layout: SafetensorsLayout) -> str | None:
 
     Tested in blocks of ``_BLOCK`` values: the temporaries stay small enough for the
     allocator to reuse them instead of mapping fresh pages for each (see
-    ``app.return_large_buffers_to_the_os``).
+    ``pflkit.sdk.heap.return_large_buffers_to_the_os``).
     """
     view = memoryview(data)
     for name, span in layout.tensors.items():

@@ -20,7 +20,6 @@ from sqlalchemy import select, update
 from waiting import GUARD
 
 from pflkit.sdk.tensorio import state_to_bytes
-from pflkit.server.app import return_large_buffers_to_the_os
 from pflkit.server.errors import Conflict, Forbidden, Gone, Invalid, Unauthorized
 from pflkit.server.orm import Round, Update
 from pflkit.server.service import build_service
@@ -151,13 +150,6 @@ def test_a_client_racing_itself_is_counted_once(tmp_path, database_url):
     assert current(service)[1]["received"] == [cid]
     with service.store.sessions() as s:  # the losers' increments rolled back with their inserts
         assert s.scalar(select(Round.received).where(Round.index == 0)) == 1
-
-
-def test_large_buffers_go_back_to_the_os_on_glibc():
-    import platform
-
-    expected = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
-    assert return_large_buffers_to_the_os() is expected
 
 
 def test_a_run_whose_updates_no_device_could_upload_is_refused(tmp_path):
