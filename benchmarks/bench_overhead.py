@@ -52,6 +52,27 @@ def time_simulator(run_dir: Path) -> tuple[float, Simulation]:
     return time.perf_counter() - started, sim
 
 
+def plain_fit(sim: Simulation, model: torch.nn.Module, global_state: dict[str, torch.Tensor],
+              cid: int, round_index: int, sums: dict[str, torch.Tensor]) -> int:
+    """Client ``cid``'s round written directly: E epochs of SGD from ``global_state``.
+
+    Adds its n-weighted float64 weights to ``sums``; returns n.
+    """
+    t, data = sim.config.training, sim.federation.clients[cid].train
+    model.load_state_dict(global_state)
+    opt = torch.optim.SGD(model.parameters(), lr=sim.config.schedule().lr_at(round_index),
+                          momentum=t.momentum, weight_decay=t.weight_decay)
+    gen = sim.context(cid, round_index).generator("batches")
+    for _ in range(t.epochs):
+        for xb, yb in data.batches(t.batch_size, gen):
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(xb), yb).backward()
+            opt.step()
+    for k, v in model.state_dict().items():
+        sums[k] += v.double() * len(data)
+    return len(data)
+
+
 def plain_rounds(sim: Simulation, rounds: int, first: int = 0
                  ) -> tuple[list[float], dict[str, torch.Tensor]]:
     """The simulator's FedAvg written directly (no framework, no disk): seconds of each round.
@@ -65,26 +86,12 @@ def plain_rounds(sim: Simulation, rounds: int, first: int = 0
     model = sim.algorithm.model_factory.build().to(device)
     global_state = {k: v.to(device)
                     for k, v in sim.algorithm.aggregation.init_global(sim.config.seed).items()}
-    schedule, t = sim.config.schedule(), sim.config.training
     seconds = []
     for r in range(first, first + rounds):
         started = time.perf_counter()
         sums = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in global_state.items()}
-        total = 0
-        for cid in sim.coordinator.sample(r):
-            data = sim.federation.clients[cid].train
-            model.load_state_dict(global_state)
-            opt = torch.optim.SGD(model.parameters(), lr=schedule.lr_at(r), momentum=t.momentum,
-                                  weight_decay=t.weight_decay)
-            gen = sim.context(cid, r).generator("batches")
-            for _ in range(t.epochs):
-                for xb, yb in data.batches(t.batch_size, gen):
-                    opt.zero_grad(set_to_none=True)
-                    F.cross_entropy(model(xb), yb).backward()
-                    opt.step()
-            for k, v in model.state_dict().items():
-                sums[k] += v.double() * len(data)
-            total += len(data)
+        total = sum(plain_fit(sim, model, global_state, cid, r, sums)
+                    for cid in sim.coordinator.sample(r))
         global_state = {k: (v / total).float() for k, v in sums.items()}
         if device.type == "cuda":
             torch.cuda.synchronize(device)

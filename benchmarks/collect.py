@@ -13,7 +13,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 ORDER = ["fedavg", "overhead", "baselines", "superfed", "superfed_noise", "fedrod",
          "fedrod_new_clients", "pflmoe", "pflmoe_gpu", "export", "on_device", "server", "scale",
-         "scale_cpu_profile", "scale_gpu", "client_overhead", "natural"]
+         "scale_cpu_profile", "scale_ray_profile", "scale_gpu", "client_overhead", "natural"]
 
 HEADER = """# Benchmarks
 
