@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from bench_baselines import (
     LABELS,
     RUN_ORDER,
@@ -41,39 +40,23 @@ from bench_baselines import (
     table,
 )
 from common import RESULTS, RUNS, machine
-from gpu_runs import device_name, pack, pool, render_only, unpack, write
+from gpu_runs import RunJob, device_name, main_of, opened, pack, pool, unpack
 
-from pflkit.sdk.run_config import ExecutionConfig, SimConfig
-from pflkit.server.simulator import Simulation
-
-
-@dataclass(frozen=True)
-class MethodJob:
-    """One method's run."""
-
-    method: str
-    config: SimConfig
-    run_dir: Path
-    deadline: float  # time.monotonic(): one clock for every process of the machine
-    resume: bool  # the folder holds a run (RESUME): train it on
+from pflkit.sdk.run_config import ExecutionConfig
 
 
-def train(job: MethodJob) -> dict[str, Any]:
+def train(job: RunJob[str]) -> dict[str, Any]:
     """Rounds until R or the deadline, then the final evaluation; the method's rows."""
-    torch.set_num_threads(1)
     started = time.perf_counter()
-    sim = Simulation(job.config, job.run_dir, resume=job.resume, progress=False)
-    try:
+    with opened(job) as sim:
         while not sim.coordinator.finished:
             sim.run_round()
             if time.monotonic() >= job.deadline:
                 break
         final = sim.final_evaluation()
-    finally:
-        sim.close()
     seconds = time.perf_counter() - started
-    rows = {job.method: row_from_summary(final["clients"]["summary"], final["rounds"], seconds)}
-    if job.method == "fedavg_ft":
+    rows = {job.label: row_from_summary(final["clients"]["summary"], final["rounds"], seconds)}
+    if job.label == "fedavg_ft":
         rows["fedavg"] = fedavg_row(job.run_dir, final["rounds"])
     return {"rows": rows, "curve": curve_points(str(job.run_dir)), "seconds": seconds,
             "own_top1": [c["own_top1"] for c in final["clients"]["per_client"]],
@@ -116,12 +99,12 @@ def bench(s: Settings) -> dict[str, Any]:
     runs = RUNS / s.name
     unpack(s.resume / f"{s.name}_runs.tar.gz" if s.resume else None, runs)
     execution = ExecutionConfig(executor=s.executor, device=s.device)
-    jobs = [MethodJob(m, config(m, s.rounds, s.setting).replace(execution=execution),
-                      runs / m, started + s.budget_s, (runs / m).is_dir()) for m in s.methods]
+    jobs = [RunJob(m, config(m, s.rounds, s.setting).replace(execution=execution),
+                   runs / m, started + s.budget_s, (runs / m).is_dir()) for m in s.methods]
     done: dict[str, dict[str, Any]] = {}
     failed: dict[str, str] = {}
     with pool(s.processes, len(jobs)) as workers:
-        futures = {workers.submit(train, job): job.method for job in jobs}
+        futures = {workers.submit(train, job): job.label for job in jobs}
         wait(futures)
     for future, method in futures.items():
         try:
@@ -163,10 +146,7 @@ def render(payload: dict[str, Any], out: Path, name: str) -> str:
 
 
 def main() -> None:
-    if render_only(RESULTS, render):  # a GPU run's JSON -> benchmarks/results
-        return
-    settings = Settings.from_env()
-    write(bench(settings), settings.out, settings.name, render)
+    main_of(Settings.from_env, bench, render, RESULTS)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from bench_pflmoe import Pairs, config, mean_pair, personalize, stage_one
 from common import RESULTS, RUNS, machine
-from gpu_runs import device_name, pack, pool, render_only, unpack, write
+from gpu_runs import RunJob, device_name, main_of, opened, pack, pool, unpack
 from pflmoe_report import paired, render
 
 from pflkit.sdk.algorithms import Algorithm, RoundContext
@@ -47,37 +47,21 @@ from pflkit.sdk.data.spec import Dataset
 from pflkit.sdk.run_config import ExecutionConfig, SimConfig
 from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.tensorio import load_state
-from pflkit.server.simulator import Simulation
 
 CHUNK = 4  # clients per stage-2 task: 75 tasks for 16 workers end within ~1 task of each other
 
 
-@dataclass(frozen=True)
-class FedAvgJob:
-    """One alpha's FedAvg stage."""
-
-    alpha: float
-    config: SimConfig
-    run_dir: Path
-    deadline: float  # time.monotonic(): one clock for every process of the machine
-    resume: bool  # the folder holds a run (RESUME): train it on
-
-
-def fedavg(job: FedAvgJob) -> dict[str, Any]:
+def fedavg(job: RunJob[float]) -> dict[str, Any]:
     """Train (or train on) one alpha's FedAvg run until ROUNDS or the deadline."""
-    torch.set_num_threads(1)
     started = time.perf_counter()
-    sim = Simulation(job.config, job.run_dir, resume=job.resume, progress=False)
-    try:
+    with opened(job) as sim:
         counts = {cid: c.class_counts(sim.federation.spec.num_classes)
                   for cid, c in sim.federation.clients.items()}
         first = sim.coordinator.round
         curve = stage_one(sim, counts, job.deadline)
-        return {"alpha": job.alpha, "rounds": sim.coordinator.round, "from_round": first,
+        return {"alpha": job.label, "rounds": sim.coordinator.round, "from_round": first,
                 "curve": curve, "seconds": time.perf_counter() - started,
                 "device": device_name(job.config.execution.device)}
-    finally:
-        sim.close()
 
 
 @dataclass(frozen=True)
@@ -165,8 +149,8 @@ def bench(s: Settings) -> dict[str, Any]:
     unpack(s.resume / f"{s.name}_runs.tar.gz" if s.resume else None, runs)
     execution = ExecutionConfig(executor=s.executor, device=s.device)
     dirs = {a: runs / f"pflmoe-dir{a:g}" for a in s.alphas}
-    jobs = [FedAvgJob(a, config(a, s.rounds).replace(execution=execution), dirs[a],
-                      started + s.budget_s, dirs[a].is_dir()) for a in s.alphas]
+    jobs = [RunJob(a, config(a, s.rounds).replace(execution=execution), dirs[a],
+                   started + s.budget_s, dirs[a].is_dir()) for a in s.alphas]
     fed_runs: dict[str, dict[str, Any]] = {}
     failed: dict[str, str] = {}
     chunks: dict[str, list[Future[Pairs]]] = {}
@@ -176,7 +160,7 @@ def bench(s: Settings) -> dict[str, Any]:
             done, _ = wait(pending, return_when="FIRST_COMPLETED")
             for future in done:
                 job = pending.pop(future)
-                key = f"{job.alpha:g}"
+                key = f"{job.label:g}"
                 try:
                     run = future.result()
                 except Exception as error:  # the other alphas go on; the folder keeps its rounds
@@ -188,7 +172,7 @@ def bench(s: Settings) -> dict[str, Any]:
                 fed_runs[key] = run
                 print(f"alpha {key}: {run['rounds']} FedAvg rounds in {run['seconds']:.0f} s "
                       f"on {run['device']}; stage 2 on {s.workers} CPU workers", flush=True)
-                cpu = config(job.alpha, run["rounds"])  # stage 2 on the CPU, n-round context
+                cpu = config(job.label, run["rounds"])  # stage 2 on the CPU, n-round context
                 ids = list(range(cpu.data.num_clients))[:s.clients]
                 chunks[key] = [cpu_pool.submit(stage2, Stage2Job(cpu, job.run_dir,
                                                                  tuple(ids[i:i + CHUNK]),
@@ -231,10 +215,7 @@ def merge(parts: list[Pairs]) -> Pairs:
 
 
 def main() -> None:
-    if render_only(RESULTS, render):  # a GPU run's JSON -> benchmarks/results
-        return
-    settings = Settings.from_env()
-    write(bench(settings), settings.out, settings.name, render)
+    main_of(Settings.from_env, bench, render, RESULTS)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,41 @@ import multiprocessing
 import os
 import shutil
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import torch
+
+from pflkit.sdk.run_config import SimConfig
+from pflkit.server.simulator import Simulation
+
+Label = TypeVar("Label")
+
+
+@dataclass(frozen=True)
+class RunJob(Generic[Label]):
+    """One simulation a worker process trains until its rounds or the deadline."""
+
+    label: Label  # what the results call it: a method's name, an alpha
+    config: SimConfig
+    run_dir: Path
+    deadline: float  # time.monotonic(): one clock for every process of the machine
+    resume: bool  # the folder holds a run (RESUME): train it on
+
+
+@contextmanager
+def opened(job: RunJob[Any]) -> Iterator[Simulation]:
+    """The job's simulation, new or resumed, on one torch thread of this worker; closed after."""
+    torch.set_num_threads(1)
+    sim = Simulation(job.config, job.run_dir, resume=job.resume, progress=False)
+    try:
+        yield sim
+    finally:
+        sim.close()
 
 
 def pool(processes: bool, workers: int) -> Executor:
@@ -68,3 +97,25 @@ def render_only(results: Path, render: Render) -> bool:
     path = Path(os.environ["RENDER_ONLY"])
     write(json.loads(path.read_text()), results, path.stem, render)
     return True
+
+
+class GpuSettings(Protocol):
+    """What a GPU benchmark's settings name: where its results go."""
+
+    @property
+    def out(self) -> Path: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+S = TypeVar("S", bound=GpuSettings)
+
+
+def main_of(from_env: Callable[[], S], bench: Callable[[S], dict[str, Any]],
+            render: Render, results: Path) -> None:
+    """A GPU benchmark's main: RENDER_ONLY's page, or a run with the env's settings."""
+    if render_only(results, render):  # a GPU run's JSON -> benchmarks/results
+        return
+    settings = from_env()
+    write(bench(settings), settings.out, settings.name, render)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_baselines_gpu  # noqa: E402  (a script folder, not a package)
+from gpu_runs import write  # noqa: E402
 
 
 def test_budget_stops_each_method_and_rows_say_how_many_rounds_ran(tmp_path, monkeypatch):
@@ -17,7 +18,7 @@ def test_budget_stops_each_method_and_rows_say_how_many_rounds_ran(tmp_path, mon
                                             device="cpu", budget_s=0.0, out=tmp_path / "out",
                                             name="tiny", processes=False)
     payload = bench_baselines_gpu.bench(settings)
-    bench_baselines_gpu.write(payload, settings.out, "tiny", bench_baselines_gpu.render)
+    write(payload, settings.out, "tiny", bench_baselines_gpu.render)
 
     assert payload["failed"] == {}
     assert payload["rows"]["fedprox"]["rounds"] == 1 and payload["planned_rounds"] == 500

@@ -9,6 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_pflmoe_gpu  # noqa: E402  (a script folder, not a package)
+from gpu_runs import write  # noqa: E402
 
 
 def test_budget_stops_fedavg_and_results_say_how_many_rounds_ran(tmp_path, monkeypatch):
@@ -17,7 +18,7 @@ def test_budget_stops_fedavg_and_results_say_how_many_rounds_ran(tmp_path, monke
                                          budget_s=0.0, out=tmp_path / "out", name="tiny",
                                          clients=3, processes=False)
     payload = bench_pflmoe_gpu.bench(settings)
-    bench_pflmoe_gpu.write(payload, settings.out, settings.name, bench_pflmoe_gpu.render)
+    write(payload, settings.out, settings.name, bench_pflmoe_gpu.render)
 
     assert payload["rounds"] == {"2": 1} and payload["planned_rounds"] == 1000
     assert [c["round"] for c in payload["curves"]["2"]] == [1]  # the stopped round is scored
