@@ -190,8 +190,8 @@ def best(rows: dict[str, Any]) -> str:
     return min(pflkit, key=lambda k: pflkit[k]["per_round"])
 
 
-def fmt(value: float | None, digits: int = 2) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
+def fmt(value: float | None, digits: int = 2, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}{unit}"
 
 
 def table(title: str, rows: dict[str, Any], baseline: str, rounds: int, warmup: int) -> str:
@@ -204,7 +204,7 @@ def table(title: str, rows: dict[str, Any], baseline: str, rounds: int, warmup: 
             continue
         lines.append(f"| {name} | {row['per_round']:.2f} | "
                      f"{', '.join(f'{s:.1f}' for s in row['seconds'])} | "
-                     f"{100 * row['top1']:.2f} | {fmt(ratio(rows, name, baseline))}x |")
+                     f"{100 * row['top1']:.2f} | {fmt(ratio(rows, name, baseline), 2, 'x')} |")
     return "\n".join([*lines, "", top1_check(rows)])
 
 
@@ -241,18 +241,18 @@ def render(result: dict[str, Any]) -> str:
     if top:
         vs_flower, vs_plain = ratio(a, top, "flower"), ratio(a, top, "plain")
         parts.append(f"| (a) pflkit's best ({top}) >= 2.6x faster than Flower per round | "
-                     f"{fmt(vs_flower)}x | {_met(vs_flower, 2.6)} |")
+                     f"{fmt(vs_flower, 2, 'x')} | {_met(vs_flower, 2.6)} |")
         parts.append(f"| (a) pflkit's best ({top}) >= 1.5x faster than the plain loop | "
-                     f"{fmt(vs_plain)}x | {_met(vs_plain, 1.5)} |")
+                     f"{fmt(vs_plain, 2, 'x')} | {_met(vs_plain, 1.5)} |")
         parts.append(f"| (a) pflkit's best ({top}) no slower than Flower on the same clients "
-                     f"(issue 22) | {fmt(vs_flower)}x | {_met(vs_flower, 1.0)} |")
+                     f"(issue 22) | {fmt(vs_flower, 2, 'x')} | {_met(vs_flower, 1.0)} |")
     ray, ideal = ratio(a, "ray", "sequential"), ratio(a, "plain-2x1", "sequential")
-    parts.append(f"| (a) Ray 2 x 1 thread >= 1.5x sequential (issue 22) | {fmt(ray)}x (the "
-                 f"plain loop in 2 x 1-thread processes: {fmt(ideal)}x) | {_met(ray, 1.5)} |")
+    parts.append(f"| (a) Ray 2 x 1 thread >= 1.5x sequential (issue 22) | {fmt(ray, 2, 'x')} (the "
+                 f"plain loop in 2 x 1-thread processes {fmt(ideal, 2, 'x')}) | {_met(ray, 1.5)} |")
     batched = ratio(b, "batched", "sequential")
     parts.append(f"| (b) batched >= 3x sequential; issue 22: >= 2x, or a profile that shows why "
-                 f"not (results/scale_cpu_profile.md) | {fmt(batched)}x | {_met(batched, 3.0)}; "
-                 f"{_met(batched, 2.0)}: profiled |")
+                 f"not (results/scale_cpu_profile.md) | {fmt(batched, 2, 'x')} | "
+                 f"{_met(batched, 3.0)}; {_met(batched, 2.0)}: profiled |")
     if evaluation and top:
         run = 100 * a[top]["per_round"] + evaluation["seconds"]
         share = evaluation["seconds"] / run
