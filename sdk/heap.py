@@ -56,7 +56,7 @@ def keep_freed_heap() -> bool:
     Whether the adaptive rule trims every step depends on the heap's layout: a process whose
     dataset sits on its own heap (the simulator, a spawned process) seldom trims, while a Ray
     worker, whose client rows live in Ray's object store, did at every step: 600-900k minor
-    page faults per six client fits of bench-scale (a) and ~30% more CPU for the same fits
+    page faults per six client fits of bench-scale (a) and 19-27% more CPU for the same fits
     (issue 22, results/scale_cpu_profile.md). With these thresholds blocks under 32 MB come
     from the heap and up to 256 MB of free heap stay mapped.
     """
