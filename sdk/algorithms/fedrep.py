@@ -11,18 +11,23 @@ epochs. This project does the same so that E means the same total work for every
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from pflkit.sdk.algorithms.base import (
+    FitJob,
     LocalTraining,
     ModelFactory,
     RoundContext,
     register,
 )
-from pflkit.sdk.algorithms.fedper import PartialSharing, PartialTraining
+from pflkit.sdk.algorithms.fedper import PartialSharing, PartialTraining, train_params_together
 from pflkit.sdk.algorithms.gradtools import frozen
 from pflkit.sdk.algorithms.paramcheck import require
+from pflkit.sdk.batched_training import Stacked
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import SplitModel
 
@@ -50,6 +55,18 @@ class FedRepTraining(PartialTraining):
         with frozen(head):
             body_loss = self.train_params(model, body, data, self.params.body_epochs, ctx, "body")
         return body_loss if self.params.body_epochs else head_loss
+
+    def train_round_together(self, model: SplitModel, start: Stacked, jobs: Sequence[FitJob]
+                             ) -> tuple[Stacked, torch.Tensor]:
+        """:meth:`train_round` for a round's clients: each phase a fresh batched SGD."""
+        body_epochs = self.params.body_epochs
+        head = [f"head.{n}" for n, _ in model.head.named_parameters()]
+        body = [f"body.{n}" for n, _ in model.body.named_parameters()]
+        start, head_loss = train_params_together(model, start, head, jobs, self.local,
+                                                 self.local.epochs - body_epochs, "head")
+        start, body_loss = train_params_together(model, start, body, jobs, self.local,
+                                                 body_epochs, "body")
+        return start, body_loss if body_epochs else head_loss
 
 
 @register

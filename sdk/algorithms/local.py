@@ -7,6 +7,8 @@ never changes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -14,14 +16,17 @@ from pflkit.sdk.algorithms.base import (
     Algorithm,
     Choice,
     ClientState,
+    FitJob,
     FitResult,
     RoundContext,
     State,
     register,
 )
 from pflkit.sdk.algorithms.device_training import DeviceTraining
+from pflkit.sdk.algorithms.fedper import train_params_together
 from pflkit.sdk.algorithms.inference_role import Inference
 from pflkit.sdk.algorithms.server_aggregation import ServerAggregation
+from pflkit.sdk.batched_training import stack
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.seeding import derive_seed
@@ -45,6 +50,18 @@ class LocalOnlyTraining(DeviceTraining):
                           self.local.batch_size, ctx.generator("batches"))
         return FitResult({}, ClientState(float_state(model), client_state.meta), len(data),
                          {"train_loss": loss})
+
+    def fit_together(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
+        """:meth:`fit` for several clients at once, each from its own model."""
+        model = self.template(global_state)  # the architecture; every weight is the client's
+        names = [n for n, _ in model.named_parameters()]
+        trained, losses = train_params_together(
+            model, stack([j.client_state.tensors for j in jobs]), names, jobs, self.local,
+            self.local.epochs, "batches")
+        mean_losses = losses.tolist()  # one host sync, not one per client
+        return [FitResult({}, ClientState({n: t[k] for n, t in trained.items()},
+                                          j.client_state.meta), len(j.data),
+                          {"train_loss": mean_losses[k]}) for k, j in enumerate(jobs)]
 
 
 class NothingShared(ServerAggregation):

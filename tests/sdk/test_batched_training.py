@@ -72,6 +72,12 @@ CASES = [
     ("superfed_lm", {}, 5),  # mixing: one lambda per layer per batch
     ("fedrod_linear", {}, 0),
     ("fedrod_hyper", {}, 0),
+    ("fedper", {}, 0),
+    ("lg_fedavg", {}, 0),
+    ("fedrep", {}, 0),  # one head epoch, then one body epoch
+    ("fedrep", {"body_epochs": 0}, 0),  # head epochs only: the head's loss is reported
+    ("fedrep", {"body_epochs": 2}, 0),  # body epochs only
+    ("local", {}, 0),  # every client from its own seeded model
 ]
 
 
@@ -91,6 +97,19 @@ def test_fedrod_linear_batched_continues_from_each_clients_own_head():
     first = algorithm.training.fit_batch(glob, jobs_for(algorithm, 0))
     states = [r.client_state for r in first]
     assert all(any(k.startswith("phi.") for k in s.tensors) for s in states)
+    jobs = jobs_for(algorithm, 1, states)
+    sequential = [algorithm.training.fit(glob, j.client_state, j.data, j.ctx) for j in jobs]
+    assert_same_results(algorithm.training.fit_batch(glob, jobs), sequential)
+
+
+@pytest.mark.parametrize("name", ["fedper", "lg_fedavg", "fedrep", "local"])
+def test_a_batched_round_continues_from_each_clients_own_part(name):
+    """Clients whose personal parts differ start from their own (stacked, not repeated)."""
+    algorithm = make_algorithm(name, FACTORY, LocalTraining(epochs=2, batch_size=8))
+    glob = algorithm.aggregation.init_global(0)
+    states = [r.client_state for r in algorithm.training.fit_batch(glob, jobs_for(algorithm, 0))]
+    first, second = states[0].tensors, states[1].tensors
+    assert first and all(not torch.equal(first[k], second[k]) for k in first)
     jobs = jobs_for(algorithm, 1, states)
     sequential = [algorithm.training.fit(glob, j.client_state, j.data, j.ctx) for j in jobs]
     assert_same_results(algorithm.training.fit_batch(glob, jobs), sequential)
@@ -140,7 +159,7 @@ def test_models_with_batch_norm_or_dropout_are_named_as_blockers():
 
 
 @pytest.mark.parametrize(("name", "reason"), [
-    ("local", "local has no batched trainer"),
+    ("apfl", "apfl has no batched trainer"),
     # Ditto inherits FedAvg's batched trainer but changes fit: batching it would be wrong
     ("ditto", "ditto changes fit but has no batched version of it"),
 ])
@@ -166,7 +185,8 @@ def test_a_client_without_rows_keeps_the_global_weights_and_reports_no_loss():
 
 
 @pytest.mark.parametrize(("name", "params", "round_index"), [
-    ("fedprox", {"mu": 0.1}, 0), ("superfed_lm", {}, 5), ("fedrod_hyper", {}, 0)])
+    ("fedprox", {"mu": 0.1}, 0), ("superfed_lm", {}, 5), ("fedrod_hyper", {}, 0),
+    ("fedrep", {}, 0)])
 def test_the_batched_step_asks_the_device_for_nothing(name, params, round_index):
     """Host syncs per round do not grow with the steps: losses stay on the device (issue 22)."""
     syncs = {}

@@ -22,9 +22,11 @@ pytestmark = [
 ]
 
 ALGORITHMS = [("fedavg", ""), ("fedprox", ""), ("fedrod_hyper", "ft_epochs = 1"),
-              ("fedper", ""), ("apfl", ""), ("ditto", ""), ("scaffold", ""),
-              ("superfed_mm", ""), ("superfed_lm", ""), ("pflmoe", "epochs = 2")]
-BATCHED = ["fedavg", "fedprox", "fedrod_hyper", "superfed_mm", "superfed_lm"]
+              ("fedper", ""), ("lg_fedavg", ""), ("fedrep", ""), ("local", ""), ("apfl", ""),
+              ("ditto", ""), ("scaffold", ""), ("superfed_mm", ""), ("superfed_lm", ""),
+              ("pflmoe", "epochs = 2")]
+BATCHED = ["fedavg", "fedprox", "fedrod_hyper", "superfed_mm", "superfed_lm", "fedper",
+           "lg_fedavg", "fedrep", "local"]
 CASES = [(a, p, "sequential") for a, p in ALGORITHMS] + \
         [(a, p, "batched") for a, p in ALGORITHMS if a in BATCHED]
 
