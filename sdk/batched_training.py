@@ -114,6 +114,21 @@ class BatchGrid:
         device = x.device
         return cls(x, torch.cat([d.y for d in datas]), rows.to(device), weight.to(device), steps)
 
+    def joined(self, other: BatchGrid) -> BatchGrid:
+        """One grid of these clients, then ``other``'s; both grids built from the same datas.
+
+        Two loops of a client that do not depend on each other (Ditto's w and v) then run as
+        one program of 2K clients: half the steps of running them one after the other.
+        """
+        width = max(self.rows.shape[1], other.rows.shape[1])
+
+        def wide(t: torch.Tensor) -> torch.Tensor:  # (K, T, B) -> (K, width, B), zeros after
+            return torch.nn.functional.pad(t, (0, 0, 0, width - t.shape[1]))
+
+        return BatchGrid(self.x, self.y, torch.cat([wide(self.rows), wide(other.rows)]),
+                         torch.cat([wide(self.weight), wide(other.weight)]),
+                         self.steps + other.steps)
+
 
 def _sgd(weights: list[torch.Tensor], grads: list[torch.Tensor], buffers: list[torch.Tensor],
          lr: float, momentum: float, weight_decay: float) -> None:

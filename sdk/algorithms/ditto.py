@@ -12,23 +12,30 @@ settings; the paper's s local personal iterations are this knob.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import torch
+from torch.func import functional_call
 
 from pflkit.sdk.algorithms.base import (
     Algorithm,
     ClientState,
+    FitJob,
     FitResult,
     RoundContext,
     State,
     register,
 )
+from pflkit.sdk.algorithms.device_training import shared_lr
 from pflkit.sdk.algorithms.fedavg import FedAvgTraining, PersonalModel
-from pflkit.sdk.algorithms.gradtools import added_gradient
+from pflkit.sdk.algorithms.gradtools import added_gradient, gradient_term
 from pflkit.sdk.algorithms.paramcheck import require
 from pflkit.sdk.algorithms.state_layout import PERSONAL, add_prefix, personal_of
+from pflkit.sdk.batched_training import BatchGrid, repeat, stack, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
-from pflkit.sdk.training import cross_entropy_of, run_epochs, sgd
+from pflkit.sdk.training import Batch, cross_entropy_of, run_epochs, sgd
 
 
 @dataclass(frozen=True)
@@ -47,23 +54,66 @@ class DittoParams:
 class DittoTraining(FedAvgTraining):
     """FedAvg's update for w, then the personal model v's epochs toward this round's w^t."""
 
+    @property
+    def personal_epochs(self) -> int:
+        """Epochs on v per round (the local E unless ``personal_epochs`` is set)."""
+        epochs = self.params.personal_epochs
+        return self.local.epochs if epochs is None else epochs
+
     def fit(self, global_state: State, client_state: ClientState, data: LabeledTensors,
             ctx: RoundContext) -> FitResult:
         """Run the FedAvg update, then the personal model's epochs toward this round's w^t."""
         result = super().fit(global_state, client_state, data, ctx)
         model = self.template(personal_of(client_state) or global_state)
-        epochs = self.local.epochs if self.params.personal_epochs is None \
-            else self.params.personal_epochs
         optimizer = sgd(model.parameters(), ctx.lr, self.local.momentum, self.local.weight_decay)
         lam = self.params.lam
         # gradient of (lam / 2) ||v - w^t||^2 is lam (v - w^t)
         with added_gradient(model, lambda n, p: lam * (p.detach() - global_state[n])):
-            loss = run_epochs(optimizer, cross_entropy_of(model), data, epochs,
+            loss = run_epochs(optimizer, cross_entropy_of(model), data, self.personal_epochs,
                               self.local.batch_size, ctx.generator("personal"))
         result.client_state = ClientState(add_prefix(float_state(model), PERSONAL),
                                           client_state.meta)
         result.metrics["personal_loss"] = loss
         return result
+
+    def fit_together(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
+        """:meth:`fit` for several clients at once: w and v of every client in one program.
+
+        w and v do not depend on each other within a round, so the K w's (FedAvg's loop, lam 0)
+        and the K v's (lam) train as 2K clients of one vmapped program.
+        """
+        count, model = len(jobs), self.template(global_state)
+        base, params = float_state(model), dict(model.named_parameters())
+        owns = [personal_of(j.client_state) or global_state for j in jobs]
+        datas = [j.data for j in jobs]
+        grid = BatchGrid.build(datas, self.local.epochs, self.local.batch_size,
+                               [j.ctx.generator("batches") for j in jobs]).joined(
+            BatchGrid.build(datas, self.personal_epochs, self.local.batch_size,
+                            [j.ctx.generator("personal") for j in jobs]))
+        w0, v0 = repeat(params, count), stack([{n: own[n] for n in params} for own in owns])
+        start = {n: torch.cat([w0[n], v0[n]]) for n in params}  # (2K, ...) the w's, then the v's
+        lams = torch.tensor([0.0] * count + [self.params.lam] * count, device=grid.x.device)
+
+        def loss(p: dict[str, torch.Tensor], batch: Batch, inputs: dict[str, torch.Tensor]
+                 ) -> torch.Tensor:
+            # gradient of (lam / 2) ||v - w^t||^2 is lam (v - w^t); w's loss is lam = 0's
+            pull = {n: inputs["lam"] * (v.detach() - global_state[n]) for n, v in p.items()}
+            return batch.cross_entropy(functional_call(model, p, (batch.x,))) \
+                + gradient_term(p, pull)
+
+        trained, losses = train_together(loss, start, grid, shared_lr(jobs), self.local.momentum,
+                                         self.local.weight_decay, client_inputs={"lam": lams})
+        mean_losses = losses.tolist()  # one host sync for the round, not one per client
+        results = []
+        for k, (job, own) in enumerate(zip(jobs, owns, strict=True)):
+            personal = {n: own[n].detach().clone() for n in base} | \
+                {n: t[count + k].clone() for n, t in trained.items()}
+            results.append(FitResult(
+                base | {n: t[k] for n, t in trained.items()},
+                ClientState(add_prefix(personal, PERSONAL), job.client_state.meta),
+                len(job.data),
+                {"train_loss": mean_losses[k], "personal_loss": mean_losses[count + k]}))
+        return results
 
 
 @register

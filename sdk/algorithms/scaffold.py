@@ -29,30 +29,34 @@ server).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call
 
 from pflkit.sdk.algorithms.base import (
     Aggregator,
     Algorithm,
     ClientState,
+    FitJob,
     FitResult,
     RoundContext,
     State,
     register,
 )
-from pflkit.sdk.algorithms.device_training import DeviceTraining
-from pflkit.sdk.algorithms.gradtools import added_gradient
+from pflkit.sdk.algorithms.device_training import DeviceTraining, shared_lr
+from pflkit.sdk.algorithms.gradtools import added_gradient, gradient_term
 from pflkit.sdk.algorithms.inference_role import Inference
 from pflkit.sdk.algorithms.paramcheck import require
 from pflkit.sdk.algorithms.server_aggregation import ServerAggregation
 from pflkit.sdk.algorithms.state_layout import strip_prefix
+from pflkit.sdk.batched_training import BatchGrid, repeat, stack, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
-from pflkit.sdk.training import cross_entropy_of, run_epochs, sgd
+from pflkit.sdk.training import Batch, cross_entropy_of, run_epochs, sgd
 
 CONTROL = "control."
 DELTA = "control_delta."
@@ -79,6 +83,11 @@ def effective_steps(steps: int, momentum: float) -> float:
     if momentum == 0:
         return float(steps)
     return (steps - momentum * (1 - momentum**steps) / (1 - momentum)) / (1 - momentum)
+
+
+def option_two_scale(steps: int, lr: float, momentum: float) -> float:
+    """1 / (K lr) of option II, K momentum-corrected; 0 when no step was taken (c_i stays)."""
+    return 1.0 / (lr * effective_steps(steps, momentum)) if steps and lr else 0.0
 
 
 def split_state(state: State) -> tuple[State, State]:
@@ -147,14 +156,52 @@ class ScaffoldTraining(DeviceTraining):
         y = float_state(model)
         if self.params.option == 2:  # c_i - c + (x - y_i) / (K lr), K momentum-corrected
             steps = self.local.epochs * math.ceil(len(data) / self.local.batch_size)
-            if steps == 0 or ctx.lr == 0:  # no step taken: nothing new to learn about c_i
-                c_new = dict(c_i)
-            else:
-                scale = 1.0 / (ctx.lr * effective_steps(steps, self.local.momentum))
-                c_new = {n: c_i[n] - c[n] + (x[n] - y[n]) * scale for n in c}
+            scale = option_two_scale(steps, ctx.lr, self.local.momentum)
+            c_new = {n: c_i[n] - c[n] + (x[n] - y[n]) * scale for n in c} if scale \
+                else dict(c_i)  # no step taken: nothing new to learn about c_i
         update = {**y, **{DELTA + n: c_new[n] - c_i[n] for n in c}}
         client = ClientState({CONTROL + n: t for n, t in c_new.items()}, client_state.meta)
         return FitResult(update, client, len(data), {"train_loss": loss})
+
+    def batching_blocker(self) -> str | None:
+        """Option I's full-gradient pass at x has no batched version; option II batches."""
+        if self.params.option == 1:
+            return "scaffold option 1 takes a full-gradient pass before training: not batched"
+        return super().batching_blocker()
+
+    def fit_together(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
+        """:meth:`fit` (option II) for several clients at once, one vmapped program."""
+        x, c = split_state(global_state)
+        model = self.template(x)
+        c_i = stack([{n: j.client_state.tensors.get(CONTROL + n, torch.zeros_like(t))
+                      for n, t in c.items()} for j in jobs])  # (K, ...) each client's own
+        grid = BatchGrid.build([j.data for j in jobs], self.local.epochs, self.local.batch_size,
+                               [j.ctx.generator("batches") for j in jobs])
+
+        def loss(p: dict[str, torch.Tensor], batch: Batch, correction: dict[str, torch.Tensor]
+                 ) -> torch.Tensor:  # g(y) - c_i + c
+            return batch.cross_entropy(functional_call(model, p, (batch.x,))) \
+                + gradient_term(p, correction)
+
+        lr, momentum = shared_lr(jobs), self.local.momentum
+        trained, losses = train_together(
+            loss, repeat(dict(model.named_parameters()), len(jobs)), grid, lr, momentum,
+            self.local.weight_decay, client_inputs={n: c[n] - c_i[n] for n in c})
+        scales = torch.tensor([option_two_scale(s, lr, momentum) for s in grid.steps],
+                              device=grid.x.device)  # (K,) each client's own K
+        c_new, delta = {}, {}
+        for n, ref in c.items():  # c_i - c + (x - y_i) / (K lr), as fit computes it
+            scale = scales.to(ref.dtype).view(-1, *(1,) * ref.dim())
+            c_new[n] = torch.where(scale != 0, c_i[n] - ref + (x[n] - trained[n]) * scale,
+                                   c_i[n])
+            delta[DELTA + n] = c_new[n] - c_i[n]
+        base, mean_losses = float_state(model), losses.tolist()  # one host sync, not one each
+        return [FitResult(base | {n: t[k] for n, t in trained.items()}
+                          | {n: t[k] for n, t in delta.items()},
+                          ClientState({CONTROL + n: t[k].clone() for n, t in c_new.items()},
+                                      j.client_state.meta),
+                          len(j.data), {"train_loss": mean_losses[k]})
+                for k, j in enumerate(jobs)]
 
     def full_gradient(self, model: nn.Module, data: LabeledTensors) -> State:
         """Compute the gradient of the mean cross-entropy over all of ``data`` (option I)."""

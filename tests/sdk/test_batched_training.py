@@ -72,6 +72,9 @@ CASES = [
     ("superfed_lm", {}, 5),  # mixing: one lambda per layer per batch
     ("fedrod_linear", {}, 0),
     ("fedrod_hyper", {}, 0),
+    ("ditto", {}, 0),  # w and v of every client as 2K clients of one program
+    ("ditto", {"personal_epochs": 1, "lam": 1.0}, 0),  # v's grid shorter than w's
+    ("scaffold", {}, 0),  # option II, each client's own K
     ("fedper", {}, 0),
     ("lg_fedavg", {}, 0),
     ("fedrep", {}, 0),  # one head epoch, then one body epoch
@@ -110,6 +113,29 @@ def test_a_batched_round_continues_from_each_clients_own_part(name):
     states = [r.client_state for r in algorithm.training.fit_batch(glob, jobs_for(algorithm, 0))]
     first, second = states[0].tensors, states[1].tensors
     assert first and all(not torch.equal(first[k], second[k]) for k in first)
+    jobs = jobs_for(algorithm, 1, states)
+    sequential = [algorithm.training.fit(glob, j.client_state, j.data, j.ctx) for j in jobs]
+    assert_same_results(algorithm.training.fit_batch(glob, jobs), sequential)
+
+
+@pytest.mark.parametrize(("name", "part"), [("ditto", "personal."), ("scaffold", "control.")])
+def test_a_batched_second_round_starts_from_the_new_global_and_each_clients_own_state(name,
+                                                                                      part):
+    """Round 1 after aggregation: Ditto's v toward a new w^t, SCAFFOLD's c_i against c != 0.
+
+    Three epochs: y_i moves far enough from x that the cancellation in (x - y_i) / (K lr)
+    keeps SCAFFOLD's control variates within 1e-5 (one epoch: 1.1e-5 from rounding alone).
+    """
+    algorithm = make_algorithm(name, FACTORY, LocalTraining(epochs=3, batch_size=8))
+    glob = algorithm.aggregation.init_global(0)
+    first = algorithm.training.fit_batch(glob, jobs_for(algorithm, 0))
+    aggregator = algorithm.aggregation.new_aggregator(glob, len(first))
+    for result in first:
+        aggregator.add(result.num_samples, result.update)
+    glob = aggregator.result()
+    states = [r.client_state for r in first]
+    assert all(k.startswith(part) for k in states[0].tensors)
+    assert all(not torch.equal(v, states[1].tensors[k]) for k, v in states[0].tensors.items())
     jobs = jobs_for(algorithm, 1, states)
     sequential = [algorithm.training.fit(glob, j.client_state, j.data, j.ctx) for j in jobs]
     assert_same_results(algorithm.training.fit_batch(glob, jobs), sequential)
@@ -160,8 +186,7 @@ def test_models_with_batch_norm_or_dropout_are_named_as_blockers():
 
 @pytest.mark.parametrize(("name", "reason"), [
     ("apfl", "apfl has no batched trainer"),
-    # Ditto inherits FedAvg's batched trainer but changes fit: batching it would be wrong
-    ("ditto", "ditto changes fit but has no batched version of it"),
+    ("pfedme", "pfedme has no batched trainer"),
 ])
 def test_methods_without_a_batched_trainer_say_so_and_train_one_by_one(name, reason):
     algorithm = make_algorithm(name, FACTORY, LocalTraining(epochs=1, batch_size=8))
@@ -186,7 +211,7 @@ def test_a_client_without_rows_keeps_the_global_weights_and_reports_no_loss():
 
 @pytest.mark.parametrize(("name", "params", "round_index"), [
     ("fedprox", {"mu": 0.1}, 0), ("superfed_lm", {}, 5), ("fedrod_hyper", {}, 0),
-    ("fedrep", {}, 0)])
+    ("fedrep", {}, 0), ("ditto", {}, 0), ("scaffold", {}, 0)])
 def test_the_batched_step_asks_the_device_for_nothing(name, params, round_index):
     """Host syncs per round do not grow with the steps: losses stay on the device (issue 22)."""
     syncs = {}

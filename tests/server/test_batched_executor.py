@@ -70,6 +70,8 @@ def distance(a, b) -> float:
     ("superfed_mm", {"sweep": False}),
     ("fedrod_linear", {}),
     ("fedrep", {}),  # per-client heads, two phases: also the rounds of fedper and lg_fedavg
+    ("ditto", {}),  # w and v as 2K clients of one program
+    ("scaffold", {}),  # corrected gradients, control variates from each client's own K
 ])
 def test_twenty_batched_rounds_land_within_the_spread_of_a_one_ulp_nudge(tmp_path, algorithm,
                                                                          params):

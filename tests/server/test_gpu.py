@@ -26,7 +26,7 @@ ALGORITHMS = [("fedavg", ""), ("fedprox", ""), ("fedrod_hyper", "ft_epochs = 1")
               ("ditto", ""), ("scaffold", ""), ("superfed_mm", ""), ("superfed_lm", ""),
               ("pflmoe", "epochs = 2")]
 BATCHED = ["fedavg", "fedprox", "fedrod_hyper", "superfed_mm", "superfed_lm", "fedper",
-           "lg_fedavg", "fedrep", "local"]
+           "lg_fedavg", "fedrep", "local", "ditto", "scaffold"]
 CASES = [(a, p, "sequential") for a, p in ALGORITHMS] + \
         [(a, p, "batched") for a, p in ALGORITHMS if a in BATCHED]
 

@@ -52,6 +52,13 @@ def test_scaffold_defaults_to_option_two():
     assert algo("scaffold").params.option == 2
 
 
+def test_scaffold_option_one_trains_one_by_one_and_says_why():
+    """Option I's full-gradient pass at x has no batched version; option II batches."""
+    assert algo("scaffold").training.batching_blocker() is None
+    assert algo("scaffold", option=1).training.batching_blocker() == \
+        "scaffold option 1 takes a full-gradient pass before training: not batched"
+
+
 def test_scaffold_option_two_is_the_mean_gradient_along_the_local_steps():
     """Hand computation: plain SGD, two full-batch steps, non-zero c and c_i.
 
