@@ -2,8 +2,8 @@
 
 bench_baselines.py's setting (SETTING, default twocnn-50: 5 clients x 96 steps x 10 epochs a
 round) and rows, each method in its own process on DEVICE (default cuda) through EXECUTOR
-(default batched). Only FedAvg (+FT), FedProx, SuPerFed and FedRoD have batched steps; the
-batched executor trains the other methods client by client (it logs why), ~20x slower.
+(default batched). Every method of the table but APFL and pFedMe has a batched trainer; the
+batched executor trains those two client by client (it logs why), ~20x slower.
 
 BUDGET_S bounds the training (one wall clock for every method): each run stops after the round
 that reaches it, then runs its final evaluation (the personalization stage included); the rows
@@ -14,8 +14,9 @@ R-round run (its final stage reads R's round context). Run folders go back as
     bash .gpu/run.sh env OUT=$OUT BUDGET_S=420 python3 benchmarks/bench_baselines_gpu.py
     RENDER_ONLY=<OUT>/<NAME>.json .venv/bin/python benchmarks/bench_baselines_gpu.py
 
-env: SETTING, ROUNDS (500), METHODS (fedavg_ft,fedprox), DEVICE, EXECUTOR, BUDGET_S (none),
-OUT (folder, default benchmarks/results), NAME (baselines_<setting>_gpu), RESUME.
+env: SETTING, ROUNDS (500), METHODS (the batched ones), DEVICE, EXECUTOR, BUDGET_S (none),
+OUT (folder, default benchmarks/results), NAME (baselines_<setting>_gpu), RESUME, PACK (1; 0:
+no tar, for runs too large to bring back).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 from bench_baselines import (
     LABELS,
     RUN_ORDER,
+    SETTINGS,
     config,
     curve,
     curve_points,
@@ -42,7 +44,15 @@ from bench_baselines import (
 from common import RESULTS, RUNS, machine
 from gpu_runs import RunJob, device_name, main_of, opened, pack, pool, unpack
 
+from pflkit.sdk.algorithms import LocalTraining, ModelFactory, make_algorithm
 from pflkit.sdk.run_config import ExecutionConfig
+
+
+def batched_methods(setting: str) -> tuple[str, ...]:
+    """The table's methods whose trainer batches the setting's model (the default METHODS)."""
+    model = ModelFactory(SETTINGS[setting][0], (1, 28, 28), 10)
+    return tuple(m for m in RUN_ORDER
+                 if make_algorithm(m, model, LocalTraining()).training.batching_blocker() is None)
 
 
 def train(job: RunJob[str]) -> dict[str, Any]:
@@ -76,13 +86,15 @@ class Settings:
     out: Path = RESULTS
     name: str = "baselines_twocnn_50_gpu"
     resume: Path | None = None
+    pack: bool = True  # False: no tar (personal states of 50 clients: ~330 MB a method)
     processes: bool = True  # False: one thread of this process (tests)
 
     @classmethod
     def from_env(cls) -> Settings:
         env = os.environ.get
         setting = env("SETTING", "twocnn-50")
-        methods = tuple(m for m in env("METHODS", "fedavg_ft,fedprox").split(",") if m)
+        methods = tuple(m for m in env("METHODS", ",".join(batched_methods(setting))).split(",")
+                        if m)
         unknown = sorted(set(methods) - set(RUN_ORDER))
         if unknown:
             raise SystemExit(f"unknown METHODS {unknown}; choose from {', '.join(RUN_ORDER)}")
@@ -90,7 +102,7 @@ class Settings:
                    env("EXECUTOR", "batched"), float(env("BUDGET_S", "inf")),
                    Path(env("OUT", str(RESULTS))),
                    env("NAME", f"baselines_{setting.replace('-', '_')}_gpu"),
-                   Path(env("RESUME")) if env("RESUME") else None)
+                   Path(env("RESUME")) if env("RESUME") else None, env("PACK", "1") != "0")
 
 
 def bench(s: Settings) -> dict[str, Any]:
@@ -111,7 +123,8 @@ def bench(s: Settings) -> dict[str, Any]:
             done[method] = future.result()
         except Exception as error:  # e.g. NaN weights (UpdateRejected): "diverged"
             failed[method] = f"{type(error).__name__}: {error}".splitlines()[0]
-    pack(runs, s.out / f"{s.name}_runs.tar.gz")
+    if s.pack:
+        pack(runs, s.out / f"{s.name}_runs.tar.gz")
     order = ("fedavg", *RUN_ORDER)
     rows = {m: r for d in done.values() for m, r in d["rows"].items()}
     command = (f"bash .gpu/run.sh env SETTING={s.setting} ROUNDS={s.rounds} "

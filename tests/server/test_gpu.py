@@ -94,7 +94,8 @@ def test_tf32_and_bf16_on_cuda(tmp_path):
 
 @pytest.mark.parametrize("algorithm, params", [("fedavg", ""), ("fedprox", ""),
                                                ("fedrod_hyper", "ft_epochs = 1"),
-                                               ("superfed_mm", "")])
+                                               ("superfed_mm", ""), ("fedrep", ""),
+                                               ("ditto", ""), ("scaffold", "")])
 def test_cuda_graph_replays_do_what_eager_steps_do(tmp_path, monkeypatch, algorithm, params):
     """The batched executor's captured steps (the default on CUDA) equal its eager steps."""
     captures = []
