@@ -130,6 +130,7 @@ def bench(s: Settings) -> dict[str, Any]:
     command = (f"bash .gpu/run.sh env SETTING={s.setting} ROUNDS={s.rounds} "
                f"METHODS={','.join(s.methods)} BUDGET_S={s.budget_s:g} DEVICE={s.device} "
                f"EXECUTOR={s.executor} {'RESUME=<previous OUT> ' if s.resume else ''}"
+               f"{'' if s.pack else 'PACK=0 '}"
                "python3 benchmarks/bench_baselines_gpu.py")
     return {"machine": machine(), "command": command, "setting": s.setting,
             "planned_rounds": s.rounds,
