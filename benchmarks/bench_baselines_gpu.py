@@ -2,8 +2,8 @@
 
 bench_baselines.py's setting (SETTING, default twocnn-50: 5 clients x 96 steps x 10 epochs a
 round) and rows, each method in its own process on DEVICE (default cuda) through EXECUTOR
-(default batched). Every method of the table but APFL and pFedMe has a batched trainer; the
-batched executor trains those two client by client (it logs why), ~20x slower.
+(default batched). Every method of the table has a batched trainer (APFL and pFedMe the last
+to get one); a method without one trains client by client (the executor logs why), ~20x slower.
 
 BUDGET_S bounds the training (one wall clock for every method): each run stops after the round
 that reaches it, then runs its final evaluation (the personalization stage included); the rows

@@ -129,6 +129,12 @@ class BatchGrid:
                          torch.cat([wide(self.weight), wide(other.weight)]),
                          self.steps + other.steps)
 
+    def repeated(self, times: int) -> BatchGrid:
+        """Each step's batch ``times`` times in a row (pFedMe's inner steps on one batch)."""
+        return BatchGrid(self.x, self.y, self.rows.repeat_interleave(times, 1),
+                         self.weight.repeat_interleave(times, 1),
+                         tuple(times * s for s in self.steps))
+
 
 def _sgd(weights: list[torch.Tensor], grads: list[torch.Tensor], buffers: list[torch.Tensor],
          lr: float, momentum: float, weight_decay: float) -> None:
@@ -159,17 +165,31 @@ def _adopt_layout(stack: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
                                device=stack.device).copy_(stack)
 
 
+@dataclass(frozen=True)
+class PlainSGD:
+    """Stacked parameters trained beside the main ones by plain gradient steps, w -= lr g.
+
+    No momentum or weight decay, their own ``lr``, and each step's result clamped to
+    ``bounds`` when given: APFL's mixing weight alpha in [0, 1] (Deng et al. 2020, Alg. 1).
+    """
+
+    params: Stacked
+    lr: float
+    bounds: tuple[float, float] | None = None
+
+
 def train_together(loss_fn: ClientLoss, params: Stacked, grid: BatchGrid, lr: float,
                    momentum: float, weight_decay: float,
                    client_inputs: Mapping[str, torch.Tensor] | None = None,
                    step_inputs: Mapping[str, torch.Tensor] | None = None,
-                   ) -> tuple[Stacked, torch.Tensor]:
+                   plain: PlainSGD | None = None) -> tuple[Stacked, torch.Tensor]:
     """Minimize every client's ``loss_fn`` over its batches of ``grid``.
 
-    ``loss_fn(params, batch, inputs)`` is ONE client's loss (vmapped here); ``inputs`` holds
-    that client's slice of ``client_inputs`` (K, ...) and, for the current step, of
-    ``step_inputs`` (K, T, ...). Returns the trained (K, ...) parameters and each client's mean
-    batch loss (K,) float64 (NaN for a client without data), both in the clients' order.
+    ``loss_fn(params, batch, inputs)`` is ONE client's loss (vmapped here); ``params`` holds
+    the client's slice of ``params`` and of ``plain.params``; ``inputs`` holds its slice of
+    ``client_inputs`` (K, ...) and, for the current step, of ``step_inputs`` (K, T, ...).
+    Returns the trained (K, ...) parameters (both groups) and each client's mean batch loss
+    (K,) float64 (NaN for a client without data), both in the clients' order.
     """
     count = len(grid.steps)
     order = sorted(range(count), key=lambda k: -grid.steps[k])  # longest first: active = prefix
@@ -177,6 +197,9 @@ def train_together(loss_fn: ClientLoss, params: Stacked, grid: BatchGrid, lr: fl
     names = list(params)
     weights = [params[n].index_select(0, perm) for n in names]
     buffers = [torch.zeros_like(w) for w in weights]
+    plain = plain or PlainSGD({}, 0.0)
+    plain_names = list(plain.params)
+    plain_weights = [plain.params[n].index_select(0, perm) for n in plain_names]
     per_client = {n: t.index_select(0, perm) for n, t in (client_inputs or {}).items()}
     per_step = {n: t.index_select(0, perm) for n, t in (step_inputs or {}).items()}
     rows, share = grid.rows.index_select(0, perm), grid.weight.index_select(0, perm)
@@ -199,15 +222,20 @@ def train_together(loss_fn: ClientLoss, params: Stacked, grid: BatchGrid, lr: fl
         """Step ``now`` of the first ``active`` clients; no host sync (it may be captured)."""
         nonlocal weights, buffers, laid_out
         index = rows[:active].index_select(1, now).squeeze(1)  # (a, B)
-        leaves = [w[:active].detach().requires_grad_() for w in weights]
+        leaves = [w[:active].detach().requires_grad_() for w in weights + plain_weights]
         inputs = {n: v[:active] for n, v in per_client.items()}
         inputs |= {n: v[:active].index_select(1, now).squeeze(1) for n, v in per_step.items()}
         with autocast:
-            losses = losses_of(dict(zip(names, leaves, strict=True)), grid.x[index],
-                               grid.y[index], share[:active].index_select(1, now).squeeze(1),
-                               inputs)
+            losses = losses_of(dict(zip(names + plain_names, leaves, strict=True)),
+                               grid.x[index], grid.y[index],
+                               share[:active].index_select(1, now).squeeze(1), inputs)
         grads = torch.autograd.grad(losses, leaves, ones[:active].to(losses.dtype))
+        grads, plain_grads = grads[:len(names)], grads[len(names):]
         with torch.no_grad():
+            for w, g in zip(plain_weights, plain_grads, strict=True):
+                w[:active].sub_(plain.lr * g)
+                if plain.bounds:
+                    w[:active].clamp_(*plain.bounds)
             if not laid_out:
                 weights = [_adopt_layout(w, g) for w, g in zip(weights, grads, strict=True)]
                 buffers = [torch.zeros_like(w) for w in weights]
@@ -225,5 +253,6 @@ def train_together(loss_fn: ClientLoss, params: Stacked, grid: BatchGrid, lr: fl
     back[perm] = torch.arange(count, device=perm.device)
     counts = torch.tensor(steps, dtype=torch.float64, device=totals.device)
     means = torch.where(counts > 0, totals / counts.clamp_min(1), torch.nan)
-    trained = {n: w.index_select(0, back).contiguous() for n, w in zip(names, weights, strict=True)}
+    trained = {n: w.index_select(0, back).contiguous()
+               for n, w in zip(names + plain_names, weights + plain_weights, strict=True)}
     return trained, means.index_select(0, back)

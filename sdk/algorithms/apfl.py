@@ -16,6 +16,7 @@ the round's lr), as in the paper. v starts as a copy of the first global model r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -27,19 +28,21 @@ from pflkit.sdk.algorithms.base import (
     Algorithm,
     Choice,
     ClientState,
+    FitJob,
     FitResult,
     RoundContext,
     State,
     register,
 )
-from pflkit.sdk.algorithms.device_training import DeviceTraining
+from pflkit.sdk.algorithms.device_training import DeviceTraining, shared_lr
 from pflkit.sdk.algorithms.inference import NUMBER, ChoiceSpec
 from pflkit.sdk.algorithms.inference_role import Inference
 from pflkit.sdk.algorithms.paramcheck import require
 from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of
+from pflkit.sdk.batched_training import BatchGrid, PlainSGD, repeat, stack, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
-from pflkit.sdk.training import sgd
+from pflkit.sdk.training import Batch, sgd
 
 ALPHA = ChoiceSpec("alpha", NUMBER, "the weight of v in alpha v + (1 - alpha) w_global, in "
                    "place of the client's learned alpha (to sweep the mixture, as SuPerFed's "
@@ -109,6 +112,50 @@ class APFLTraining(DeviceTraining):
         return FitResult(float_state(model), ClientState(personal, meta), len(data),
                          {"train_loss": total / steps if steps else float("nan"),
                           "alpha": final_alpha})
+
+    def fit_together(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
+        """:meth:`fit` for several clients at once: w, v and alpha of every client in one program.
+
+        The mixed loss sees w detached, so w's loss and the mixed loss share no parameter: one
+        backward of their sum at the step's start gives w's gradient and v's and alpha's, as
+        :meth:`fit`'s two backwards do. w and v take the shared SGD; alpha plain clamped steps.
+        """
+        count, model = len(jobs), self.template(global_state)
+        names = [n for n, _ in model.named_parameters()]
+        lr = shared_lr(jobs)
+        owns = [personal_of(j.client_state) or global_state for j in jobs]
+        grid = BatchGrid.build([j.data for j in jobs], self.local.epochs, self.local.batch_size,
+                               [j.ctx.generator("batches") for j in jobs])
+        start = repeat({n: global_state[n] for n in names}, count) | {
+            PERSONAL + n: t for n, t in stack([{n: own[n] for n in names} for own in owns]).items()}
+        alphas = torch.tensor([self.method.alpha_of(j.client_state) for j in jobs],
+                              device=grid.x.device)  # float32, as fit's alpha
+        alpha_lr = lr if self.params.alpha_lr is None else self.params.alpha_lr
+        learned = PlainSGD({"alpha": alphas}, alpha_lr, (0.0, 1.0))
+
+        def loss(p: dict[str, torch.Tensor], batch: Batch, inputs: dict[str, torch.Tensor]
+                 ) -> torch.Tensor:
+            alpha = p["alpha"] if self.params.adaptive else inputs["alpha"]
+            w = {n: p[n] for n in names}
+            mixed = {n: alpha * p[PERSONAL + n] + (1 - alpha) * w[n].detach() for n in names}
+            own = batch.cross_entropy(functional_call(model, w, (batch.x,)))
+            mix = batch.cross_entropy(functional_call(model, mixed, (batch.x,)))
+            return own + (mix - mix.detach())  # reports w's loss only, as fit does
+
+        trained, losses = train_together(
+            loss, start, grid, lr, self.local.momentum, self.local.weight_decay,
+            client_inputs=None if self.params.adaptive else {"alpha": alphas},
+            plain=learned if self.params.adaptive else None)
+        final = trained["alpha"] if self.params.adaptive else alphas
+        read = torch.cat([losses, final.double()]).tolist()  # one host sync for the round
+        base, results = float_state(model), []
+        for k, job in enumerate(jobs):
+            personal = {PERSONAL + n: trained[PERSONAL + n][k].clone() for n in names}
+            meta = {**job.client_state.meta, "alpha": read[count + k]}
+            results.append(FitResult(base | {n: trained[n][k] for n in names},
+                                     ClientState(personal, meta), len(job.data),
+                                     {"train_loss": read[k], "alpha": read[count + k]}))
+        return results
 
 
 class APFLInference(Inference):

@@ -17,30 +17,38 @@ code does the same), and from w at the round's start.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call
 
 from pflkit.sdk.algorithms.base import (
     Aggregator,
     Algorithm,
     Choice,
     ClientState,
+    FitJob,
     FitResult,
     RoundContext,
     State,
     WeightedMean,
     register,
 )
-from pflkit.sdk.algorithms.device_training import DeviceTraining
+from pflkit.sdk.algorithms.device_training import DeviceTraining, shared_lr
+from pflkit.sdk.algorithms.gradtools import gradient_term
 from pflkit.sdk.algorithms.inference_role import Inference
 from pflkit.sdk.algorithms.paramcheck import require
 from pflkit.sdk.algorithms.server_aggregation import ServerAggregation
 from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of
+from pflkit.sdk.batched_training import BatchGrid, PlainSGD, repeat, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
+from pflkit.sdk.training import Batch
+
+OUTER = "outer."  # w's names beside theta's in a batched trainer's parameters
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,50 @@ class PFedMeTraining(DeviceTraining):
         update = {**state, **w}
         return FitResult(update, ClientState(personal, client_state.meta), len(data),
                          {"train_loss": total / steps if steps else float("nan")})
+
+    def fit_together(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
+        """:meth:`fit` for several clients at once: every batch's K inner steps as K steps.
+
+        A step's gradients are taken at its start, so w's update after a batch's last inner
+        step (it reads the new theta) happens at the next batch's first step, where theta's
+        pull already uses the updated w; after the loop, each client's last batch's update.
+        theta takes plain steps of ``personal_lr``, w plain steps of the round's lr.
+        """
+        count, model = len(jobs), self.template(global_state)
+        names, times = [n for n, _ in model.named_parameters()], self.params.inner_steps
+        lam, lr = self.params.lam, shared_lr(jobs)
+        grid = BatchGrid.build([j.data for j in jobs], self.local.epochs, self.local.batch_size,
+                               [j.ctx.generator("batches") for j in jobs]).repeated(times)
+        t = torch.arange(grid.rows.shape[1], device=grid.x.device)
+        # w's update from the previous batch (0 at the first: w = theta), the reported loss
+        marks = {"pull": t % times == 0, "last": t % times == times - 1}
+        start = repeat({n: global_state[n] for n in names}, count)
+
+        def loss(p: dict[str, torch.Tensor], batch: Batch, inputs: dict[str, torch.Tensor]
+                 ) -> torch.Tensor:
+            theta, w = {n: p[n] for n in names}, {n: p[OUTER + n] for n in names}
+            # w's pending update lam (w - theta) as its gradient: the plain step w -= lr g
+            pull = {n: inputs["pull"] * lam * (w[n] - theta[n]).detach() for n in names}
+            # theta's proximal gradient toward w as it is after that step
+            toward = {n: lam * (theta[n] - (w[n] - lr * pull[n])).detach() for n in names}
+            ce = batch.cross_entropy(functional_call(model, theta, (batch.x,)))
+            reported = inputs["last"] * times * ce.detach()  # mean over T * times steps: fit's
+            return reported + (ce - ce.detach()) + gradient_term(theta, toward) \
+                + gradient_term(w, pull)
+
+        trained, losses = train_together(
+            loss, start, grid, self.params.personal_lr, 0.0, 0.0,
+            step_inputs={k: v.float().expand(count, -1) for k, v in marks.items()},
+            plain=PlainSGD({OUTER + n: v for n, v in start.items()}, lr))
+        mean_losses, base, results = losses.tolist(), float_state(model), []
+        for k, job in enumerate(jobs):
+            w = {n: trained[OUTER + n][k] for n in names}
+            if grid.steps[k]:  # the last batch's w update
+                w = {n: v - lr * lam * (v - trained[n][k]) for n, v in w.items()}
+            personal = {PERSONAL + n: trained[n][k].clone() for n in names}
+            results.append(FitResult(base | w, ClientState(personal, job.client_state.meta),
+                                     len(job.data), {"train_loss": mean_losses[k]}))
+        return results
 
 
 class PFedMeAggregation(ServerAggregation):

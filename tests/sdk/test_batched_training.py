@@ -11,13 +11,16 @@ import torch
 from fake_cuda import FakeCuda, on_device
 
 from pflkit.sdk.algorithms import (
+    Algorithm,
     ClientState,
+    DeviceTraining,
     FitJob,
     LocalTraining,
     ModelFactory,
     RoundContext,
     make_algorithm,
 )
+from pflkit.sdk.algorithms.fedavg import FedAvgTraining
 from pflkit.sdk.batched_training import BatchGrid, batching_blocker
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import data_to, state_to
@@ -56,7 +59,9 @@ def assert_same_results(batched, sequential):
         assert got.client_state.tensors.keys() == want.client_state.tensors.keys()
         for key, value in want.client_state.tensors.items():
             assert relative_error(got.client_state.tensors[key], value) <= 1e-5, key
-        assert got.client_state.meta == want.client_state.meta
+        assert got.client_state.meta.keys() == want.client_state.meta.keys()
+        for key, value in want.client_state.meta.items():  # APFL's learned alpha: a float
+            assert got.client_state.meta[key] == pytest.approx(value, rel=1e-5, abs=1e-8), key
         assert got.metrics.keys() == want.metrics.keys()
         for key, value in want.metrics.items():
             assert math.isclose(got.metrics[key], value, rel_tol=1e-5, abs_tol=1e-8), key
@@ -81,6 +86,11 @@ CASES = [
     ("fedrep", {"body_epochs": 0}, 0),  # head epochs only: the head's loss is reported
     ("fedrep", {"body_epochs": 2}, 0),  # body epochs only
     ("local", {}, 0),  # every client from its own seeded model
+    ("apfl", {}, 0),  # w, v and alpha on one batch: one backward of w's and the mixed loss
+    ("apfl", {"adaptive": False, "alpha": 0.3}, 0),  # alpha fixed (float32, as fit's)
+    ("apfl", {"alpha_lr": 5.0}, 0),  # alpha's own step size: 3 of 4 alphas clamp to 0
+    ("pfedme", {}, 0),  # K inner steps on theta per batch, then w's step
+    ("pfedme", {"inner_steps": 1, "lam": 2.0, "personal_lr": 0.1}, 0),
 ]
 
 
@@ -118,10 +128,12 @@ def test_a_batched_round_continues_from_each_clients_own_part(name):
     assert_same_results(algorithm.training.fit_batch(glob, jobs), sequential)
 
 
-@pytest.mark.parametrize(("name", "part"), [("ditto", "personal."), ("scaffold", "control.")])
+@pytest.mark.parametrize(("name", "part"), [("ditto", "personal."), ("scaffold", "control."),
+                                            ("apfl", "personal.")])
 def test_a_batched_second_round_starts_from_the_new_global_and_each_clients_own_state(name,
                                                                                       part):
-    """Round 1 after aggregation: Ditto's v toward a new w^t, SCAFFOLD's c_i against c != 0.
+    """Round 1 after aggregation: Ditto's v toward a new w^t, SCAFFOLD's c_i against c != 0,
+    APFL's v and alpha (in meta) from each client's own.
 
     Three epochs: y_i moves far enough from x that the cancellation in (x - y_i) / (K lr)
     keeps SCAFFOLD's control variates within 1e-5 (one epoch: 1.1e-5 from rounding alone).
@@ -136,6 +148,7 @@ def test_a_batched_second_round_starts_from_the_new_global_and_each_clients_own_
     states = [r.client_state for r in first]
     assert all(k.startswith(part) for k in states[0].tensors)
     assert all(not torch.equal(v, states[1].tensors[k]) for k, v in states[0].tensors.items())
+    assert states[0].meta.get("alpha") != states[1].meta.get("alpha") or name != "apfl"
     jobs = jobs_for(algorithm, 1, states)
     sequential = [algorithm.training.fit(glob, j.client_state, j.data, j.ctx) for j in jobs]
     assert_same_results(algorithm.training.fit_batch(glob, jobs), sequential)
@@ -184,13 +197,17 @@ def test_models_with_batch_norm_or_dropout_are_named_as_blockers():
     assert "superfed_mm on mobilenet" in algorithm.training.batching_blocker()
 
 
-@pytest.mark.parametrize(("name", "reason"), [
-    ("apfl", "apfl has no batched trainer"),
-    ("pfedme", "pfedme has no batched trainer"),
-])
-def test_methods_without_a_batched_trainer_say_so_and_train_one_by_one(name, reason):
-    algorithm = make_algorithm(name, FACTORY, LocalTraining(epochs=1, batch_size=8))
-    assert algorithm.training.batching_blocker() == reason
+class OneByOne(DeviceTraining):
+    """A method without a batched trainer (every registered method has one): FedAvg's fit."""
+
+    fit = FedAvgTraining.fit
+    proximal_strength = 0.0
+
+
+def test_a_method_without_a_batched_trainer_says_so_and_trains_one_by_one():
+    method = type("Unbatched", (Algorithm,), {"name": "unbatched", "Training": OneByOne})
+    algorithm = method(FACTORY, LocalTraining(epochs=1, batch_size=8))
+    assert algorithm.training.batching_blocker() == "unbatched has no batched trainer"
     glob = algorithm.aggregation.init_global(0)
     jobs = jobs_for(algorithm, 0)
     batched = algorithm.training.fit_batch(glob, jobs)
@@ -211,7 +228,8 @@ def test_a_client_without_rows_keeps_the_global_weights_and_reports_no_loss():
 
 @pytest.mark.parametrize(("name", "params", "round_index"), [
     ("fedprox", {"mu": 0.1}, 0), ("superfed_lm", {}, 5), ("fedrod_hyper", {}, 0),
-    ("fedrep", {}, 0), ("ditto", {}, 0), ("scaffold", {}, 0)])
+    ("fedrep", {}, 0), ("ditto", {}, 0), ("scaffold", {}, 0), ("apfl", {}, 0),
+    ("pfedme", {}, 0)])
 def test_the_batched_step_asks_the_device_for_nothing(name, params, round_index):
     """Host syncs per round do not grow with the steps: losses stay on the device (issue 22)."""
     syncs = {}

@@ -72,6 +72,8 @@ def distance(a, b) -> float:
     ("fedrep", {}),  # per-client heads, two phases: also the rounds of fedper and lg_fedavg
     ("ditto", {}),  # w and v as 2K clients of one program
     ("scaffold", {}),  # corrected gradients, control variates from each client's own K
+    ("apfl", {}),  # w, v and alpha from one backward; alpha clamped, without momentum
+    ("pfedme", {}),  # K inner steps per batch, w's update at the next batch's first
 ])
 def test_twenty_batched_rounds_land_within_the_spread_of_a_one_ulp_nudge(tmp_path, algorithm,
                                                                          params):
@@ -91,10 +93,14 @@ def test_twenty_batched_rounds_land_within_the_spread_of_a_one_ulp_nudge(tmp_pat
 
 
 def test_a_method_that_cannot_batch_logs_why_and_runs_as_sequential(tmp_path, caplog):
+    option_1 = {"option": 1}  # every method has a batched trainer; SCAFFOLD's option I does not
     with caplog.at_level(logging.WARNING, logger="pflkit.server.batched_executor"):
-        batched = run(tmp_path, "apfl", "batched", rounds=2, dataset="synthetic")
-    assert "apfl has no batched trainer; training clients one by one" in caplog.text
-    sequential = run(tmp_path, "apfl", "sequential", rounds=2, dataset="synthetic")
+        batched = run(tmp_path, "scaffold", "batched", rounds=2, dataset="synthetic",
+                      params=option_1)
+    assert ("scaffold option 1 takes a full-gradient pass before training: not batched; "
+            "training clients one by one") in caplog.text
+    sequential = run(tmp_path, "scaffold", "sequential", rounds=2, dataset="synthetic",
+                     params=option_1)
     assert batched.final == sequential.final
     assert all(torch.equal(batched.global_state[k], sequential.global_state[k])
                for k in sequential.global_state)
@@ -105,7 +111,8 @@ def test_quiet_pfl_sim_prints_nothing_but_its_result_for_a_method_that_cannot_ba
     done = subprocess.run(
         [str(Path(sys.executable).parent / "pfl-sim"), "--out", str(tmp_path / "run"),
          "--dataset", "digits", "--clients", "3", "--model", "twonn", "--rounds", "1",
-         "--epochs", "1", "--algorithm", "apfl", "--executor", "batched", "--quiet"],
+         "--epochs", "1", "--algorithm", "scaffold", "--param", "option=1", "--executor",
+         "batched", "--quiet"],
         capture_output=True, text=True, timeout=GUARD, check=False)
     assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
     assert done.stdout.splitlines()[-1] == f"report: {tmp_path / 'run' / 'report.md'}"

@@ -24,9 +24,9 @@ pytestmark = [
 ALGORITHMS = [("fedavg", ""), ("fedprox", ""), ("fedrod_hyper", "ft_epochs = 1"),
               ("fedper", ""), ("lg_fedavg", ""), ("fedrep", ""), ("local", ""), ("apfl", ""),
               ("ditto", ""), ("scaffold", ""), ("superfed_mm", ""), ("superfed_lm", ""),
-              ("pflmoe", "epochs = 2")]
+              ("pflmoe", "epochs = 2"), ("pfedme", "")]
 BATCHED = ["fedavg", "fedprox", "fedrod_hyper", "superfed_mm", "superfed_lm", "fedper",
-           "lg_fedavg", "fedrep", "local", "ditto", "scaffold"]
+           "lg_fedavg", "fedrep", "local", "ditto", "scaffold", "apfl", "pfedme"]
 CASES = [(a, p, "sequential") for a, p in ALGORITHMS] + \
         [(a, p, "batched") for a, p in ALGORITHMS if a in BATCHED]
 
@@ -95,7 +95,8 @@ def test_tf32_and_bf16_on_cuda(tmp_path):
 @pytest.mark.parametrize("algorithm, params", [("fedavg", ""), ("fedprox", ""),
                                                ("fedrod_hyper", "ft_epochs = 1"),
                                                ("superfed_mm", ""), ("fedrep", ""),
-                                               ("ditto", ""), ("scaffold", "")])
+                                               ("ditto", ""), ("scaffold", ""),
+                                               ("apfl", ""), ("pfedme", "")])
 def test_cuda_graph_replays_do_what_eager_steps_do(tmp_path, monkeypatch, algorithm, params):
     """The batched executor's captured steps (the default on CUDA) equal its eager steps."""
     captures = []
