@@ -27,6 +27,10 @@ from pflkit.sdk.metrics import (
 Predictor = Callable[[nn.Module, LabeledTensors], torch.Tensor]  # (model, data) -> logits
 
 
+class DivergedModel(ValueError):
+    """A client's model gives NaN or Inf outputs: its training diverged (no score applies)."""
+
+
 @dataclass(frozen=True)
 class ClientReport:
     """One client's numbers (NaN where a protocol does not apply)."""
@@ -51,12 +55,12 @@ def evaluate_client(model: nn.Module, client: ClientData, global_test: LabeledTe
     ``predictor`` computes logits; a :class:`pflkit.sdk.scoring.ScoringCache`'s ``predict``
     scores models shared by several clients once.
     """
-    own = scores_from_logits(predictor(model, client.test), client.test.y) \
-        if len(client.test) else None
+    own = scores_from_logits(_finite(predictor(model, client.test), client.client_id),
+                             client.test.y) if len(client.test) else None
     nan = float("nan")
     weighted = plain = nan
     if global_test is not None:
-        logits = predictor(model, global_test)
+        logits = _finite(predictor(model, global_test), client.client_id)
         pred = logits.argmax(dim=1)
         weighted = class_weighted_accuracy(pred, global_test.y, client.class_counts(num_classes))
         plain = top_k_accuracy(logits, global_test.y, 1)
@@ -69,6 +73,13 @@ def evaluate_client(model: nn.Module, client: ClientData, global_test: LabeledTe
         weighted,
         plain,
     )
+
+
+def _finite(logits: torch.Tensor, client_id: int) -> torch.Tensor:
+    if not bool(torch.isfinite(logits).all()):
+        raise DivergedModel(f"client {client_id}: its model's outputs are NaN or Inf (its "
+                            "training diverged); no score is reported for a diverged model")
+    return logits
 
 
 def summarize(reports: Iterable[ClientReport]) -> dict[str, float]:
