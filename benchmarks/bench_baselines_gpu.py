@@ -16,11 +16,13 @@ R-round run (its final stage reads R's round context). Run folders go back as
 
 env: SETTING, ROUNDS (500), METHODS (the batched ones), DEVICE, EXECUTOR, BUDGET_S (none),
 OUT (folder, default benchmarks/results), NAME (baselines_<setting>_gpu), RESUME, PACK (1; 0:
-no tar, for runs too large to bring back).
+no tar, for runs too large to bring back), MERGE (an earlier run's JSON: the methods it ran and
+this run did not keep their rows, so leases that each run some methods to R gather one table).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -87,6 +89,7 @@ class Settings:
     name: str = "baselines_twocnn_50_gpu"
     resume: Path | None = None
     pack: bool = True  # False: no tar (personal states of 50 clients: ~330 MB a method)
+    merge: Path | None = None  # an earlier lease's JSON: its methods not run here are kept
     processes: bool = True  # False: one thread of this process (tests)
 
     @classmethod
@@ -102,7 +105,8 @@ class Settings:
                    env("EXECUTOR", "batched"), float(env("BUDGET_S", "inf")),
                    Path(env("OUT", str(RESULTS))),
                    env("NAME", f"baselines_{setting.replace('-', '_')}_gpu"),
-                   Path(env("RESUME")) if env("RESUME") else None, env("PACK", "1") != "0")
+                   Path(env("RESUME")) if env("RESUME") else None, env("PACK", "1") != "0",
+                   Path(env("MERGE")) if env("MERGE") else None)
 
 
 def bench(s: Settings) -> dict[str, Any]:
@@ -125,22 +129,47 @@ def bench(s: Settings) -> dict[str, Any]:
             failed[method] = f"{type(error).__name__}: {error}".splitlines()[0]
     if s.pack:
         pack(runs, s.out / f"{s.name}_runs.tar.gz")
-    order = ("fedavg", *RUN_ORDER)
     rows = {m: r for d in done.values() for m, r in d["rows"].items()}
     command = (f"bash .gpu/run.sh env SETTING={s.setting} ROUNDS={s.rounds} "
                f"METHODS={','.join(s.methods)} BUDGET_S={s.budget_s:g} DEVICE={s.device} "
                f"EXECUTOR={s.executor} {'RESUME=<previous OUT> ' if s.resume else ''}"
-               f"{'' if s.pack else 'PACK=0 '}"
+               f"{'' if s.pack else 'PACK=0 '}{'MERGE=<earlier JSON> ' if s.merge else ''}"
                "python3 benchmarks/bench_baselines_gpu.py")
-    return {"machine": machine(), "command": command, "setting": s.setting,
-            "planned_rounds": s.rounds,
-            "budget_s": None if math.isinf(s.budget_s) else s.budget_s,
-            "device": next(iter(done.values()))["device"] if done else s.device,
-            "rows": {m: rows[m] for m in order if m in rows}, "failed": failed,
-            "curves": {m: d["curve"] for m, d in done.items()},
-            "own_top1": {m: d["own_top1"] for m, d in done.items()},
-            "seconds": {**{m: d["seconds"] for m, d in done.items()},
-                        "total": time.monotonic() - started}}
+    payload = {"machine": machine(), "command": command, "setting": s.setting,
+               "planned_rounds": s.rounds,
+               "budget_s": None if math.isinf(s.budget_s) else s.budget_s,
+               "device": next(iter(done.values()))["device"] if done else s.device,
+               "rows": rows, "failed": failed,
+               "curves": {m: d["curve"] for m, d in done.items()},
+               "own_top1": {m: d["own_top1"] for m, d in done.items()},
+               "seconds": {**{m: d["seconds"] for m, d in done.items()},
+                           "total": time.monotonic() - started},
+               "earlier": {}}
+    if s.merge:
+        payload = merged(payload, json.loads(s.merge.read_text()))
+    rows = payload["rows"]
+    payload["rows"] = {m: rows[m] for m in ("fedavg", *RUN_ORDER) if m in rows}
+    return payload
+
+
+def merged(payload: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` plus the methods of ``earlier`` (another lease's run) it did not run.
+
+    R = 500 of every method does not fit one lease, and a method's run folders are too large to
+    resume in another: each lease runs some methods to the end, and the page gathers them.
+    """
+    ran = set(payload["curves"]) | set(payload["failed"])
+    kept = [m for m in (*earlier["curves"], *earlier["failed"]) if m not in ran]
+    rows = {m: r for m, r in earlier["rows"].items()
+            if m in kept or (m == "fedavg" and "fedavg_ft" in kept)}
+    where = {m: earlier.get("earlier", {}).get(m, f"{earlier['command']} on {earlier['device']}")
+             for m in kept}
+    return {**payload, "rows": {**payload["rows"], **rows},
+            "failed": {**payload["failed"],
+                       **{m: why for m, why in earlier["failed"].items() if m in kept}},
+            **{key: {**payload[key], **{m: earlier[key][m] for m in kept if m in earlier[key]}}
+               for key in ("curves", "own_top1")},
+            "earlier": {**payload["earlier"], **where}}
 
 
 def render(payload: dict[str, Any], out: Path, name: str) -> str:
@@ -156,7 +185,9 @@ def render(payload: dict[str, Any], out: Path, name: str) -> str:
             + f"Settings and columns as bench-baselines'. Curve: {name}_curve.png.\n\n"
             + table(payload["rows"])
             + "".join(f"\n{LABELS[m]}: failed ({why})\n" for m, why in payload["failed"].items())
-            + f"\nWall: {seconds}.\n")
+            + f"\nWall: {seconds}.\n"
+            + "".join(f"\n{LABELS[m]}: from an earlier run, `{how}`.\n"
+                      for m, how in payload.get("earlier", {}).items()))
 
 
 def main() -> None:

@@ -31,3 +31,35 @@ def test_budget_stops_each_method_and_rows_say_how_many_rounds_ran(tmp_path, mon
     assert (settings.out / "tiny_curve.png").is_file()
     with tarfile.open(settings.out / "tiny_runs.tar.gz") as tar:  # what RESUME trains on
         assert "tiny/fedprox/global/latest.safetensors" in tar.getnames()
+
+
+def test_merge_gathers_methods_run_in_different_leases_into_one_table(tmp_path, monkeypatch):
+    """R = 500 of every method does not fit a lease: each runs some, MERGE keeps the rest."""
+    monkeypatch.setattr(bench_baselines_gpu, "RUNS", tmp_path / "runs")
+
+    def lease(name, methods, merge=None):
+        settings = bench_baselines_gpu.Settings(
+            setting="twonn-50", rounds=500, methods=methods, device="cpu", budget_s=0.0,
+            out=tmp_path / "out", name=name, pack=False, merge=merge, processes=False)
+        payload = bench_baselines_gpu.bench(settings)
+        write(payload, settings.out, name, bench_baselines_gpu.render)
+        return payload
+
+    first = lease("first", ("fedprox",))
+    second = lease("second", ("fedavg_ft",), merge=tmp_path / "out" / "first.json")
+    assert list(second["rows"]) == ["fedavg", "fedavg_ft", "fedprox"]  # the table's order
+    assert second["rows"]["fedprox"] == first["rows"]["fedprox"]
+    assert second["own_top1"]["fedprox"] == first["own_top1"]["fedprox"]
+    assert set(second["earlier"]) == {"fedprox"} and "METHODS=fedprox " in \
+        second["earlier"]["fedprox"]
+    assert "FedProx: from an earlier run, `bash .gpu/run.sh env" in \
+        (tmp_path / "out" / "second.md").read_text()
+    # a third lease: what the second carried keeps its first origin
+    third = lease("third", ("fedper",), merge=tmp_path / "out" / "second.json")
+    assert "METHODS=fedprox " in third["earlier"]["fedprox"]
+    assert "METHODS=fedavg_ft " in third["earlier"]["fedavg_ft"]
+    # a fourth reruns fedprox: its new row replaces the carried one
+    fourth = lease("fourth", ("fedprox",), merge=tmp_path / "out" / "third.json")
+    assert set(fourth["earlier"]) == {"fedavg_ft", "fedper"}
+    assert fourth["rows"]["fedper"] == third["rows"]["fedper"]
+    assert not (tmp_path / "out" / "fourth_runs.tar.gz").exists()  # PACK=0
