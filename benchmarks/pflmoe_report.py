@@ -99,7 +99,12 @@ def render(payload: dict[str, Any], folder: Path, name: str) -> str:
                else "") + ")")
     md = table(payload["results"], payload["planned_rounds"], payload["per_epochs"], 5, name, note)
     md += ("Local rows: copied from the CPU run (pflmoe.json). Stage 2 and scoring ran in CPU "
-           "worker processes.\n\nPer client, against FedAvg (local test, points): mean "
+           "worker processes.\n")
+    if payload.get("resumed_from"):
+        done = ", ".join(f"alpha {k}: {v}" for k, v in payload["resumed_from"].items())
+        md += (f"FedAvg resumed an earlier run (RESUME) after its rounds {done}; the FedAvg "
+               "wall times below are this run's part only.\n")
+    md += ("\nPer client, against FedAvg (local test, points): mean "
            "difference, 95% interval, clients that gained.\n\n"
            "| alpha | method | mean | 95% | gained |\n|---|---|---|---|---|\n")
     for key, row in payload["paired"].items():

@@ -1,4 +1,5 @@
-"""bench_pflmoe_gpu's knobs on the CPU: the budget stops FedAvg and the results say where."""
+"""bench_pflmoe_gpu's knobs on the CPU: the budget stops FedAvg, RESUME trains on, the results say
+where each part stopped."""
 
 from __future__ import annotations
 
@@ -31,3 +32,13 @@ def test_budget_stops_fedavg_and_results_say_how_many_rounds_ran(tmp_path, monke
     assert (settings.out / "tiny_curve.png").is_file()
     with tarfile.open(settings.out / "tiny_runs.tar.gz") as tar:  # what RESUME trains on
         assert "tiny/pflmoe-dir2/global/latest.safetensors" in tar.getnames()
+
+    resumed = bench_pflmoe_gpu.Settings(device="cpu", rounds=2, per_epochs=1, alphas=(2.0,),
+                                        out=tmp_path / "again", name="tiny", clients=3,
+                                        processes=False, resume=settings.out)
+    payload = bench_pflmoe_gpu.bench(resumed)
+    write(payload, resumed.out, resumed.name, bench_pflmoe_gpu.render)
+    assert payload["rounds"] == {"2": 2} and payload["resumed_from"] == {"2": 1}
+    assert [c["round"] for c in payload["curves"]["2"]][-1] == 2
+    text = (resumed.out / "tiny.md").read_text()
+    assert "resumed an earlier run (RESUME) after its rounds alpha 2: 1;" in text
