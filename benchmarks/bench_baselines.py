@@ -38,7 +38,7 @@ from typing import Any
 from common import RESULTS, pct, run, save, set_threads, subset
 
 from pflkit.sdk.builder import build_run
-from pflkit.sdk.evaluation import evaluate_client, summarize
+from pflkit.sdk.evaluation import DivergedModel, evaluate_client, summarize
 from pflkit.sdk.run_config import (
     AlgorithmConfig,
     DataConfig,
@@ -48,7 +48,6 @@ from pflkit.sdk.run_config import (
 )
 from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.tensorio import load_state
-from pflkit.server.coordinator import UpdateRejected
 
 PAPER_NINE = ("fedavg", "fedprox", "scaffold", "lg_fedavg", "fedper", "apfl", "pfedme", "ditto",
               "fedrep")
@@ -94,11 +93,19 @@ def config(method: str, rounds: int, setting: str = DEFAULT_SETTING, seed: int =
     )
 
 
-def row_from_summary(summary: dict[str, float], rounds: int, seconds: float) -> dict[str, Any]:
-    """The shape other benchmarks (SuPerFed) read: one row per method."""
+def row_from_summary(summary: dict[str, float], rounds: int, seconds: float,
+                     diverged: int = 0) -> dict[str, Any]:
+    """The shape other benchmarks (SuPerFed) read: one row per method; ``diverged``: client
+    fits dropped for non-finite weights (:func:`diverged_fits`)."""
     return {"top1_mean": summary["own_top1_mean"], "top1_std": summary["own_top1_std"],
             "ece_mean": summary["own_ece_mean"], "mce_mean": summary["own_mce_mean"],
-            "rounds": rounds, "seconds": round(seconds, 1)}
+            "rounds": rounds, "seconds": round(seconds, 1), "diverged": diverged}
+
+
+def diverged_fits(run_dir: Path) -> int:
+    """How many client fits of a run diverged and were dropped (metrics.jsonl's ``diverged``)."""
+    lines = RunDir(run_dir).metrics.read_text().splitlines()
+    return sum(len(json.loads(line).get("diverged", [])) for line in lines if line.strip())
 
 
 def fedavg_row(run_dir: Path, rounds: int) -> dict[str, Any]:
@@ -108,7 +115,7 @@ def fedavg_row(run_dir: Path, rounds: int) -> dict[str, Any]:
     model = algorithm.inference.global_model(load_state(files.latest))
     reports = [evaluate_client(model, client, None, federation.spec.num_classes)
                for client in federation.clients.values()]
-    return row_from_summary(summarize(reports), rounds, 0.0)
+    return row_from_summary(summarize(reports), rounds, 0.0, diverged_fits(run_dir))
 
 
 def curve_points(run_dir: str) -> list[list[float]] | None:
@@ -145,12 +152,12 @@ def curve(curves: dict[str, list[list[float]]], path: Path, title: str) -> None:
 def table(rows: dict[str, Any]) -> str:
     """The markdown table: every method with a row, paper's nine marked."""
     lines = ["| method | in SuPerFed tables | top-1 own test (mean +- std) | ECE | MCE | "
-             "last round |", "|---|---|---|---|---|---|"]
+             "last round | diverged fits |", "|---|---|---|---|---|---|---|"]
     for method, r in rows.items():
         lines.append(
             f"| {LABELS.get(method, method)} | {'yes' if method in PAPER_NINE else 'no'} | "
             f"{pct(r['top1_mean'])} +- {pct(r['top1_std'])} | {r['ece_mean']:.3f} | "
-            f"{r['mce_mean']:.3f} | {r['rounds']} |"
+            f"{r['mce_mean']:.3f} | {r['rounds']} | {r.get('diverged', '-')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -209,13 +216,14 @@ def main() -> None:
         try:
             result = run(config(method, method_rounds, setting),
                          f"{name}-{method}-r{method_rounds}")
-        except UpdateRejected as err:  # e.g. NaN weights: the paper's tables say "diverged"
+        except DivergedModel as err:  # NaN outputs at the final evaluation: "diverged"
             why: str | None = f"diverged within {method_rounds} rounds ({err})"
         else:
             why = None
             summary = result["final"]["clients"]["summary"]
             new_rows[method] = row_from_summary(summary, result["final"]["rounds"],
-                                                time.perf_counter() - started)
+                                                time.perf_counter() - started,
+                                                diverged_fits(Path(result["run_dir"])))
             unit = (time.perf_counter() - started) / (COST[method] * method_rounds)
             if method == "fedavg_ft":
                 new_rows["fedavg"] = fedavg_row(Path(result["run_dir"]),

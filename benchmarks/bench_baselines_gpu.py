@@ -38,6 +38,7 @@ from bench_baselines import (
     config,
     curve,
     curve_points,
+    diverged_fits,
     fedavg_row,
     row_from_summary,
     setting_title,
@@ -67,7 +68,8 @@ def train(job: RunJob[str]) -> dict[str, Any]:
                 break
         final = sim.final_evaluation()
     seconds = time.perf_counter() - started
-    rows = {job.label: row_from_summary(final["clients"]["summary"], final["rounds"], seconds)}
+    rows = {job.label: row_from_summary(final["clients"]["summary"], final["rounds"], seconds,
+                                        diverged_fits(job.run_dir))}
     if job.label == "fedavg_ft":
         rows["fedavg"] = fedavg_row(job.run_dir, final["rounds"])
     return {"rows": rows, "curve": curve_points(str(job.run_dir)), "seconds": seconds,
@@ -125,7 +127,7 @@ def bench(s: Settings) -> dict[str, Any]:
     for future, method in futures.items():
         try:
             done[method] = future.result()
-        except Exception as error:  # e.g. NaN weights (UpdateRejected): "diverged"
+        except Exception as error:  # e.g. NaN outputs at the final evaluation (DivergedModel)
             failed[method] = f"{type(error).__name__}: {error}".splitlines()[0]
     if s.pack:
         pack(runs, s.out / f"{s.name}_runs.tar.gz")

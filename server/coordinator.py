@@ -8,7 +8,7 @@ the caller's job (``global_state`` and ``round`` are all it needs to be rebuilt)
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -102,13 +102,16 @@ class Coordinator:
 
     @phase("fold")
     def submit_stacked(self, client_ids: Sequence[int], num_samples: Sequence[int],
-                       updates: State, on_device: State | None = None) -> None:
+                       updates: State, on_device: State | None = None,
+                       drop_nonfinite: bool = False) -> list[int]:
         """:meth:`submit` for clients whose updates are (K, ...) CPU stacks, row k from client k.
 
         A batched fit returns them so; all or none are folded. The checks of :meth:`validate`,
         each run once per stack instead of once per client and tensor (1000 clients a round
         spent 0.6-0.85 ms each on them on an H100 machine, issue 22). ``on_device``: the same
         stacks on a GPU, checked and folded there when the aggregator can (same bits).
+        ``drop_nonfinite``: rows with NaN or Inf are left out instead of rejecting the stack
+        (the simulator's diverged clients); returns their positions.
         """
         if len(client_ids) != len(num_samples) or \
                 any(len(t) != len(client_ids) for t in updates.values()):
@@ -125,13 +128,19 @@ class Coordinator:
             self._check_layout(client_ids[0], {n: (tuple(t.shape[1:]), t.dtype)
                                                for n, t in updates.items()})
         floats = {n: t for n, t in updates.items() if t.is_floating_point()}
-        finite = [torch.isfinite(t).all() for t in floats.values()]  # one read for all of them
-        if finite and not bool(torch.stack(finite).all()):
-            name = next(n for n, ok in zip(floats, finite, strict=True) if not ok)
-            bad = int((~torch.isfinite(floats[name].flatten(1)).all(1)).nonzero()[0])
-            raise UpdateRejected(f"client {client_ids[bad]}: tensor '{name}' has NaN or Inf")
+        bad = [k for k, ok in enumerate(_finite_rows(floats.values(), len(client_ids))) if not ok]
+        if bad and not drop_nonfinite:
+            name = next(n for n, t in floats.items() if not bool(torch.isfinite(t[bad[0]]).all()))
+            raise UpdateRejected(f"client {client_ids[bad[0]]}: tensor '{name}' has NaN or Inf")
+        if bad:
+            keep = [k for k in range(len(client_ids)) if k not in set(bad)]
+            for k in bad:
+                del seen[client_ids[k]]
+            updates = {n: t[keep] for n, t in updates.items()}
+            num_samples = [num_samples[k] for k in keep]
         current.aggregator.add_stacked([float(n) for n in num_samples], updates)
         current.received = seen
+        return bad
 
     @staticmethod
     def _check_sender(round_index: int, sampled: Container[int], received: Container[int],
@@ -170,3 +179,11 @@ class Coordinator:
         self.round += 1
         self._open = None
         return self.global_state
+
+
+def _finite_rows(stacks: Iterable[torch.Tensor], count: int) -> list[bool]:
+    """Whether row k of every (K, ...) stack is finite, read with one host sync."""
+    rows = [torch.isfinite(t.reshape(count, -1)).all(1) for t in stacks] if count else []
+    if not rows:
+        return [True] * count
+    return torch.stack([r.to(rows[0].device) for r in rows]).all(0).tolist()

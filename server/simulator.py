@@ -35,6 +35,7 @@ from pflkit.sdk.rundir import CLIP_NORM_KEY, RunDir, check_creatable, checkpoint
 from pflkit.sdk.state_store import client_state_to_bytes
 from pflkit.sdk.tensorio import atomic_write_bytes, load_state, save_json, save_state
 from pflkit.server.coordinator import Coordinator, OpenRound
+from pflkit.server.divergence import diverged, submit_finite_rows, warn
 from pflkit.server.executors import ClientTask, make_executor
 from pflkit.server.sim_evaluation import final_scores, round_scores
 
@@ -110,12 +111,7 @@ class Simulation:
 
     def _on_device_engine(self) -> Callable[[State, ClientState, LabeledTensors, RoundContext],
                                             ClientState] | None:
-        """The ExecuTorch engine of the post-federation stage, or None for eager PyTorch.
-
-        ``[execution] personalize_on = "executorch"`` runs each client's stage on its training
-        program (docs/on-device.md). A method without such a stage is refused here, before any
-        round, with the reason.
-        """
+        """The post-federation stage's ExecuTorch engine (docs/on-device.md); None: eager."""
         if self.config.execution.personalize_on == "eager":
             return None
         from pflkit.export.on_device import OnDevicePersonalizer  # lowering needs the exporter
@@ -131,11 +127,7 @@ class Simulation:
     @classmethod
     def resume(cls, run_dir: Path, progress: bool = True,
                execution: ExecutionConfig | None = None) -> Simulation:
-        """Continue a stopped run from its last committed round (optionally elsewhere).
-
-        ``execution`` replaces the stored executor and device settings, e.g. to continue a
-        run on a GPU or a cluster; it is written back to ``config.toml``.
-        """
+        """Continue a stopped run; ``execution`` replaces its executor and device settings."""
         files = RunDir(run_dir)
         config = files.config()
         if execution is not None:
@@ -190,13 +182,17 @@ class Simulation:
                                 self.context(cid, current.index)) for cid in current.sampled]
         device_clips = clip is not None and self.config.aggregation.dp_clip_on_device
         batch = self.executor.fit_stacked(coord.global_state, tasks)
-        if batch.updates is not None and not device_clips:  # each check once per stack
-            coord.submit_stacked(current.sampled, batch.num_samples(), batch.updates,
-                                 batch.device_updates)
+        stacked = batch.updates is not None and not device_clips  # each check once per stack
+        dropped = submit_finite_rows(coord, current.sampled, batch) if stacked else []
+        diverged_ids: list[int] = []
         with phase("results"):  # streamed executors train here; per-client folds, states
-            for task, result in zip(tasks, batch.results, strict=True):
+            for k, (task, result) in enumerate(zip(tasks, batch.results, strict=True)):
                 cid, before = task.client_id, task.state
-                if batch.updates is None or device_clips:  # clipped as a device would
+                if k in dropped or (not stacked and diverged(result)):
+                    diverged_ids.append(cid)
+                    warn(current.index, cid)
+                    continue
+                if not stacked:  # clipped as a device would
                     coord.submit(cid, result.num_samples, result.update if not device_clips else
                                  clip_update(coord.global_state, result.update, clip))
                 self._states[cid] = after = result.client_state
@@ -209,7 +205,8 @@ class Simulation:
         row: dict[str, Any] = {
             "round": current.index, "lr": self.config.schedule().lr_at(current.index),
             "clients": current.sampled, "train_loss": losses / weights if weights else None,
-            "seconds": time.perf_counter() - started}
+            "seconds": time.perf_counter() - started} | \
+            ({"diverged": diverged_ids} if diverged_ids else {})
         done = current.index + 1
         row.update(privacy_spent(self.config.aggregation, self.config.schedule(),
                                  len(coord.client_ids), done, clip))

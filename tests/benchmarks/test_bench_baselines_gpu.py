@@ -9,6 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_baselines_gpu  # noqa: E402  (a script folder, not a package)
+from bench_baselines import diverged_fits  # noqa: E402
 from gpu_runs import write  # noqa: E402
 
 
@@ -27,7 +28,8 @@ def test_budget_stops_each_method_and_rows_say_how_many_rounds_ran(tmp_path, mon
     assert saved["rows"]["fedprox"]["rounds"] == 1 and saved["budget_s"] == 0.0
     text = (settings.out / "tiny.md").read_text()
     assert "BUDGET_S = 0 s" in text and "| FedProx | yes |" in text
-    assert text.split("| FedProx | yes |")[1].splitlines()[0].endswith("| 1 |")
+    assert text.split("| FedProx | yes |")[1].splitlines()[0].endswith("| 1 | 0 |")  # rounds,
+    assert payload["rows"]["fedprox"]["diverged"] == 0  # and client fits dropped as diverged
     assert (settings.out / "tiny_curve.png").is_file()
     with tarfile.open(settings.out / "tiny_runs.tar.gz") as tar:  # what RESUME trains on
         assert "tiny/fedprox/global/latest.safetensors" in tar.getnames()
@@ -63,3 +65,9 @@ def test_merge_gathers_methods_run_in_different_leases_into_one_table(tmp_path, 
     assert set(fourth["earlier"]) == {"fedavg_ft", "fedper"}
     assert fourth["rows"]["fedper"] == third["rows"]["fedper"]
     assert not (tmp_path / "out" / "fourth_runs.tar.gz").exists()  # PACK=0
+
+
+def test_the_rows_count_the_client_fits_a_run_dropped_as_diverged(tmp_path):
+    rows = [{"round": 0}, {"round": 1, "diverged": [27]}, {"round": 2, "diverged": [3, 35]}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert diverged_fits(tmp_path) == 3

@@ -120,3 +120,20 @@ def test_a_bad_stack_is_refused_naming_its_client_and_folds_nothing(mutate, matc
     assert coord.open_round().received == {}
     coord.submit_stacked(coord.open_round().sampled[:2], [1, 1],  # the round still takes them
                          {n: s[:2] for n, s in stacked_round()[1].items()})
+
+
+def test_a_stack_dropping_nonfinite_rows_folds_the_others_as_one_by_one():
+    """The simulator's diverged clients: their rows are left out, the rest fold as usual."""
+    dropping, stacks = stacked_round()
+    stacks["head.bias"][7, 0] = float("nan")
+    stacks["body.1.weight"][2].fill_(float("-inf"))
+    ids, counts = dropping.open_round().sampled, [3 * k + 1 for k in range(10)]
+    assert dropping.submit_stacked(ids, counts, stacks, drop_nonfinite=True) == [2, 7]
+    one_by_one, _ = stacked_round()
+    for k, cid in enumerate(one_by_one.open_round().sampled):
+        if k not in (2, 7):
+            one_by_one.submit(cid, counts[k], {n: s[k] for n, s in stacks.items()})
+    assert dropping.open_round().received == one_by_one.open_round().received
+    assert len(dropping.open_round().received) == 8
+    expected, new = one_by_one.close_round(), dropping.close_round()
+    assert all(torch.equal(new[k], expected[k]) for k in expected)

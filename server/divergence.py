@@ -1,0 +1,70 @@
+"""A client whose local training diverged loses its round; the run goes on.
+
+At a paper's own learning rate some clients' local training blows up: on the SuPerFed TwoCNN
+setting (lr 0.01, momentum 0.9), a Local-only client training a fresh model on its two classes
+reached a mean batch loss of 418 on the CPU, and such fits ended in NaN weights on a GPU, whose
+float rounding differs (LG-FedAvg and Local-only, issue 22). The server rejects a non-finite
+upload and its round goes on without it; the simulator treats the client the same way: its
+update is not aggregated, it keeps the state it had before the round, its loss stays out of
+the round's mean, and the round's metrics row names it under ``diverged`` (a warning says so
+too). Finite weights are never judged, however large the loss.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+
+import torch
+
+from pflkit.sdk.algorithms.base import FitResult, State
+from pflkit.server.coordinator import Coordinator
+from pflkit.server.executors import FitBatch
+
+log = logging.getLogger(__name__)
+
+
+def finite_state(state: State) -> bool:
+    """Whether every floating tensor of ``state`` is finite."""
+    checks = [torch.isfinite(t).all() for t in state.values() if t.is_floating_point()]
+    return not checks or bool(torch.stack(checks).all())
+
+
+def finite_fit(result: FitResult) -> bool:
+    """Whether a fit's loss and the state it keeps are finite (its update is checked apart)."""
+    return math.isfinite(result.metrics.get("train_loss", 0.0)) and \
+        finite_state(result.client_state.tensors)
+
+
+def diverged(result: FitResult) -> bool:
+    """Whether a fit left non-finite weights (update or state) or a non-finite loss."""
+    return not (finite_fit(result) and finite_state(result.update))
+
+
+def submit_finite_rows(coordinator: Coordinator, client_ids: Sequence[int], batch: FitBatch
+                       ) -> list[int]:
+    """Submit a stacked batch's clients that did not diverge; the positions of those that did.
+
+    The coordinator checks the updates as stacks once (on the GPU where they are there) and
+    leaves out the non-finite rows; losses and kept states are checked here.
+    """
+    results, updates = batch.results, batch.updates
+    assert isinstance(results, list) and updates is not None  # a stacked batch
+    on_device = batch.device_updates
+    unfit = [k for k, r in enumerate(results) if not finite_fit(r)]
+    keep = [k for k in range(len(results)) if k not in unfit]
+    if unfit:
+        updates = {n: t[keep] for n, t in updates.items()}
+        on_device = None if on_device is None else {n: t[keep] for n, t in on_device.items()}
+    dropped = coordinator.submit_stacked([client_ids[k] for k in keep],
+                                         [results[k].num_samples for k in keep], updates,
+                                         on_device, drop_nonfinite=True)
+    return sorted(unfit + [keep[j] for j in dropped])
+
+
+def warn(round_index: int, client_id: int) -> None:
+    """One line per diverged client."""
+    log.warning("round %d: client %d's local training diverged (non-finite weights or loss); "
+                "its update is dropped and it keeps its state from before the round",
+                round_index, client_id)

@@ -1,0 +1,77 @@
+"""A client whose local training diverges loses its round; the run goes on without it.
+
+One client's training rows hold a NaN (its fits end in NaN weights, as LG-FedAvg's and
+Local-only's fits at the SuPerFed lr did on a GPU, issue 22). Before, the first such update
+stopped the run (UpdateRejected); now the round aggregates the other clients, the diverged one
+keeps its state from before the round, and the metrics row names it.
+"""
+
+import json
+import logging
+import math
+
+import pytest
+import torch
+
+from pflkit.sdk.run_config import (
+    AggregationConfig,
+    AlgorithmConfig,
+    DataConfig,
+    ExecutionConfig,
+    ModelConfig,
+    SimConfig,
+    TrainingConfig,
+)
+from pflkit.server.simulator import Simulation
+
+ROUNDS = 2
+
+
+def config(algorithm, executor, aggregation=None):
+    return SimConfig(
+        seed=3, rounds=ROUNDS, eval_interval=ROUNDS, checkpoint_interval=ROUNDS,
+        data=DataConfig(dataset="digits", kind="dirichlet", num_clients=6, alpha=0.5, min_size=30,
+                        test_fraction=0.2),
+        model=ModelConfig("twonn"), algorithm=AlgorithmConfig(algorithm),
+        training=TrainingConfig(clients_per_round=6, epochs=1, batch_size=16, lr=0.05),
+        aggregation=aggregation or AggregationConfig(),
+        execution=ExecutionConfig(executor=executor),
+    )
+
+
+def finite(state):
+    return all(bool(torch.isfinite(t).all()) for t in state.values() if t.is_floating_point())
+
+
+@pytest.mark.parametrize(("algorithm", "executor", "aggregation"), [
+    ("fedavg", "sequential", None),  # stacked updates, no client state
+    ("lg_fedavg", "batched", None),  # a personal body and a shared head, one program
+    ("local", "batched", None),  # nothing uploaded: only the state shows the divergence
+    # devices clip: each update is checked and folded on its own (the streamed path)
+    ("fedavg", "sequential", AggregationConfig(dp_clip_norm=1.0, dp_noise_multiplier=0.5,
+                                               dp_clip_on_device=True)),
+])
+def test_a_diverged_client_is_dropped_keeps_its_state_and_is_named(tmp_path, caplog, algorithm,
+                                                                    executor, aggregation):
+    sim = Simulation(config(algorithm, executor, aggregation), tmp_path / "run", progress=False)
+    bad = sorted(sim.federation.clients)[1]
+    sim.federation.clients[bad].train.x[0, 0] = math.nan  # every fit of it ends in NaN
+    before = {k: v.clone() for k, v in sim.client_state(bad).tensors.items()}
+    start = {k: v.clone() for k, v in sim.coordinator.global_state.items()}
+    with caplog.at_level(logging.WARNING, logger="pflkit.server.divergence"):
+        result = sim.run()
+
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
+            .splitlines()]
+    assert [r["diverged"] for r in rows] == [[bad]] * ROUNDS
+    assert all(math.isfinite(r["train_loss"]) for r in rows)
+    assert f"round 1: client {bad}'s local training diverged" in caplog.text
+    state = sim.client_state(bad).tensors
+    assert state.keys() == before.keys() and all(torch.equal(state[k], before[k]) for k in state)
+    assert finite(result.global_state)
+    if algorithm != "local":  # the other clients' updates were aggregated
+        assert any(not torch.equal(result.global_state[k], start[k]) for k in start)
+    # the final evaluation scored every client (the diverged one with its kept state)
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert f"{ROUNDS} client fit(s) ended with NaN" in report
+    assert f"client {bad} in round 0, client {bad} in round 1." in report
