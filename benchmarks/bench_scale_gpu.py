@@ -4,16 +4,15 @@
 with 1000 iid clients, every one of them in every round (E=1, B=20). Systems: the sequential
 executor, the plain PyTorch loop on the GPU (bench-overhead's, same clients and batches), the
 batched executor with every step eager (``cuda_graphs = false``) and with captured steps (the
-default), and the latter with TF32. "GPU busy" = the kernels' time over the wall time of one
-profiled round. The TF32 check: the batched run's top-1 after TF32_ROUNDS rounds with and without
-TF32 (the issue allows TF32 where it stays within 0.3 points).
+default), and the latter with TF32. "GPU busy" = the driver's utilization.gpu sampled while
+BUSY_S (3) more seconds of rounds run (gpu_busy.py). The TF32 check: the batched run's top-1
+after TF32_ROUNDS rounds with and without TF32 (the issue allows it within 0.3 points).
 
     bash tests/gpu_check.sh     (writes gpu_scale.json; bench_scale.py renders it)
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import time
@@ -22,6 +21,7 @@ from typing import Any
 
 import torch
 from bench_overhead import plain_rounds
+from gpu_busy import busy_share
 from scale_workloads import fedavg_config, many_clients_config, superfed_config
 
 from pflkit.sdk.metrics import predict, top_k_accuracy
@@ -31,6 +31,7 @@ from pflkit.server.simulator import Simulation
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
 WARMUP = int(os.environ.get("WARMUP", "1"))
 TF32_ROUNDS = int(os.environ.get("TF32_ROUNDS", "20"))
+BUSY_S = float(os.environ.get("BUSY_S", "3"))
 ONLY = [k for k in os.environ.get("GPU_ROWS", "").split(",") if k]  # e.g. a-batched,a-plain
 GRAPHS = {"executor": "batched", "device": "cuda"}
 SYSTEMS = {"batched-eager": {**GRAPHS, "cuda_graphs": False}, "batched": GRAPHS,
@@ -47,28 +48,10 @@ def top1(sim: Simulation, state: dict[str, torch.Tensor]) -> float:
     return top_k_accuracy(predict(model, test), test.y, 1)
 
 
-def busy_share(sim: Simulation) -> float:
-    """Kernel time over wall time of one round, from torch.profiler (the kernels' own events:
-    a CPU op's device time counts the kernels it launched again, and a ``pflkit.<phase>``
-    range shows on the device timeline as an annotation spanning its kernels)."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        sim.run_round()
-        torch.cuda.synchronize()
-    wall = time.perf_counter() - started
-    kernels = sum(e.device_time_total for e in prof.events()
-                  if e.device_type == DeviceType.CUDA and not e.name.startswith("pflkit."))
-    with contextlib.suppress(Exception):  # the table is for the log; the share is the result
-        print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=10))
-    return kernels / 1e6 / wall
-
-
-def timed(config: SimConfig, name: str, workdir: Path, profile: bool = False,
+def timed(config: SimConfig, name: str, workdir: Path, busy: bool = False,
           rounds: int | None = None) -> dict[str, Any]:
-    """WARMUP + ROUNDS rounds (or ``rounds`` untimed-warmup rounds for a top-1 check)."""
+    """WARMUP + ROUNDS rounds (or ``rounds`` untimed-warmup rounds for a top-1 check); ``busy``:
+    then the GPU busy share of BUSY_S seconds more (gpu_busy.py)."""
     gc.collect()  # the earlier rows' simulations, so the peak is this row's own
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
@@ -82,8 +65,8 @@ def timed(config: SimConfig, name: str, workdir: Path, profile: bool = False,
     row = {"seconds": seconds, "per_round": sum(seconds) / len(seconds),
            "top1": top1(sim, sim.coordinator.global_state),
            "peak_gb": torch.cuda.max_memory_allocated() / 2**30}
-    if profile:
-        row["busy"] = busy_share(sim)
+    if busy:
+        row["busy"] = busy_share(sim.run_round, BUSY_S)
     sim.close()
     return row
 
@@ -123,7 +106,7 @@ def gpu_section(workdir: Path) -> dict[str, Any]:
             config = make(ExecutionConfig(**SYSTEMS[name]))
             key = f"{label}-{name}"
             rows[key] = guarded(key, timed, config, f"gpu-{key}", workdir,
-                                profile=name.startswith("batched"))
+                                busy=name.startswith("batched"))
         if label == "a":
             rows["a-plain"] = guarded("a-plain", plain, make(ExecutionConfig(device="cuda")),
                                       workdir)
