@@ -7,7 +7,9 @@ float rounding differs (LG-FedAvg and Local-only, issue 22). The server rejects 
 upload and its round goes on without it; the simulator treats the client the same way: its
 update is not aggregated, it keeps the state it had before the round, its loss stays out of
 the round's mean, and the round's metrics row names it under ``diverged`` (a warning says so
-too). Finite weights are never judged, however large the loss.
+too). A post-federation stage that diverges is dropped the same way: the client is scored
+with its state from before the stage and final.json lists it under ``diverged``. Finite
+weights are never judged, however large the loss.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-from pflkit.sdk.algorithms.base import FitResult, State
+from pflkit.sdk.algorithms.base import ClientState, FitResult, State
 from pflkit.server.coordinator import Coordinator
 from pflkit.server.executors import FitBatch
 
@@ -68,3 +70,14 @@ def warn(round_index: int, client_id: int) -> None:
     log.warning("round %d: client %d's local training diverged (non-finite weights or loss); "
                 "its update is dropped and it keeps its state from before the round",
                 round_index, client_id)
+
+
+def stage_result(client_id: int, before: ClientState, after: ClientState,
+                 diverged_ids: list[int]) -> ClientState:
+    """A post-federation stage's state, or where it diverged the one before (noted, warned)."""
+    if finite_state(after.tensors):
+        return after
+    log.warning("client %d's post-federation stage diverged (non-finite weights); it is scored "
+                "with its state from before the stage", client_id)
+    diverged_ids.append(client_id)
+    return before

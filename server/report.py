@@ -141,16 +141,22 @@ def _clip_norms(rows: list[dict[str, Any]]) -> list[str]:
             f"round {norms[-1][0]} (min {min(values):.4g}, max {max(values):.4g}).", ""]
 
 
-def _diverged(rows: list[dict[str, Any]]) -> list[str]:
-    """The client fits dropped because their training diverged (server/divergence.py)."""
+def _diverged(rows: list[dict[str, Any]], final: dict[str, Any]) -> list[str]:
+    """The client fits and post-federation stages dropped as diverged (server/divergence.py)."""
     fits = [(r["round"], c) for r in rows for c in r.get("diverged", [])]
-    if not fits:
+    stages = final.get("diverged", [])
+    if not fits and not stages:
         return []
-    listed = ", ".join(f"client {c} in round {r}" for r, c in fits[:20])
-    more = f" and {len(fits) - 20} more" if len(fits) > 20 else ""
-    return ["## Diverged fits", "",
-            f"{len(fits)} client fit(s) ended with NaN or Inf weights or loss and were left out of "
-            f"their rounds (each client kept its state): {listed}{more}.", ""]
+    lines = ["## Diverged fits", ""]
+    if fits:
+        listed = ", ".join(f"client {c} in round {r}" for r, c in fits[:20])
+        more = f" and {len(fits) - 20} more" if len(fits) > 20 else ""
+        lines += [f"{len(fits)} client fit(s) ended with NaN or Inf weights or loss and were left "
+                  f"out of their rounds (each client kept its state): {listed}{more}.", ""]
+    if stages:
+        lines += [f"{len(stages)} client(s)' post-federation stage diverged; they were scored "
+                  f"with their state from before it: clients {', '.join(map(str, stages))}.", ""]
+    return lines
 
 
 def write_report(run_dir: Path) -> Path:
@@ -173,7 +179,7 @@ def write_report(run_dir: Path) -> Path:
             for key, value in final.get(group, {}).get("summary", {}).items():
                 lines.append(f"| {group}: {key} | {_fmt(value)} |")
         lines.append("")
-    lines += _privacy(rows) + _diverged(rows)
+    lines += _privacy(rows) + _diverged(rows, final)
     lines += ["## Curves", "", "![accuracy](plots/accuracy.png)", "", "![loss](plots/loss.png)", ""]
     if dist:
         lines += ["## Clients", "", "![clients](plots/clients.png)", ""]

@@ -35,7 +35,7 @@ from pflkit.sdk.rundir import CLIP_NORM_KEY, RunDir, check_creatable, checkpoint
 from pflkit.sdk.state_store import client_state_to_bytes
 from pflkit.sdk.tensorio import atomic_write_bytes, load_state, save_json, save_state
 from pflkit.server.coordinator import Coordinator, OpenRound
-from pflkit.server.divergence import diverged, submit_finite_rows, warn
+from pflkit.server.divergence import diverged, stage_result, submit_finite_rows, warn
 from pflkit.server.executors import ClientTask, make_executor
 from pflkit.server.sim_evaluation import final_scores, round_scores
 
@@ -104,6 +104,7 @@ class Simulation:
             self.close()
             raise
         self._states: dict[int, ClientState] = {}
+        self._stage_diverged: list[int] = []  # clients whose post-federation stage diverged
 
     def close(self) -> None:
         """Release the executor's workers (a Ray cluster started for this run stops)."""
@@ -272,7 +273,7 @@ class Simulation:
         out = final_scores(self.algorithm, self.coordinator.global_state, self.federation,
                            self._final_states, self.progress)
         out["rounds"] = self.coordinator.round
-        return out
+        return out | ({"diverged": self._stage_diverged} if self._stage_diverged else {})
 
     def _personalize_on_device(self, tasks: list[ClientTask]) -> Iterator[ClientState]:
         """Every task's stage on its training program, one client after another."""
@@ -291,7 +292,8 @@ class Simulation:
                  for cid, client in members.items()]
         stage = self.executor.personalize(self.coordinator.global_state, tasks) \
             if self.on_device is None else self._personalize_on_device(tasks)
-        for task, cstate in zip(tasks, stage, strict=True):
+        for task, after in zip(tasks, stage, strict=True):
+            cstate = stage_result(task.client_id, task.state, after, self._stage_diverged)
             atomic_write_bytes(self.files.personalized(task.client_id),
                                client_state_to_bytes(cstate))
             yield cstate

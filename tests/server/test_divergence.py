@@ -75,3 +75,21 @@ def test_a_diverged_client_is_dropped_keeps_its_state_and_is_named(tmp_path, cap
     report = (tmp_path / "run" / "report.md").read_text()
     assert f"{ROUNDS} client fit(s) ended with NaN" in report
     assert f"client {bad} in round 0, client {bad} in round 1." in report
+
+
+def test_a_diverged_post_federation_stage_is_scored_from_the_state_before_it(tmp_path, caplog):
+    """FedAvg+FT fine-tunes every client after the rounds: the poisoned one's fine-tune diverges
+    and it is scored with the global model, the state it had before the stage."""
+    sim = Simulation(config("fedavg_ft", "batched"), tmp_path / "run", progress=False)
+    bad = sorted(sim.federation.clients)[1]
+    sim.federation.clients[bad].train.x[0, 0] = math.nan
+    with caplog.at_level(logging.WARNING, logger="pflkit.server.divergence"):
+        result = sim.run()
+    assert result.final["diverged"] == [bad]
+    assert f"client {bad}'s post-federation stage diverged" in caplog.text
+    final = json.loads((tmp_path / "run" / "final.json").read_text())
+    scored = {c["client_id"]: c for c in final["clients"]["per_client"]}
+    assert final["diverged"] == [bad] and math.isfinite(scored[bad]["own_top1"])
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert f"1 client(s)' post-federation stage diverged; they were scored with their state " \
+           f"from before it: clients {bad}." in report
