@@ -102,10 +102,12 @@ def row_from_summary(summary: dict[str, float], rounds: int, seconds: float,
             "rounds": rounds, "seconds": round(seconds, 1), "diverged": diverged}
 
 
-def diverged_fits(run_dir: Path) -> int:
-    """How many client fits of a run diverged and were dropped (metrics.jsonl's ``diverged``)."""
+def diverged_fits(run_dir: Path, final: dict[str, Any] | None = None) -> int:
+    """How many client fits of a run diverged and were dropped: metrics.jsonl's ``diverged``
+    rounds, plus the post-federation stages ``final`` (the final evaluation) lists."""
     lines = RunDir(run_dir).metrics.read_text().splitlines()
-    return sum(len(json.loads(line).get("diverged", [])) for line in lines if line.strip())
+    fits = sum(len(json.loads(line).get("diverged", [])) for line in lines if line.strip())
+    return fits + len((final or {}).get("diverged", []))
 
 
 def fedavg_row(run_dir: Path, rounds: int) -> dict[str, Any]:
@@ -223,7 +225,8 @@ def main() -> None:
             summary = result["final"]["clients"]["summary"]
             new_rows[method] = row_from_summary(summary, result["final"]["rounds"],
                                                 time.perf_counter() - started,
-                                                diverged_fits(Path(result["run_dir"])))
+                                                diverged_fits(Path(result["run_dir"]),
+                                                              result["final"]))
             unit = (time.perf_counter() - started) / (COST[method] * method_rounds)
             if method == "fedavg_ft":
                 new_rows["fedavg"] = fedavg_row(Path(result["run_dir"]),

@@ -69,7 +69,7 @@ def train(job: RunJob[str]) -> dict[str, Any]:
         final = sim.final_evaluation()
     seconds = time.perf_counter() - started
     rows = {job.label: row_from_summary(final["clients"]["summary"], final["rounds"], seconds,
-                                        diverged_fits(job.run_dir))}
+                                        diverged_fits(job.run_dir, final))}
     if job.label == "fedavg_ft":
         rows["fedavg"] = fedavg_row(job.run_dir, final["rounds"])
     return {"rows": rows, "curve": curve_points(str(job.run_dir)), "seconds": seconds,

@@ -71,3 +71,4 @@ def test_the_rows_count_the_client_fits_a_run_dropped_as_diverged(tmp_path):
     rows = [{"round": 0}, {"round": 1, "diverged": [27]}, {"round": 2, "diverged": [3, 35]}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert diverged_fits(tmp_path) == 3
+    assert diverged_fits(tmp_path, {"diverged": [8]}) == 4  # and a post-federation stage
