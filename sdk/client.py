@@ -19,9 +19,9 @@ Everything the device keeps lives in ``state_dir`` and survives restarts:
 A round is committed on the device only when the server has answered the upload, so an app
 killed at any point re-sends the same bytes (the server treats that as an idempotent retry)
 instead of training twice. Network errors, 429 and 5xx are retried with capped exponential
-backoff and jitter, waiting what the server's ``Retry-After`` says when it sends one (it also
-marks a retryable 409 that way); other 4xx answers raise :class:`ServerRefused` with the
-server's message.
+backoff and jitter, waiting the server's ``Retry-After`` when it sends one (it also marks a
+retryable 409 that way); other 4xx answers raise :class:`ServerRefused` with its message.
+A fit that diverges (NaN or Inf) is not uploaded and leaves the state as it was (``diverged``).
 The client imports nothing from ``pflkit.server``: the task payload carries the algorithm config.
 A task's ``package.module:attr`` names are imported only if ``allow_imports`` allows them
 (built-in names and installed entry points always resolve): the server chooses the names, the
@@ -46,16 +46,12 @@ import httpx
 from torch import nn
 
 from pflkit.sdk.aggregation_rules import clip_update
-from pflkit.sdk.algorithms.base import (
-    Algorithm,
-    Choice,
-    ClientState,
-    State,
-)
+from pflkit.sdk.algorithms.base import Algorithm, Choice, ClientState, State
 from pflkit.sdk.client_data import DATA_FILE, data_problem, load_client_data, save_client_data
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import data_to, resolve_device, state_to, use_device
 from pflkit.sdk.device_files import CACHE, CREDENTIALS, DeviceFiles
+from pflkit.sdk.divergence import diverged
 from pflkit.sdk.pending_round import FILE as PENDING_FILE
 from pflkit.sdk.pending_round import PendingRound
 from pflkit.sdk.protocol import METRICS_KEY, task_clip_norm
@@ -72,12 +68,7 @@ from pflkit.sdk.tensorio import (
     state_to_bytes,
 )
 from pflkit.sdk.training import autocast_training
-from pflkit.sdk.transport import (
-    RetryPolicy,
-    ServerConnection,
-    ServerRefused,
-    ServerUnavailable,
-)
+from pflkit.sdk.transport import RetryPolicy, ServerConnection, ServerRefused, ServerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +83,7 @@ ALLOW_IMPORTS = ("the device's allow_imports (FederatedClient(allow_imports=...)
 class StepResult:
     """What one :meth:`FederatedClient.step` did."""
 
-    status: str  # the task status: trained, uploaded, wait, paused, stopped, finished, late
+    status: str  # trained, uploaded, wait, paused, stopped, finished, late, diverged
     retry_after: float  # seconds until polling again is useful
     round: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
@@ -190,8 +181,11 @@ class FederatedClient:
             return ClientState(state_to(stored.tensors, self.device), stored.meta)
         return algorithm.training.init_client(self.client_id, seed, self.data)
 
-    def _train(self, task: dict[str, Any]) -> PendingRound:
-        """Fit one round and persist the result as the pending file; return it."""
+    def _train(self, task: dict[str, Any]) -> PendingRound | None:
+        """Fit one round, persisted as the pending file (None: it diverged, now or before)."""
+        cache, this_round = self.files.read_json(CACHE), [task["run_id"], task["round"]]
+        if cache.get("diverged") == this_round:
+            return None
         cfg = TaskConfig.from_wire(task["config"], self.imports)
         clip = task_clip_norm(task)
         algorithm = self._algorithm(task["run_id"], cfg)
@@ -201,6 +195,11 @@ class FederatedClient:
             result = algorithm.training.fit(
                 global_state, self._client_state(task["run_id"], algorithm, cfg.seed),
                 self.data, ctx)
+        if diverged(result):  # the server would refuse it (sdk/divergence.py)
+            log.warning("round %s: local training diverged (NaN or Inf weights or loss): "
+                        "nothing is uploaded and the device keeps its state", task["round"])
+            self.files.write_json(CACHE, {**cache, "diverged": this_round})
+            return None
         update = result.update if clip is None else clip_update(global_state, result.update, clip)
         metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(v)}
         upload = state_to_bytes(update, {METRICS_KEY: json.dumps(metrics)})
@@ -228,8 +227,8 @@ class FederatedClient:
             self._finish(task)
         if task["status"] != "train":
             return StepResult(task["status"], retry, task.get("round"))
-        if pending is None:
-            pending = self._train(task)
+        if pending is None and (pending := self._train(task)) is None:
+            return StepResult("diverged", retry, task["round"])
         status = "trained"
         try:
             if task.get(TASK_KEY):  # secure aggregation: the update leaves masked (docs/privacy.md)

@@ -31,10 +31,14 @@ def save_client_data(path: Path, data: LabeledTensors) -> None:
 
 def data_problem(x: torch.Tensor, y: torch.Tensor) -> str | None:
     """Why these rows cannot be a device's training data (None: they can)."""
-    if x.dtype == torch.float32 and x.dim() >= 2 and y.dtype == torch.int64 and y.dim() == 1:
-        return None
-    return (f"need x float32 (N, *input_shape) and y int64 (N,), got x {x.dtype} "
-            f"{tuple(x.shape)}, y {y.dtype} {tuple(y.shape)}")
+    if not (x.dtype == torch.float32 and x.dim() >= 2 and y.dtype == torch.int64
+            and y.dim() == 1):
+        return (f"need x float32 (N, *input_shape) and y int64 (N,), got x {x.dtype} "
+                f"{tuple(x.shape)}, y {y.dtype} {tuple(y.shape)}")
+    bad = (~torch.isfinite(x.flatten(1)).all(1)).nonzero().flatten().tolist()
+    if bad:  # training on them would only diverge
+        return f"x has NaN or Inf in {len(bad)} row(s), the first at row {bad[0]}"
+    return None
 
 
 def load_client_data(folder: Path) -> LabeledTensors:

@@ -142,7 +142,7 @@ def _clip_norms(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _diverged(rows: list[dict[str, Any]], final: dict[str, Any]) -> list[str]:
-    """The client fits and post-federation stages dropped as diverged (server/divergence.py)."""
+    """The client fits and post-federation stages dropped as diverged (server/sim_divergence.py)."""
     fits = [(r["round"], c) for r in rows for c in r.get("diverged", [])]
     stages = final.get("diverged", [])
     if not fits and not stages:

@@ -28,6 +28,7 @@ from pflkit.sdk.builder import build_algorithm, load_data, partition_of
 from pflkit.sdk.data.federation import ClientData, Partition, partition_table, plot_partition
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import federation_to, resolve_device
+from pflkit.sdk.divergence import diverged
 from pflkit.sdk.phases import phase
 from pflkit.sdk.privacy_accounting import privacy_spent
 from pflkit.sdk.run_config import ExecutionConfig, SimConfig
@@ -35,8 +36,8 @@ from pflkit.sdk.rundir import CLIP_NORM_KEY, RunDir, check_creatable, checkpoint
 from pflkit.sdk.state_store import client_state_to_bytes
 from pflkit.sdk.tensorio import atomic_write_bytes, load_state, save_json, save_state
 from pflkit.server.coordinator import Coordinator, OpenRound
-from pflkit.server.divergence import diverged, stage_result, submit_finite_rows, warn
 from pflkit.server.executors import ClientTask, make_executor
+from pflkit.server.sim_divergence import stage_result, submit_finite_rows, warn
 from pflkit.server.sim_evaluation import final_scores, round_scores
 
 log = logging.getLogger(__name__)

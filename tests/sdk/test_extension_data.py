@@ -83,3 +83,11 @@ def test_a_loader_breaking_the_contract_is_one_line_naming_it():
         labels.load_checked("l", None, None, 0)
     with pytest.raises(DatasetError, match="cannot be resized"):
         DatasetSource(bad_loader).load_checked("bad", None, (8, 8), 0)
+    rows = torch.zeros(4, 2)
+    rows[2, 1] = float("inf")
+    unfinite = DatasetSource(lambda root, seed: Dataset.from_raw(
+        "n", ["a"], (rows, torch.zeros(4, dtype=torch.long)), (torch.zeros(1, 2),
+                                                               torch.tensor([0]))))
+    with pytest.raises(DatasetError, match=r"dataset 'n': train.x has NaN or Inf in 1 row\(s\), "
+                                           "the first at row 2"):
+        unfinite.load_checked("n", None, None, 0)

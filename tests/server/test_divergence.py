@@ -12,7 +12,11 @@ import math
 
 import pytest
 import torch
+from server_harness import run_toml
+from waiting import GUARD
 
+from pflkit.sdk.client import FederatedClient, RetryPolicy
+from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.run_config import (
     AggregationConfig,
     AlgorithmConfig,
@@ -58,7 +62,7 @@ def test_a_diverged_client_is_dropped_keeps_its_state_and_is_named(tmp_path, cap
     sim.federation.clients[bad].train.x[0, 0] = math.nan  # every fit of it ends in NaN
     before = {k: v.clone() for k, v in sim.client_state(bad).tensors.items()}
     start = {k: v.clone() for k, v in sim.coordinator.global_state.items()}
-    with caplog.at_level(logging.WARNING, logger="pflkit.server.divergence"):
+    with caplog.at_level(logging.WARNING, logger="pflkit.server.sim_divergence"):
         result = sim.run()
 
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
@@ -83,7 +87,7 @@ def test_a_diverged_post_federation_stage_is_scored_from_the_state_before_it(tmp
     sim = Simulation(config("fedavg_ft", "batched"), tmp_path / "run", progress=False)
     bad = sorted(sim.federation.clients)[1]
     sim.federation.clients[bad].train.x[0, 0] = math.nan
-    with caplog.at_level(logging.WARNING, logger="pflkit.server.divergence"):
+    with caplog.at_level(logging.WARNING, logger="pflkit.server.sim_divergence"):
         result = sim.run()
     assert result.final["diverged"] == [bad]
     assert f"client {bad}'s post-federation stage diverged" in caplog.text
@@ -93,3 +97,29 @@ def test_a_diverged_post_federation_stage_is_scored_from_the_state_before_it(tmp
     report = (tmp_path / "run" / "report.md").read_text()
     assert f"1 client(s)' post-federation stage diverged; they were scored with their state " \
            f"from before it: clients {bad}." in report
+
+
+def test_a_device_whose_fit_diverges_uploads_nothing_and_keeps_its_state(make_server, tmp_path,
+                                                                         caplog):
+    """On a phone: the same fit is not uploaded (the server would refuse it), the device's
+    state stays, and polling again in that round does not train it again."""
+    steep = run_toml("fedper", rounds=1, num_clients=3, per_round=1).replace(
+        "epochs = 1\nbatch_size = 50\nlr = 0.05\nmomentum = 0.5",
+        "epochs = 5\nbatch_size = 5\nlr = 10.0\nmomentum = 0.9")
+    server = make_server(steep, "--min-enrolled", "1")
+    generator = torch.Generator().manual_seed(0)
+    data = LabeledTensors(torch.rand(20, 1, 28, 28, generator=generator) * 1e4,
+                          torch.arange(20) % 10)  # finite rows a steep lr blows up on
+    device = FederatedClient(server.url, tmp_path / "device", data, token=server.token(),
+                             retry=RetryPolicy(cap=0.5, max_elapsed=GUARD))
+    server.wait_for(lambda s: s["current_round"] is not None)
+    uploads = []
+    device.connection.http.event_hooks["request"].append(
+        lambda request: uploads.append(request) if request.method == "PUT" else None)
+    with caplog.at_level(logging.WARNING, logger="pflkit.sdk.client"):
+        first, again = device.step(), device.step()
+    assert (first.status, first.round) == ("diverged", 0) and again.status == "diverged"
+    assert caplog.text.count("round 0: local training diverged") == 1  # trained once
+    assert uploads == [] and device.store.load() is None
+    assert not (device.state_dir / "pending.safetensors").exists()
+    device.close()

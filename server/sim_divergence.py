@@ -1,10 +1,10 @@
-"""A client whose local training diverged loses its round; the run goes on.
+"""In the simulator a client whose local training diverged loses its round; the run goes on.
 
-At a paper's own learning rate some clients' local training blows up: on the SuPerFed TwoCNN
-setting (lr 0.01, momentum 0.9), a Local-only client training a fresh model on its two classes
-reached a mean batch loss of 418 on the CPU, and such fits ended in NaN weights on a GPU, whose
-float rounding differs (LG-FedAvg and Local-only, issue 22). The server rejects a non-finite
-upload and its round goes on without it; the simulator treats the client the same way: its
+At a paper's own learning rate some clients' local training blows up (sdk/divergence.py): on
+the SuPerFed TwoCNN setting (lr 0.01, momentum 0.9), a Local-only client training a fresh model
+on its two classes reached a mean batch loss of 418 on the CPU, and such fits ended in NaN
+weights on a GPU, whose float rounding differs (LG-FedAvg and Local-only, issue 22). The server
+rejects a non-finite upload and its round goes on without it; the simulator does the same: its
 update is not aggregated, it keeps the state it had before the round, its loss stays out of
 the round's mean, and the round's metrics row names it under ``diverged`` (a warning says so
 too). A post-federation stage that diverges is dropped the same way: the client is scored
@@ -15,33 +15,14 @@ weights are never judged, however large the loss.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 
-import torch
-
-from pflkit.sdk.algorithms.base import ClientState, FitResult, State
+from pflkit.sdk.algorithms.base import ClientState
+from pflkit.sdk.divergence import finite_fit, finite_state
 from pflkit.server.coordinator import Coordinator
 from pflkit.server.executors import FitBatch
 
 log = logging.getLogger(__name__)
-
-
-def finite_state(state: State) -> bool:
-    """Whether every floating tensor of ``state`` is finite."""
-    checks = [torch.isfinite(t).all() for t in state.values() if t.is_floating_point()]
-    return not checks or bool(torch.stack(checks).all())
-
-
-def finite_fit(result: FitResult) -> bool:
-    """Whether a fit's loss and the state it keeps are finite (its update is checked apart)."""
-    return math.isfinite(result.metrics.get("train_loss", 0.0)) and \
-        finite_state(result.client_state.tensors)
-
-
-def diverged(result: FitResult) -> bool:
-    """Whether a fit left non-finite weights (update or state) or a non-finite loss."""
-    return not (finite_fit(result) and finite_state(result.update))
 
 
 def submit_finite_rows(coordinator: Coordinator, client_ids: Sequence[int], batch: FitBatch
