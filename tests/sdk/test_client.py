@@ -125,7 +125,7 @@ def test_a_409_without_retry_after_is_a_refusal(tmp_path):
         server.stop()
 
 
-def test_float64_rows_are_refused_before_any_request(tmp_path):
+def test_float64_or_nan_rows_are_refused_before_any_request(tmp_path):
     """One rule with pfl-sim's datasets: x float32, y int64, nothing converted. The device
     used to accept float64 rows, enroll, and fail in its first round (mat1 and mat2 ...)."""
     server = ScriptedServer([])
@@ -133,6 +133,11 @@ def test_float64_rows_are_refused_before_any_request(tmp_path):
         rows = LabeledTensors(torch.rand(2, 1, 8, 8, dtype=torch.float64), torch.tensor([0, 1]))
         with pytest.raises(ValueError, match=r"^data: need x float32 .* got x torch.float64"):
             FederatedClient(f"http://127.0.0.1:{server.port}", tmp_path, rows, token="pfe_x")
+        nan = LabeledTensors(torch.rand(5, 1, 8, 8), torch.arange(5))
+        nan.x[3, 0, 2, 2] = float("nan")  # every fit on it would diverge
+        with pytest.raises(ValueError, match=r"^data: x has NaN or Inf in 1 row\(s\), the first "
+                                             "at row 3$"):
+            FederatedClient(f"http://127.0.0.1:{server.port}", tmp_path, nan, token="pfe_x")
         assert server.seen == [] and not (tmp_path / "credentials.json").exists()
     finally:
         server.stop()
