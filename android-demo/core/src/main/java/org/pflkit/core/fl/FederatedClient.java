@@ -169,6 +169,9 @@ public final class FederatedClient {
     }
     if (pending == null) {
       pending = train(task, trainer);
+      if (pending == null) {  // diverged: nothing goes up this round and the state stays
+        return new StepResult(StepResult.DIVERGED, task.retryAfterSeconds, task.round, false);
+      }
     }
     String path = Wire.update(pending.runId, pending.round, pending.numSamples);
     boolean duplicate;
@@ -221,9 +224,20 @@ public final class FederatedClient {
     return rounds;
   }
 
+  /** The round trained and persisted; null when it diverged, now or at an earlier poll. */
   private PendingRound train(Task task, RoundTrainer trainer) throws Exception {
+    String thisRound = task.runId + "/" + task.round;
+    if (thisRound.equals(readJson(CACHE).get("diverged"))) {
+      return null;  // training the same round again would diverge again
+    }
     Safetensors global = globalState(task.globalHash);
     RoundTrainer.Result result = trainer.train(task, global, clientState(task.runId));
+    if (Divergence.diverged(result)) {
+      Map<String, Object> cache = readJson(CACHE);
+      cache.put("diverged", thisRound);
+      writeJson(CACHE, cache);
+      return null;
+    }
     Map<String, Object> metrics = new LinkedHashMap<String, Object>(result.metrics);
     byte[] upload = Safetensors.write(task.clipNorm == null ? result.update  // devices clip
         : UpdateClipping.clip(global.tensors, result.update, task.clipNorm),

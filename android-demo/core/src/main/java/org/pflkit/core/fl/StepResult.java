@@ -6,8 +6,13 @@ public final class StepResult {
   public static final String TRAINED = "trained";
   /** Trained, but the round closed before the upload arrived (the state is kept). */
   public static final String LATE = "late";
+  /** Training gave NaN or Inf: nothing was uploaded and the private state was kept. */
+  public static final String DIVERGED = "diverged";
 
-  /** {@link #TRAINED}, {@link #LATE}, or the task's status when nothing was uploaded. */
+  /**
+   * {@link #TRAINED}, {@link #LATE}, {@link #DIVERGED}, or the task's status when nothing was
+   * uploaded.
+   */
   public final String status;
   public final double retryAfterSeconds;
   /** The round concerned, or null. */

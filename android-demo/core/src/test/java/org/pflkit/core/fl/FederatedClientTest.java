@@ -3,6 +3,7 @@ package org.pflkit.core.fl;
 import static org.junit.Assert.assertArrayEquals;
 import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.assertFalse;
+import static org.junit.Assert.assertNull;
 import static org.junit.Assert.assertTrue;
 import static org.junit.Assert.fail;
 
@@ -304,6 +305,28 @@ public class FederatedClientTest {
     assertEquals("trained once", 1, trained[0]);
     assertFalse(new File(tmp.getRoot(), PendingRound.FILE).exists());
     assertArrayEquals(new float[] {9}, c.clientState(1).tensors.get("p").floats(), 0);
+  }
+
+  @Test
+  public void aDivergedRoundIsNotUploadedKeepsTheStateAndIsNotTrainedAgain() throws Exception {
+    FederatedClient c = enrolled(new RetryPolicy(100, 100, 250));  // a stray upload fails fast
+    int[] trained = {0};
+    RoundTrainer blownUp = (task, g, state) -> {  // the server would refuse it (422)
+      trained[0]++;
+      return new RoundTrainer.Result(Collections.singletonMap("w", TensorData.ofFloats(
+          new long[] {2}, new float[] {1, Float.NaN})), 12, Collections.emptyMap(), null);
+    };
+    script.add(new Answer(200, TRAIN));
+    script.add(new Answer(200, GLOBAL));
+    StepResult first = c.step(blownUp);
+    assertEquals(StepResult.DIVERGED, first.status);
+    assertEquals(Long.valueOf(4), first.round);
+    script.add(new Answer(200, TRAIN));  // polled again while round 4 is open
+    assertEquals(StepResult.DIVERGED, c.step(blownUp).status);
+    assertEquals("trained once", 1, trained[0]);
+    assertTrue("nothing was uploaded", requests.stream().noneMatch(r -> r.startsWith("PUT")));
+    assertFalse(new File(tmp.getRoot(), PendingRound.FILE).exists());
+    assertNull("no private state was committed", c.clientState(1));
   }
 
   @Test

@@ -1,0 +1,41 @@
+package org.pflkit.core.fl;
+
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.Map;
+import org.pflkit.core.TensorData;
+
+/**
+ * Whether a round's training diverged: NaN or Inf in a float tensor the device would upload or
+ * keep. The server refuses such an update (422), so the client does not send it and keeps its
+ * state (the Python SDK's sdk/divergence.py does the same).
+ */
+final class Divergence {
+  private Divergence() {}
+
+  /** True when the update or the new private state holds a NaN or an infinity. */
+  static boolean diverged(RoundTrainer.Result result) {
+    return !finite(result.update) || (result.state != null && !finite(result.state.tensors));
+  }
+
+  /** Every F32 and F64 element of {@code tensors} is finite (other dtypes are not checked). */
+  static boolean finite(Map<String, TensorData> tensors) {
+    for (TensorData t : tensors.values()) {
+      if (TensorData.F32.equals(t.dtype)) {
+        for (float v : t.floats()) {
+          if (!Float.isFinite(v)) {
+            return false;
+          }
+        }
+      } else if ("F64".equals(t.dtype)) {
+        ByteBuffer values = ByteBuffer.wrap(t.bytes()).order(ByteOrder.LITTLE_ENDIAN);
+        while (values.hasRemaining()) {
+          if (!Double.isFinite(values.getDouble())) {
+            return false;
+          }
+        }
+      }
+    }
+    return true;
+  }
+}
