@@ -51,7 +51,7 @@ from pflkit.sdk.client_data import DATA_FILE, data_problem, load_client_data, sa
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import data_to, resolve_device, state_to, use_device
 from pflkit.sdk.device_files import CACHE, CREDENTIALS, DeviceFiles
-from pflkit.sdk.divergence import diverged
+from pflkit.sdk.divergence import diverged, finite_state
 from pflkit.sdk.pending_round import FILE as PENDING_FILE
 from pflkit.sdk.pending_round import PendingRound
 from pflkit.sdk.protocol import METRICS_KEY, task_clip_norm
@@ -261,8 +261,11 @@ class FederatedClient:
             ctx = cfg.context(cfg.total_rounds, self.client_id)
             state = self._client_state(task["run_id"], algorithm, cfg.seed)
             with autocast_training(self.autocast):
-                self.store.save(algorithm.personalization.personalize(global_state, state,
-                                                                      self.data, ctx))
+                after = algorithm.personalization.personalize(global_state, state, self.data, ctx)
+            if not finite_state(after.tensors):  # as pfl-sim does: the state before it stays
+                log.warning("the post-federation stage diverged (NaN or Inf weights): the "
+                            "device keeps its state from before the stage")
+            self.store.save(after if finite_state(after.tensors) else state)
         self.files.write_json(CACHE, {**self.files.read_json(CACHE), "state_run": task["run_id"],
                                       "finished_run": task["run_id"], "config": task["config"]})
 

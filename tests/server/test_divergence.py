@@ -123,3 +123,28 @@ def test_a_device_whose_fit_diverges_uploads_nothing_and_keeps_its_state(make_se
     assert uploads == [] and device.store.load() is None
     assert not (device.state_dir / "pending.safetensors").exists()
     device.close()
+
+
+def test_a_device_whose_post_federation_stage_diverges_keeps_its_state_from_before(
+        make_server, tmp_path, caplog):
+    """FedAvg+FT's fine-tune at a steep ft_lr blows up on the device after the run: the device
+    keeps the state it had (none: FedAvg's global model is its model), as pfl-sim does."""
+    steep = run_toml("fedavg_ft", rounds=1, num_clients=3, per_round=1,
+                     params="ft_lr = 10.0\nft_epochs = 5").replace("lr = 0.05", "lr = 0.0001")
+    server = make_server(steep, "--min-enrolled", "1")
+    generator = torch.Generator().manual_seed(0)
+    data = LabeledTensors(torch.rand(20, 1, 28, 28, generator=generator) * 1e4,
+                          torch.arange(20) % 10)
+    device = FederatedClient(server.url, tmp_path / "device", data, token=server.token(),
+                             retry=RetryPolicy(cap=0.5, max_elapsed=GUARD))
+    server.wait_for(lambda s: s["current_round"] is not None)
+    assert device.step().status == "trained"  # the round itself stays finite
+    server.wait_for(lambda s: s["rounds_done"] == 1)
+    with caplog.at_level(logging.WARNING, logger="pflkit.sdk.client"):
+        assert device.step().status == "finished"
+    assert "the post-federation stage diverged" in caplog.text
+    state = device.store.load()
+    assert state is not None and state.tensors == {}  # FedAvg keeps no private tensors
+    model = device.personalized_model()
+    assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    device.close()
