@@ -265,7 +265,8 @@ class FederatedClient:
             if not finite_state(after.tensors):  # as pfl-sim does: the state before it stays
                 log.warning("the post-federation stage diverged (NaN or Inf weights): the "
                             "device keeps its state from before the stage")
-            self.store.save(after if finite_state(after.tensors) else state)
+                after = state
+            self.store.save(after)
         self.files.write_json(CACHE, {**self.files.read_json(CACHE), "state_run": task["run_id"],
                                       "finished_run": task["run_id"], "config": task["config"]})
 

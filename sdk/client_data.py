@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.data.tensors import LabeledTensors, nonfinite_problem
 from pflkit.sdk.tensorio import (
     CorruptStateError,
     atomic_write_bytes,
@@ -35,10 +35,7 @@ def data_problem(x: torch.Tensor, y: torch.Tensor) -> str | None:
             and y.dim() == 1):
         return (f"need x float32 (N, *input_shape) and y int64 (N,), got x {x.dtype} "
                 f"{tuple(x.shape)}, y {y.dtype} {tuple(y.shape)}")
-    bad = (~torch.isfinite(x.flatten(1)).all(1)).nonzero().flatten().tolist()
-    if bad:  # training on them would only diverge
-        return f"x has NaN or Inf in {len(bad)} row(s), the first at row {bad[0]}"
-    return None
+    return nonfinite_problem(x)
 
 
 def load_client_data(folder: Path) -> LabeledTensors:

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.data.tensors import LabeledTensors, nonfinite_problem
 
 Shape = tuple[int, ...]
 
@@ -207,10 +207,8 @@ def check_dataset(ref: str, dataset: object) -> Dataset:
         if x.dtype != torch.float32 or tuple(x.shape[1:]) != shape:
             raise DatasetError(f"dataset '{ref}': {split}.x must be float32 (N, *{shape}), got "
                                f"{x.dtype} {tuple(x.shape)}")
-        bad = (~torch.isfinite(x.flatten(1)).all(1)).nonzero().flatten()
-        if len(bad):  # every client holding such a row would only diverge
-            raise DatasetError(f"dataset '{ref}': {split}.x has NaN or Inf in {len(bad)} row(s), "
-                               f"the first at row {int(bad[0])}")
+        if (problem := nonfinite_problem(x)) is not None:
+            raise DatasetError(f"dataset '{ref}': {split}.{problem}")
         if y.dtype != torch.int64 or y.dim() != 1:
             raise DatasetError(f"dataset '{ref}': {split}.y must be int64 (N,), got {y.dtype} "
                                f"{tuple(y.shape)}")

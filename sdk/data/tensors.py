@@ -51,3 +51,9 @@ class LabeledTensors:
         for start in range(0, n, batch_size):
             idx = order[start : start + batch_size]
             yield self.x[idx], self.y[idx]
+
+
+def nonfinite_problem(x: torch.Tensor) -> str | None:
+    """How many rows of ``x`` hold NaN or Inf and the first (training on them only diverges)."""
+    bad = (~torch.isfinite(x.flatten(1)).all(1)).nonzero().flatten().tolist()
+    return f"x has NaN or Inf in {len(bad)} row(s), the first at row {bad[0]}" if bad else None
