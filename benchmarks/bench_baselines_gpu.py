@@ -15,7 +15,8 @@ R-round run (its final stage reads R's round context). Run folders go back as
     RENDER_ONLY=<OUT>/<NAME>.json .venv/bin/python benchmarks/bench_baselines_gpu.py
 
 env: SETTING, ROUNDS (500), METHODS (the batched ones), DEVICE, EXECUTOR, BUDGET_S (none),
-OUT (folder, default benchmarks/results), NAME (baselines_<setting>_gpu), RESUME, PACK (1; 0:
+OUT (folder, default benchmarks/results), NAME (baselines_<setting>_gpu), RESUME, CONV_GEMM (0; 1:
+``execution.conv_gemm``), PACK (1; 0:
 no tar, for runs too large to bring back), MERGE (an earlier run's JSON: the methods it ran and
 this run did not keep their rows, so leases that each run some methods to R gather one table).
 """
@@ -93,6 +94,7 @@ class Settings:
     pack: bool = True  # False: no tar (personal states of 50 clients: ~330 MB a method)
     merge: Path | None = None  # an earlier lease's JSON: its methods not run here are kept
     processes: bool = True  # False: one thread of this process (tests)
+    conv_gemm: bool = False  # execution.conv_gemm (convolutions as patch GEMMs)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -108,7 +110,8 @@ class Settings:
                    Path(env("OUT", str(RESULTS))),
                    env("NAME", f"baselines_{setting.replace('-', '_')}_gpu"),
                    Path(env("RESUME")) if env("RESUME") else None, env("PACK", "1") != "0",
-                   Path(env("MERGE")) if env("MERGE") else None)
+                   Path(env("MERGE")) if env("MERGE") else None,
+                   conv_gemm=env("CONV_GEMM", "0") != "0")
 
 
 def bench(s: Settings) -> dict[str, Any]:
@@ -116,7 +119,7 @@ def bench(s: Settings) -> dict[str, Any]:
     started = time.monotonic()
     runs = RUNS / s.name
     unpack(s.resume / f"{s.name}_runs.tar.gz" if s.resume else None, runs)
-    execution = ExecutionConfig(executor=s.executor, device=s.device)
+    execution = ExecutionConfig(executor=s.executor, device=s.device, conv_gemm=s.conv_gemm)
     jobs = [RunJob(m, config(m, s.rounds, s.setting).replace(execution=execution),
                    runs / m, started + s.budget_s, (runs / m).is_dir()) for m in s.methods]
     done: dict[str, dict[str, Any]] = {}
@@ -136,6 +139,7 @@ def bench(s: Settings) -> dict[str, Any]:
                f"METHODS={','.join(s.methods)} BUDGET_S={s.budget_s:g} DEVICE={s.device} "
                f"EXECUTOR={s.executor} {'RESUME=<previous OUT> ' if s.resume else ''}"
                f"{'' if s.pack else 'PACK=0 '}{'MERGE=<earlier JSON> ' if s.merge else ''}"
+               f"{'CONV_GEMM=1 ' if s.conv_gemm else ''}"
                "python3 benchmarks/bench_baselines_gpu.py")
     payload = {"machine": machine(), "command": command, "setting": s.setting,
                "planned_rounds": s.rounds,

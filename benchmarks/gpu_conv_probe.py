@@ -1,13 +1,14 @@
 """Where the batched ConvNet step spends its GPU time: one step, per kernel option and layout.
 
-CLIENTS x BATCH rows (environment; default 20 x 40, workload (a)) of FMNIST-shaped input through
-the FedRoD ConvNet, forward and backward, timed per step (CUDA-synchronized mean of STEPS after
-warm-up): vmap's step (what :func:`pflkit.sdk.batched_training.train_together` runs) in fp32,
-TF32, bf16 autocast, channels-last, with cuDNN's autotuner (``cudnn.benchmark``), and the
-hand-written layouts of gpu_conv_layouts.py (grouped convolutions without layout copies; im2col
-+ batched GEMM), each also replayed as a CUDA graph; plus the heaviest kernels of three of them.
-It tells which kernel path can bring (a) under issue 22's 0.15 s/round (tests/gpu_check.sh runs
-it; it prints one JSON line).
+CLIENTS x BATCH rows (environment; default 20 x 40, workload (a)) of FMNIST-shaped input
+through the FedRoD ConvNet (MODEL=twocnn: the TwoCNN; VARIANTS=a,b: only those), forward and
+backward, timed per step (CUDA-synchronized mean of STEPS after warm-up): vmap's step (what
+:func:`pflkit.sdk.batched_training.train_together` runs) in fp32, TF32, bf16 autocast,
+channels-last, with cuDNN's autotuner (``cudnn.benchmark``), and the hand-written layouts of
+gpu_conv_layouts.py (grouped convolutions without layout copies; im2col + batched GEMM), vmap's
+step with ``execution.conv_gemm``'s patch GEMMs (sdk/conv_gemm.py), each also replayed as a
+CUDA graph; plus the heaviest kernels of four of them. It tells which kernel path can bring (a)
+under issue 22's 0.15 s/round (tests/gpu_check.sh runs it; it prints one JSON line).
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
-from pflkit.sdk.models import fedrod_convnet
+from pflkit.sdk.conv_gemm import gemm_convolutions, rewritten
+from pflkit.sdk.models import fedrod_convnet, two_cnn
 
 K, B = int(os.environ.get("CLIENTS", "20")), int(os.environ.get("BATCH", "40"))
 STEPS = int(os.environ.get("STEPS", "50"))
+MODEL = os.environ.get("MODEL", "fedrod_convnet")  # or twocnn (bench-baselines' TwoCNN)
+ONLY = [v for v in os.environ.get("VARIANTS", "").split(",") if v]  # default: every variant
 
 
 def probe(step, steps: int = STEPS) -> float | str:  # noqa: ANN001 - a no-argument callable
@@ -78,7 +82,7 @@ def top_kernels(step, count: int = 8) -> list[list]:  # noqa: ANN001
 
 def main() -> None:
     device = torch.device("cuda")
-    model = fedrod_convnet((1, 28, 28), 10).to(device)
+    model = {"fedrod_convnet": fedrod_convnet, "twocnn": two_cnn}[MODEL]((1, 28, 28), 10).to(device)
     params = {n: p.detach().unsqueeze(0).repeat(K, *(1,) * p.dim()).requires_grad_()
               for n, p in model.named_parameters()}
     x = torch.randn(K, B, 1, 28, 28, device=device)
@@ -102,6 +106,10 @@ def main() -> None:
             torch.autograd.grad(loss.view(K, B).mean(1).sum(), list(params.values()))
         return step
 
+    def gemm() -> None:  # what the batched executor runs with execution.conv_gemm
+        with gemm_convolutions(True), rewritten():
+            step()
+
     grouped, bmm = by_hand(layouts.grouped), by_hand(layouts.bmm)
     grouped_last = by_hand(lambda p, xb: layouts.grouped(p, xb, channels_last=True))
     last = x.view(K * B, 1, 28, 28).contiguous(memory_format=torch.channels_last)
@@ -118,8 +126,13 @@ def main() -> None:
         "grouped_tf32_benchmark_graph": (grouped, True, True, True),
         "bmm": (bmm, False, False, False), "bmm_tf32": (bmm, True, False, False),
         "bmm_graph": (bmm, False, False, True), "bmm_tf32_graph": (bmm, True, False, True),
+        "gemm": (gemm, False, False, False), "gemm_graph": (gemm, False, False, True),
+        "gemm_tf32_graph": (gemm, True, False, True),
     }
-    result = {"clients": K, "batch": B, "device": torch.cuda.get_device_name(0)}
+    if MODEL != "fedrod_convnet":  # the hand-written layouts are the FedRoD ConvNet's
+        variants = {n: v for n, v in variants.items() if not n.startswith(("grouped", "bmm"))}
+    variants = {n: v for n, v in variants.items() if not ONLY or n in ONLY}
+    result = {"model": MODEL, "clients": K, "batch": B, "device": torch.cuda.get_device_name(0)}
     for name, (run, tf32, benchmark, capture) in variants.items():
         flags(tf32, benchmark)
         try:
@@ -128,8 +141,13 @@ def main() -> None:
             result[f"{name}_ms"] = f"capture failed: {type(error).__name__}: {error}"[:200]
     flags()
     result["fp32_top_kernels"] = top_kernels(step)
-    result["grouped_top_kernels"] = top_kernels(grouped)
-    result["bmm_top_kernels"] = top_kernels(bmm)
+    if MODEL == "fedrod_convnet" and not ONLY:
+        result["grouped_top_kernels"] = top_kernels(grouped)
+        result["bmm_top_kernels"] = top_kernels(bmm)
+    result["gemm_top_kernels"] = top_kernels(gemm)
+    flags(tf32=True)
+    result["gemm_tf32_top_kernels"] = top_kernels(gemm)
+    flags()
     print(json.dumps(result))
 
 

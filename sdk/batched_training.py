@@ -33,6 +33,7 @@ from torch.func import vmap
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.dropout import _DropoutNd
 
+from pflkit.sdk.conv_gemm import rewritten
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.phases import phase
 from pflkit.sdk.step_capture import run_steps
@@ -225,7 +226,7 @@ def train_together(loss_fn: ClientLoss, params: Stacked, grid: BatchGrid, lr: fl
         leaves = [w[:active].detach().requires_grad_() for w in weights + plain_weights]
         inputs = {n: v[:active] for n, v in per_client.items()}
         inputs |= {n: v[:active].index_select(1, now).squeeze(1) for n, v in per_step.items()}
-        with autocast:
+        with autocast, rewritten():
             losses = losses_of(dict(zip(names + plain_names, leaves, strict=True)),
                                grid.x[index], grid.y[index],
                                share[:active].index_select(1, now).squeeze(1), inputs)

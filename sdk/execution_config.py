@@ -58,6 +58,9 @@ class ExecutionConfig:
     # batched executor on CUDA: each step shape captured once as a CUDA graph and replayed
     # (sdk/step_capture.py); false runs every step eagerly (the same arithmetic, slower)
     cuda_graphs: Annotated[bool, Strict()] = True
+    # batched executor: convolutions as one matrix multiply over patches instead of cuDNN's
+    # grouped convolutions (sdk/conv_gemm.py; the same result up to float rounding)
+    conv_gemm: Annotated[bool, Strict()] = False
     # batched executor: the most clients trained together in one program (None: a round's all);
     # a round of more trains in chunks of this size, one after another, to bound the memory
     # their activations take (1000 ConvNet clients x 20 rows: 9.2 GB on a GPU, issue 22)

@@ -16,7 +16,7 @@ alpha = 0.5
 min_size = 20
 test_fraction = 0.2
 [model]
-name = "twonn"
+name = "{model}"
 [algorithm]
 name = "{algorithm}"
 [algorithm.params]
@@ -34,7 +34,8 @@ device = "{device}"
 
 
 def device_config(algorithm: str, params: str, device: str, executor: str = "sequential",
-                  eval_interval: int = 2) -> SimConfig:
-    """Digits, Dirichlet over 4 clients, TwoNN, 2 rounds of 2 clients on ``device``."""
+                  eval_interval: int = 2, model: str = "twonn") -> SimConfig:
+    """Digits, Dirichlet over 4 clients, ``model``, 2 rounds of 2 clients on ``device``."""
     return SimConfig.from_toml(TOML.format(algorithm=algorithm, params=params, device=device,
-                                           executor=executor, eval_interval=eval_interval))
+                                           executor=executor, eval_interval=eval_interval,
+                                           model=model))

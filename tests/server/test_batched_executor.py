@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from device_runs import device_config
 from waiting import GUARD
 
+from pflkit.sdk import conv_gemm
 from pflkit.sdk.run_config import (
     AlgorithmConfig,
     DataConfig,
@@ -161,3 +163,25 @@ def test_a_round_in_chunks_of_batch_clients_trains_what_one_batch_does(tmp_path,
     chunked = Simulation(cfg, tmp_path / "chunked", progress=False).run()
     assert sizes == [3, 1, 3, 1]
     assert distance(chunked.global_state, whole.global_state) < 1e-6
+
+
+def test_the_batched_executor_runs_its_convolutions_as_gemms_when_asked(tmp_path, monkeypatch):
+    calls = []
+    original = conv_gemm.conv2d_gemm
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].shape)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(conv_gemm, "conv2d_gemm", counted)
+    states = {}
+    for enabled in (False, True):
+        config = device_config("fedavg", "", "cpu", "batched", model="twocnn")
+        config = config.replace(execution=ExecutionConfig(executor="batched", conv_gemm=enabled))
+        sim = Simulation(config, tmp_path / str(enabled), progress=False)
+        sim.run_round()
+        states[enabled] = sim.coordinator.global_state
+        sim.close()
+        assert bool(calls) is enabled  # two convolutions a step, only when asked
+    for key, value in states[False].items():
+        torch.testing.assert_close(states[True][key], value, rtol=1e-4, atol=1e-5, msg=key)

@@ -145,3 +145,22 @@ def test_a_stack_folded_on_the_gpu_gives_the_cpu_fold_bit_for_bit():
         means.append(mean.result())
     assert all(not t.is_cuda for t in means[1].values())
     assert all(torch.equal(means[0][n], means[1][n]) for n in stacks)
+
+
+@pytest.mark.parametrize("conv_gemm", [False, True])
+@pytest.mark.parametrize("algorithm, params", [("fedavg", ""), ("superfed_mm", "")])
+def test_a_convolutional_run_on_cuda_matches_the_cpu_run(tmp_path, algorithm, params,
+                                                         conv_gemm):
+    """TwoCNN batched on CUDA, cuDNN's grouped convolutions or patch GEMMs, vs the CPU run."""
+    cpu = Simulation(device_config(algorithm, params, "cpu", "batched", model="twocnn"),
+                     tmp_path / "cpu", progress=False)
+    config = device_config(algorithm, params, "cuda", "batched", model="twocnn")
+    gpu = Simulation(config.replace(execution=ExecutionConfig(
+        executor="batched", device="cuda", conv_gemm=conv_gemm)), tmp_path / "gpu",
+        progress=False)
+    cpu.run_round()
+    gpu.run_round()
+    for key, value in cpu.coordinator.global_state.items():
+        torch.testing.assert_close(gpu.coordinator.global_state[key], value, rtol=1e-4,
+                                   atol=1e-5, msg=key)
+    assert_close_runs(cpu, gpu)
