@@ -120,6 +120,7 @@ def main() -> None:
         "channels_last": (lambda: step(last.view(K, B, 1, 28, 28)), False, False, False),
         "fp32_graph": (step, False, False, True), "cudnn_benchmark": (step, False, True, False),
         "cudnn_benchmark_graph": (step, False, True, True),
+        "tf32_benchmark_graph": (step, True, True, True),
         "grouped": (grouped, False, False, False), "grouped_graph": (grouped, False, False, True),
         "grouped_benchmark_graph": (grouped, False, True, True),
         "grouped_last_benchmark": (grouped_last, False, True, False),
