@@ -7,7 +7,9 @@ backward, timed per step (CUDA-synchronized mean of STEPS after warm-up): vmap's
 channels-last, with cuDNN's autotuner (``cudnn.benchmark``), and the hand-written layouts of
 gpu_conv_layouts.py (grouped convolutions without layout copies; im2col + batched GEMM), vmap's
 step with ``execution.conv_gemm``'s patch GEMMs (sdk/conv_gemm.py), each also replayed as a
-CUDA graph; plus the heaviest kernels of four of them. It tells which kernel path can bring (a)
+CUDA graph (and, when VARIANTS names them, the vmapped loss through ``torch.compile``:
+``compiled_graph``, ``compiled_tf32_graph``, ``gemm_compiled_tf32_graph``); plus the heaviest
+kernels of four of them. It tells which kernel path can bring (a)
 under issue 22's 0.15 s/round (tests/gpu_check.sh runs it; it prints one JSON line).
 """
 
@@ -110,6 +112,16 @@ def main() -> None:
         with gemm_convolutions(True), rewritten():
             step()
 
+    def compiled(patches: bool):  # noqa: ANN202 - the vmapped loss through torch.compile
+        def loss(p, xb, yb):  # noqa: ANN001, ANN202
+            with gemm_convolutions(patches), rewritten():
+                return losses(p, xb, yb)
+        fused = torch.compile(loss)  # inductor fuses the elementwise and pooling kernels
+
+        def step() -> None:
+            torch.autograd.grad(fused(params, x, y).sum(), list(params.values()))
+        return step
+
     grouped, bmm = by_hand(layouts.grouped), by_hand(layouts.bmm)
     grouped_last = by_hand(lambda p, xb: layouts.grouped(p, xb, channels_last=True))
     last = x.view(K * B, 1, 28, 28).contiguous(memory_format=torch.channels_last)
@@ -130,6 +142,11 @@ def main() -> None:
         "gemm": (gemm, False, False, False), "gemm_graph": (gemm, False, False, True),
         "gemm_tf32_graph": (gemm, True, False, True),
     }
+    # compiling takes a minute or more each: only when VARIANTS names them
+    opt_in = {"compiled_graph": (compiled(False), False, False, True),
+              "compiled_tf32_graph": (compiled(False), True, False, True),
+              "gemm_compiled_tf32_graph": (compiled(True), True, False, True)}
+    variants |= {n: v for n, v in opt_in.items() if n in ONLY}
     if MODEL != "fedrod_convnet":  # the hand-written layouts are the FedRoD ConvNet's
         variants = {n: v for n, v in variants.items() if not n.startswith(("grouped", "bmm"))}
     variants = {n: v for n, v in variants.items() if not ONLY or n in ONLY}
