@@ -37,11 +37,16 @@ from pflkit.sdk.conv_gemm import rewritten
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.phases import phase
 from pflkit.sdk.step_capture import run_steps
+from pflkit.sdk.switches import Switch
 from pflkit.sdk.training import Batch, training_autocast
 
 Stacked = dict[str, torch.Tensor]  # name -> (K, ...) one slice per client
 ClientLoss = Callable[[dict[str, torch.Tensor], Batch, dict[str, torch.Tensor]], torch.Tensor]
 ROW_DEPENDENT = (_BatchNorm, _DropoutNd)  # training forward mixes rows or draws random numbers
+# the vmapped loss through torch.compile: inductor fuses the elementwise passes over the stacked
+# weights that bound a batched step on the CPU (docs/benchmarks.md, "(b): why batched is not 2x")
+COMPILED_LOSS = Switch("compile_loss")
+compiled_loss = COMPILED_LOSS.turned
 
 
 def batching_blocker(model: nn.Module) -> str | None:
@@ -213,6 +218,8 @@ def train_together(loss_fn: ClientLoss, params: Stacked, grid: BatchGrid, lr: fl
         return loss_fn(p, Batch(x, y, w), inputs)
 
     losses_of = vmap(client_loss)
+    if COMPILED_LOSS.on:  # compiled once per process and shape; later rounds reuse the code
+        losses_of = torch.compile(losses_of, dynamic=False)  # static: the fast CPU kernels
     dtype = training_autocast()  # bf16 forward passes, as run_epochs does
     autocast = (torch.autocast(grid.x.device.type, dtype=dtype) if dtype is not None
                 else contextlib.nullcontext())

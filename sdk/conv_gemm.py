@@ -17,15 +17,15 @@ The result is the same convolution up to float rounding (another summation order
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from contextvars import ContextVar
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-_ENABLED: ContextVar[bool] = ContextVar("pflkit_conv_gemm", default=False)
+from pflkit.sdk.switches import Switch
+
+GEMM_CONVOLUTIONS = Switch("conv_gemm")
 
 
 def _pair(value: int | tuple[int, ...] | list[int]) -> tuple[int, int] | None:
@@ -72,16 +72,9 @@ class _GemmMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-@contextlib.contextmanager
-def gemm_convolutions(enabled: bool) -> Iterator[None]:
-    """Let :func:`rewritten` blocks within this one run their convolutions as GEMMs."""
-    token = _ENABLED.set(enabled)
-    try:
-        yield
-    finally:
-        _ENABLED.reset(token)
+gemm_convolutions = GEMM_CONVOLUTIONS.turned  # rewritten() blocks within run GEMMs
 
 
 def rewritten() -> contextlib.AbstractContextManager[Any]:
     """Within :func:`gemm_convolutions` (enabled): convolutions as GEMMs; else nothing."""
-    return _GemmMode() if _ENABLED.get() else contextlib.nullcontext()
+    return _GemmMode() if GEMM_CONVOLUTIONS.on else contextlib.nullcontext()

@@ -61,6 +61,9 @@ class ExecutionConfig:
     # batched executor: convolutions as one matrix multiply over patches instead of cuDNN's
     # grouped convolutions (sdk/conv_gemm.py; the same result up to float rounding)
     conv_gemm: Annotated[bool, Strict()] = False
+    # batched executor: each step's vmapped loss through torch.compile (fused kernels; compiling
+    # takes seconds once per process and shape, and on the CPU needs a C++ compiler)
+    compile_loss: Annotated[bool, Strict()] = False
     # batched executor: the most clients trained together in one program (None: a round's all);
     # a round of more trains in chunks of this size, one after another, to bound the memory
     # their activations take (1000 ConvNet clients x 20 rows: 9.2 GB on a GPU, issue 22)

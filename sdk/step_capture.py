@@ -14,30 +14,23 @@ runs eagerly: the same function, the same arithmetic.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
-from contextvars import ContextVar
+from collections.abc import Callable, Sequence
 
 import torch
+
+from pflkit.sdk.switches import Switch
 
 # The fewest steps with the same shapes worth a capture (a capture costs about two eager steps)
 MIN_SEGMENT = 4
 
-_CAPTURE: ContextVar[bool] = ContextVar("pflkit_cuda_graphs", default=False)
+CUDA_GRAPHS = Switch("cuda_graphs")
 
 
 class CaptureError(RuntimeError):
     """A step that cannot be recorded (it syncs with the host or allocates host memory)."""
 
 
-@contextlib.contextmanager
-def cuda_graphs(enabled: bool) -> Iterator[None]:
-    """Let :func:`run_steps` capture and replay CUDA steps within this block."""
-    token = _CAPTURE.set(enabled)
-    try:
-        yield
-    finally:
-        _CAPTURE.reset(token)
+cuda_graphs = CUDA_GRAPHS.turned  # capture and replay CUDA steps within the block
 
 
 def segments(actives: Sequence[int]) -> list[tuple[int, int]]:
@@ -57,7 +50,7 @@ def run_steps(step: Callable[[int], None], actives: Sequence[int], device: torch
     ``step`` must read everything that changes between steps from device tensors it updates
     itself (the step number), never from Python values, and must not synchronize with the host.
     """
-    capture = _CAPTURE.get() and device.type == "cuda"
+    capture = CUDA_GRAPHS.on and device.type == "cuda"
     pool = None
     graphs = []  # alive until the last replay: the pool they share lives as long as one does
     for active, count in segments(actives):

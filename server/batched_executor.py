@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterator, Sequence
 
 from pflkit.sdk.algorithms.base import Algorithm, FitJob, FitResult, State
+from pflkit.sdk.batched_training import compiled_loss
 from pflkit.sdk.conv_gemm import gemm_convolutions
 from pflkit.sdk.data.federation import Federation
 from pflkit.sdk.device import state_to
@@ -54,7 +55,8 @@ class BatchedExecutor(SequentialExecutor):
         size = self.settings.batch_clients or len(jobs)
         with phase("fit"), autocast_training(self.autocast), \
                 cuda_graphs(self.settings.cuda_graphs), \
-                gemm_convolutions(self.settings.conv_gemm):
+                gemm_convolutions(self.settings.conv_gemm), \
+                compiled_loss(self.settings.compile_loss):
             results = [result for start in range(0, len(jobs), size)
                        for result in self.algorithm.training.fit_batch(
                            on_device, jobs[start:start + size])]

@@ -185,3 +185,23 @@ def test_the_batched_executor_runs_its_convolutions_as_gemms_when_asked(tmp_path
         assert bool(calls) is enabled  # two convolutions a step, only when asked
     for key, value in states[False].items():
         torch.testing.assert_close(states[True][key], value, rtol=1e-4, atol=1e-5, msg=key)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "superfed_mm"])
+def test_a_compiled_loss_trains_as_the_eager_one(tmp_path, algorithm):
+    """``execution.compile_loss``: the step's loss through torch.compile, the same training."""
+    from torch._dynamo.utils import counters
+
+    states = {}
+    for compiled in (False, True):
+        counters.clear()
+        config = device_config(algorithm, "", "cpu", "batched")
+        config = config.replace(execution=ExecutionConfig(executor="batched",
+                                                          compile_loss=compiled))
+        sim = Simulation(config, tmp_path / str(compiled), progress=False)
+        sim.run_round()
+        states[compiled] = sim.coordinator.global_state
+        sim.close()
+        assert (counters["stats"]["unique_graphs"] > 0) is compiled  # compiled only when asked
+    for key, value in states[False].items():
+        torch.testing.assert_close(states[True][key], value, rtol=1e-4, atol=1e-5, msg=key)
