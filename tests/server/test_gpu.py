@@ -164,3 +164,19 @@ def test_a_convolutional_run_on_cuda_matches_the_cpu_run(tmp_path, algorithm, pa
         torch.testing.assert_close(gpu.coordinator.global_state[key], value, rtol=1e-4,
                                    atol=1e-5, msg=key)
     assert_close_runs(cpu, gpu)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "superfed_mm"])
+def test_a_compiled_loss_on_cuda_matches_the_cpu_run(tmp_path, algorithm):
+    """``execution.compile_loss`` on CUDA (Triton kernels, captured as CUDA graphs) vs the CPU."""
+    cpu = Simulation(device_config(algorithm, "", "cpu", "batched"), tmp_path / "cpu",
+                     progress=False)
+    config = device_config(algorithm, "", "cuda", "batched")
+    gpu = Simulation(config.replace(execution=ExecutionConfig(
+        executor="batched", device="cuda", compile_loss=True)), tmp_path / "gpu", progress=False)
+    cpu.run_round()
+    gpu.run_round()
+    for key, value in cpu.coordinator.global_state.items():
+        torch.testing.assert_close(gpu.coordinator.global_state[key], value, rtol=1e-4,
+                                   atol=1e-5, msg=key)
+    assert_close_runs(cpu, gpu)
