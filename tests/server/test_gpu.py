@@ -147,6 +147,16 @@ def test_a_stack_folded_on_the_gpu_gives_the_cpu_fold_bit_for_bit():
     assert all(torch.equal(means[0][n], means[1][n]) for n in stacks)
 
 
+def assert_same_round_and_run(cpu, gpu):
+    """One round's global weights within the module's tolerance, then the whole runs."""
+    cpu.run_round()
+    gpu.run_round()
+    for key, value in cpu.coordinator.global_state.items():
+        torch.testing.assert_close(gpu.coordinator.global_state[key], value, rtol=1e-4,
+                                   atol=1e-5, msg=key)
+    assert_close_runs(cpu, gpu)
+
+
 @pytest.mark.parametrize("conv_gemm", [False, True])
 @pytest.mark.parametrize("algorithm, params", [("fedavg", ""), ("superfed_mm", "")])
 def test_a_convolutional_run_on_cuda_matches_the_cpu_run(tmp_path, algorithm, params,
@@ -158,12 +168,7 @@ def test_a_convolutional_run_on_cuda_matches_the_cpu_run(tmp_path, algorithm, pa
     gpu = Simulation(config.replace(execution=ExecutionConfig(
         executor="batched", device="cuda", conv_gemm=conv_gemm)), tmp_path / "gpu",
         progress=False)
-    cpu.run_round()
-    gpu.run_round()
-    for key, value in cpu.coordinator.global_state.items():
-        torch.testing.assert_close(gpu.coordinator.global_state[key], value, rtol=1e-4,
-                                   atol=1e-5, msg=key)
-    assert_close_runs(cpu, gpu)
+    assert_same_round_and_run(cpu, gpu)
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "superfed_mm"])
@@ -174,9 +179,4 @@ def test_a_compiled_loss_on_cuda_matches_the_cpu_run(tmp_path, algorithm):
     config = device_config(algorithm, "", "cuda", "batched")
     gpu = Simulation(config.replace(execution=ExecutionConfig(
         executor="batched", device="cuda", compile_loss=True)), tmp_path / "gpu", progress=False)
-    cpu.run_round()
-    gpu.run_round()
-    for key, value in cpu.coordinator.global_state.items():
-        torch.testing.assert_close(gpu.coordinator.global_state[key], value, rtol=1e-4,
-                                   atol=1e-5, msg=key)
-    assert_close_runs(cpu, gpu)
+    assert_same_round_and_run(cpu, gpu)
