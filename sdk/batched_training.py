@@ -47,6 +47,26 @@ ROW_DEPENDENT = (_BatchNorm, _DropoutNd)  # training forward mixes rows or draws
 # weights that bound a batched step on the CPU (docs/benchmarks.md, "(b): why batched is not 2x")
 COMPILED_LOSS = Switch("compile_loss")
 compiled_loss = COMPILED_LOSS.turned
+COMPILED_WIDTHS = 4  # step shapes a compiled loss is traced for, per count of clients
+
+
+def compiled_width(active: int, count: int) -> int:
+    """How many clients a compiled step computes: count, count/2, count/4 or count/8.
+
+    The narrowest of these (rounded up) holding the ``active`` ones. Each step shape is one
+    compile (seconds), and past torch's recompile limit (8) the loss runs eagerly: clients of
+    different sizes leave up to ``count`` different active counts a round. Rounded up to these
+    widths there are at most four shapes, for at most 2x the work of a step (or count/8
+    clients more near a round's end; bench-scale's (a): 1.24x the client-steps); the finished
+    clients computed only feed the loss: their results are dropped.
+    """
+    width = count
+    for _ in range(COMPILED_WIDTHS - 1):
+        half = -(-width // 2)
+        if half < active:
+            break
+        width = half
+    return width
 
 
 def batching_blocker(model: nn.Module) -> str | None:
@@ -229,16 +249,18 @@ def train_together(loss_fn: ClientLoss, params: Stacked, grid: BatchGrid, lr: fl
     def step(active: int) -> None:
         """Step ``now`` of the first ``active`` clients; no host sync (it may be captured)."""
         nonlocal weights, buffers, laid_out
-        index = rows[:active].index_select(1, now).squeeze(1)  # (a, B)
-        leaves = [w[:active].detach().requires_grad_() for w in weights + plain_weights]
-        inputs = {n: v[:active] for n, v in per_client.items()}
-        inputs |= {n: v[:active].index_select(1, now).squeeze(1) for n, v in per_step.items()}
+        span = compiled_width(active, count) if COMPILED_LOSS.on else active
+        index = rows[:span].index_select(1, now).squeeze(1)  # (span, B)
+        leaves = [w[:span].detach().requires_grad_() for w in weights + plain_weights]
+        inputs = {n: v[:span] for n, v in per_client.items()}
+        inputs |= {n: v[:span].index_select(1, now).squeeze(1) for n, v in per_step.items()}
         with autocast, rewritten():
             losses = losses_of(dict(zip(names + plain_names, leaves, strict=True)),
                                grid.x[index], grid.y[index],
-                               share[:active].index_select(1, now).squeeze(1), inputs)
-        grads = torch.autograd.grad(losses, leaves, ones[:active].to(losses.dtype))
-        grads, plain_grads = grads[:len(names)], grads[len(names):]
+                               share[:span].index_select(1, now).squeeze(1), inputs)
+        grads = torch.autograd.grad(losses, leaves, ones[:span].to(losses.dtype))
+        grads = [g[:active] for g in grads]  # the finished clients in the span stay
+        grads, plain_grads, losses = grads[:len(names)], grads[len(names):], losses[:active]
         with torch.no_grad():
             for w, g in zip(plain_weights, plain_grads, strict=True):
                 w[:active].sub_(plain.lr * g)

@@ -21,7 +21,7 @@ from pflkit.sdk.algorithms import (
     make_algorithm,
 )
 from pflkit.sdk.algorithms.fedavg import FedAvgTraining
-from pflkit.sdk.batched_training import BatchGrid, batching_blocker
+from pflkit.sdk.batched_training import BatchGrid, batching_blocker, compiled_loss, compiled_width
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import data_to, state_to
 from pflkit.sdk.models import build_model
@@ -247,3 +247,35 @@ def test_the_batched_step_asks_the_device_for_nothing(name, params, round_index)
         syncs[epochs] = fake.syncs
     assert syncs[3] == syncs[1]  # 3x the steps, the same syncs (per client or per round)
     assert not [s for s in syncs[3] if "batched_training" in s]
+
+
+def test_compiled_widths_cover_every_active_count_with_four_shapes():
+    for count in (1, 5, 12, 20, 250):
+        widths = {compiled_width(active, count) for active in range(1, count + 1)}
+        assert len(widths) <= 4 and max(widths) == count
+        for active in range(1, count + 1):
+            width = compiled_width(active, count)
+            assert active <= width and (width < 2 * active or width == -(-count // 8))
+
+
+def test_a_compiled_round_traces_widths_not_active_counts_and_trains_as_eager():
+    """Steps 3, 3, 2, 1: active counts 4, 3, 2 run as widths 4 (3 clients padded to 4) and 2."""
+    from torch._dynamo.utils import counters
+
+    algorithm = make_algorithm("fedprox", FACTORY, LocalTraining(epochs=1, batch_size=8),
+                               {"mu": 0.1})
+    glob = algorithm.aggregation.init_global(0)
+    datas = [client_data(n, k) for k, n in enumerate((23, 20, 13, 5))]
+    jobs = [FitJob(algorithm.training.init_client(k, 0, d), d,
+                   RoundContext(0, TOTAL_ROUNDS, 0.05, seed=0, client_id=k))
+            for k, d in enumerate(datas)]
+    eager = algorithm.training.fit_batch(glob, jobs)
+    torch._dynamo.reset()
+    counters.clear()
+    with compiled_loss(True):
+        compiled = algorithm.training.fit_batch(glob, jobs)
+    assert counters["stats"]["unique_graphs"] == 2
+    for got, want in zip(compiled, eager, strict=True):
+        for key, value in want.update.items():
+            assert relative_error(got.update[key], value) <= 1e-4, key
+        assert math.isclose(got.metrics["train_loss"], want.metrics["train_loss"], rel_tol=1e-4)
