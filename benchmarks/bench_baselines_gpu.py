@@ -18,7 +18,9 @@ env: SETTING, ROUNDS (500), METHODS (the batched ones), DEVICE, EXECUTOR, BUDGET
 OUT (folder, default benchmarks/results), NAME (baselines_<setting>_gpu), RESUME, CONV_GEMM (0; 1:
 ``execution.conv_gemm``), PACK (1; 0:
 no tar, for runs too large to bring back), MERGE (an earlier run's JSON: the methods it ran and
-this run did not keep their rows, so leases that each run some methods to R gather one table).
+this run did not keep their rows, so leases that each run some methods to R gather one table),
+STREAMS (0; 1: every method a thread of this process on its own CUDA stream, instead of a process
+each: processes take turns on the GPU, streams share it).
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ class Settings:
     resume: Path | None = None
     pack: bool = True  # False: no tar (personal states of 50 clients: ~330 MB a method)
     merge: Path | None = None  # an earlier lease's JSON: its methods not run here are kept
-    processes: bool = True  # False: one thread of this process (tests)
+    processes: bool = True  # False: threads of this process, one CUDA stream each (STREAMS=1)
     conv_gemm: bool = False  # execution.conv_gemm (convolutions as patch GEMMs)
 
     @classmethod
@@ -111,7 +113,7 @@ class Settings:
                    env("NAME", f"baselines_{setting.replace('-', '_')}_gpu"),
                    Path(env("RESUME")) if env("RESUME") else None, env("PACK", "1") != "0",
                    Path(env("MERGE")) if env("MERGE") else None,
-                   conv_gemm=env("CONV_GEMM", "0") != "0")
+                   processes=env("STREAMS", "0") == "0", conv_gemm=env("CONV_GEMM", "0") != "0")
 
 
 def bench(s: Settings) -> dict[str, Any]:
@@ -139,7 +141,7 @@ def bench(s: Settings) -> dict[str, Any]:
                f"METHODS={','.join(s.methods)} BUDGET_S={s.budget_s:g} DEVICE={s.device} "
                f"EXECUTOR={s.executor} {'RESUME=<previous OUT> ' if s.resume else ''}"
                f"{'' if s.pack else 'PACK=0 '}{'MERGE=<earlier JSON> ' if s.merge else ''}"
-               f"{'CONV_GEMM=1 ' if s.conv_gemm else ''}"
+               f"{'CONV_GEMM=1 ' if s.conv_gemm else ''}{'' if s.processes else 'STREAMS=1 '}"
                "python3 benchmarks/bench_baselines_gpu.py")
     payload = {"machine": machine(), "command": command, "setting": s.setting,
                "planned_rounds": s.rounds,

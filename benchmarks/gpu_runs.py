@@ -21,6 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
+from pflkit.sdk.device import resolve_device
 from pflkit.sdk.run_config import SimConfig
 from pflkit.server.simulator import Simulation
 
@@ -40,19 +41,27 @@ class RunJob(Generic[Label]):
 
 @contextmanager
 def opened(job: RunJob[Any]) -> Iterator[Simulation]:
-    """The job's simulation, new or resumed, on one torch thread of this worker; closed after."""
+    """The job's simulation, new or resumed, on one torch thread; closed after.
+
+    On CUDA it runs on a stream of its own: runs that are threads of one process then put
+    their kernels on the GPU side by side (a small model's step leaves most of it idle), where
+    processes take turns on it.
+    """
     torch.set_num_threads(1)
-    sim = Simulation(job.config, job.run_dir, resume=job.resume, progress=False)
-    try:
-        yield sim
-    finally:
-        sim.close()
+    device = resolve_device(job.config.execution.device)
+    stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+    with torch.cuda.stream(stream):  # None: no stream to set
+        sim = Simulation(job.config, job.run_dir, resume=job.resume, progress=False)
+        try:
+            yield sim
+        finally:
+            sim.close()
 
 
 def pool(processes: bool, workers: int) -> Executor:
-    """``workers`` spawned processes (CUDA needs spawn); one thread of this process if not."""
+    """``workers`` spawned processes (CUDA needs spawn), or ``workers`` threads of this one."""
     if not processes:
-        return ThreadPoolExecutor(1)
+        return ThreadPoolExecutor(workers)
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 

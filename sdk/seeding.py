@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import threading
 from collections.abc import Iterator
 
 import numpy as np
 import torch
+
+# the global torch RNG is the process's: threads (runs side by side in one process, each on its
+# own CUDA stream) take turns in seeded blocks, or one's draws would land in another's model
+_GLOBAL_RNG = threading.RLock()
 
 
 def derive_seed(seed: int, *keys: object) -> int:
@@ -39,8 +44,9 @@ def torch_generator(seed: int, *keys: object) -> torch.Generator:
 def seeded_torch(seed: int, *keys: object) -> Iterator[None]:
     """Run a block (e.g. building a model, whose layers use the global RNG) under a seed.
 
-    The global torch RNG state is restored afterwards, so the block leaves no trace.
+    The global torch RNG state is restored afterwards, so the block leaves no trace; one
+    thread at a time runs such a block.
     """
-    with torch.random.fork_rng(devices=[]):
+    with _GLOBAL_RNG, torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, *keys))
         yield

@@ -66,7 +66,9 @@ def run_steps(step: Callable[[int], None], actives: Sequence[int], device: torch
         pool = torch.cuda.graph_pool_handle() if pool is None else pool
         graphs.append(torch.cuda.CUDAGraph())
         try:
-            with torch.cuda.graph(graphs[-1], pool=pool):
+            # thread_local: runs side by side in other threads (their own streams) go on
+            # allocating and launching while this thread records its stream
+            with torch.cuda.graph(graphs[-1], pool=pool, capture_error_mode="thread_local"):
                 step(active)  # recorded, not run
         except RuntimeError as error:  # e.g. a loss that reads a value on the host
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
