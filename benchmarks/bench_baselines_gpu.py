@@ -8,16 +8,17 @@ to get one); a method without one trains client by client (the executor logs why
 BUDGET_S bounds the training (one wall clock for every method): each run stops after the round
 that reaches it, then runs its final evaluation (the personalization stage included); the rows
 name the rounds run. The lr is 0.01 x 0.99^round, so a stopped run is the first rounds of the
-R-round run (its final stage reads R's round context). Run folders go back as
-<NAME>_runs.tar.gz; RESUME=<folder holding NAME.json and the tar> trains them on.
+R-round run (its final stage reads R's round context). Each method's run folder goes back as
+<NAME>_<method>_runs.tar.gz when it packs into the 16 MiB a call brings back per file (the
+methods without per-client state or with small ones: FedAvg(+FT), FedProx, FedPer, FedRep);
+RESUME=<folder holding such tars> trains those methods on, the others start afresh.
 
     bash .gpu/run.sh env OUT=$OUT BUDGET_S=420 python3 benchmarks/bench_baselines_gpu.py
     RENDER_ONLY=<OUT>/<NAME>.json .venv/bin/python benchmarks/bench_baselines_gpu.py
 
 env: SETTING, ROUNDS (500), METHODS (the batched ones), DEVICE, EXECUTOR, BUDGET_S (none),
 OUT (folder, default benchmarks/results), NAME (baselines_<setting>_gpu), RESUME, CONV_GEMM (0; 1:
-``execution.conv_gemm``), PACK (1; 0:
-no tar, for runs too large to bring back), MERGE (an earlier run's JSON: the methods it ran and
+``execution.conv_gemm``), PACK (1; 0: no tars), MERGE (an earlier run's JSON: the methods it ran and
 this run did not keep their rows, so leases that each run some methods to R gather one table),
 STREAMS (0; 1: every method a thread of this process on its own CUDA stream, instead of a process
 each: processes take turns on the GPU, streams share it).
@@ -52,6 +53,8 @@ from gpu_runs import RunJob, device_name, main_of, opened, pack, pool, unpack
 
 from pflkit.sdk.algorithms import LocalTraining, ModelFactory, make_algorithm
 from pflkit.sdk.run_config import ExecutionConfig
+
+PACK_LIMIT = 16 << 20  # bytes: the largest file a lent machine's call brings back
 
 
 def batched_methods(setting: str) -> tuple[str, ...]:
@@ -93,7 +96,7 @@ class Settings:
     out: Path = RESULTS
     name: str = "baselines_twocnn_50_gpu"
     resume: Path | None = None
-    pack: bool = True  # False: no tar (personal states of 50 clients: ~330 MB a method)
+    pack: bool = True  # False: no tars
     merge: Path | None = None  # an earlier lease's JSON: its methods not run here are kept
     processes: bool = True  # False: threads of this process, one CUDA stream each (STREAMS=1)
     conv_gemm: bool = False  # execution.conv_gemm (convolutions as patch GEMMs)
@@ -120,7 +123,8 @@ def bench(s: Settings) -> dict[str, Any]:
     """Every method at once; rows, curves, per-client top-1 and the run folders (tar in OUT)."""
     started = time.monotonic()
     runs = RUNS / s.name
-    unpack(s.resume / f"{s.name}_runs.tar.gz" if s.resume else None, runs)
+    tars = [s.resume / f"{s.name}_{m}_runs.tar.gz" for m in s.methods] if s.resume else []
+    unpack([t for t in tars if t.is_file()], runs)
     execution = ExecutionConfig(executor=s.executor, device=s.device, conv_gemm=s.conv_gemm)
     jobs = [RunJob(m, config(m, s.rounds, s.setting).replace(execution=execution),
                    runs / m, started + s.budget_s, (runs / m).is_dir()) for m in s.methods]
@@ -134,8 +138,7 @@ def bench(s: Settings) -> dict[str, Any]:
             done[method] = future.result()
         except Exception as error:  # e.g. NaN outputs at the final evaluation (DivergedModel)
             failed[method] = f"{type(error).__name__}: {error}".splitlines()[0]
-    if s.pack:
-        pack(runs, s.out / f"{s.name}_runs.tar.gz")
+    too_large = packed(runs, s) if s.pack else []
     rows = {m: r for d in done.values() for m, r in d["rows"].items()}
     command = (f"bash .gpu/run.sh env SETTING={s.setting} ROUNDS={s.rounds} "
                f"METHODS={','.join(s.methods)} BUDGET_S={s.budget_s:g} DEVICE={s.device} "
@@ -147,7 +150,7 @@ def bench(s: Settings) -> dict[str, Any]:
                "planned_rounds": s.rounds,
                "budget_s": None if math.isinf(s.budget_s) else s.budget_s,
                "device": next(iter(done.values()))["device"] if done else s.device,
-               "rows": rows, "failed": failed,
+               "rows": rows, "failed": failed, "too_large": too_large,
                "curves": {m: d["curve"] for m, d in done.items()},
                "own_top1": {m: d["own_top1"] for m, d in done.items()},
                "seconds": {**{m: d["seconds"] for m, d in done.items()},
@@ -158,6 +161,20 @@ def bench(s: Settings) -> dict[str, Any]:
     rows = payload["rows"]
     payload["rows"] = {m: rows[m] for m in ("fedavg", *RUN_ORDER) if m in rows}
     return payload
+
+
+def packed(runs: Path, s: Settings) -> list[str]:
+    """Each method's run folder as a tar in OUT, for RESUME; the methods whose tar is too large
+    to come back from a lent machine (a whole TwoCNN per client: ~330 MB for 50) get none."""
+    too_large = []
+    for method in s.methods:
+        if (runs / method).is_dir():
+            tar = s.out / f"{s.name}_{method}_runs.tar.gz"
+            pack(runs / method, tar, runs.name)
+            if tar.stat().st_size > PACK_LIMIT:
+                tar.unlink()
+                too_large.append(method)
+    return too_large
 
 
 def merged(payload: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
@@ -193,6 +210,8 @@ def render(payload: dict[str, Any], out: Path, name: str) -> str:
             + f"Settings and columns as bench-baselines'. Curve: {name}_curve.png.\n\n"
             + table(payload["rows"])
             + "".join(f"\n{LABELS[m]}: failed ({why})\n" for m, why in payload["failed"].items())
+            + "".join(f"\n{LABELS[m]}: run folder over {PACK_LIMIT >> 20} MiB packed, not kept "
+                      "for RESUME\n" for m in payload.get("too_large", []))
             + f"\nWall: {seconds}.\n"
             + "".join(f"\n{LABELS[m]}: from an earlier run, `{how}`.\n"
                       for m, how in payload.get("earlier", {}).items()))

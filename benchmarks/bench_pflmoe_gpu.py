@@ -146,7 +146,7 @@ def bench(s: Settings) -> dict[str, Any]:
     started = time.monotonic()
     runs = RUNS / s.name
     previous = json.loads((s.resume / f"{s.name}.json").read_text()) if s.resume else None
-    unpack(s.resume / f"{s.name}_runs.tar.gz" if s.resume else None, runs)
+    unpack([s.resume / f"{s.name}_runs.tar.gz"] if s.resume else [], runs)
     execution = ExecutionConfig(executor=s.executor, device=s.device)
     dirs = {a: runs / f"pflmoe-dir{a:g}" for a in s.alphas}
     jobs = [RunJob(a, config(a, s.rounds).replace(execution=execution), dirs[a],

@@ -1,8 +1,8 @@
 """What the GPU benchmarks share: worker pools, the device's name, run folders packed for OUT,
 the results files and RENDER_ONLY.
 
-A lent GPU machine is bare at each start: run folders travel back as one tar in OUT (its
-files come back, at most 8), and RESUME unpacks them there to train on in a later session.
+A lent GPU machine is bare at each start: run folders travel back as tars in OUT (its files
+come back: at most 8, 16 MiB each), and RESUME unpacks them there to train on in a later session.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import multiprocessing
 import os
 import shutil
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -72,17 +72,17 @@ def device_name(device: str) -> str:
     return f"CPU ({os.cpu_count()} cores), torch {torch.__version__}"
 
 
-def pack(runs: Path, tar_path: Path) -> None:
-    """The run folders under ``runs`` as one .tar.gz (named by the folder)."""
+def pack(folder: Path, tar_path: Path, under: str = "") -> None:
+    """``folder`` as one .tar.gz, named by the folder (inside ``under``/ when given)."""
     tar_path.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(tar_path, "w:gz") as tar:
-        tar.add(runs, arcname=runs.name)
+        tar.add(folder, arcname=f"{under}/{folder.name}" if under else folder.name)
 
 
-def unpack(tar_path: Path | None, runs: Path) -> None:
-    """A fresh ``runs`` folder: empty, or (RESUME) the packed folders of a previous session."""
+def unpack(tar_paths: Sequence[Path], runs: Path) -> None:
+    """A fresh ``runs`` folder: empty, or (RESUME) what previous sessions packed of it."""
     shutil.rmtree(runs, ignore_errors=True)
-    if tar_path is not None:
+    for tar_path in tar_paths:
         with tarfile.open(tar_path) as tar:
             tar.extractall(runs.parent, filter="data")
 

@@ -31,8 +31,33 @@ def test_budget_stops_each_method_and_rows_say_how_many_rounds_ran(tmp_path, mon
     assert text.split("| FedProx | yes |")[1].splitlines()[0].endswith("| 1 | 0 |")  # rounds,
     assert payload["rows"]["fedprox"]["diverged"] == 0  # and client fits dropped as diverged
     assert (settings.out / "tiny_curve.png").is_file()
-    with tarfile.open(settings.out / "tiny_runs.tar.gz") as tar:  # what RESUME trains on
+    with tarfile.open(settings.out / "tiny_fedprox_runs.tar.gz") as tar:  # what RESUME trains on
         assert "tiny/fedprox/global/latest.safetensors" in tar.getnames()
+    assert payload["too_large"] == []
+
+
+def test_resume_trains_on_the_packed_methods_and_the_others_start_afresh(tmp_path, monkeypatch):
+    """A run folder over what a call brings back is not packed: that method starts again."""
+    monkeypatch.setattr(bench_baselines_gpu, "RUNS", tmp_path / "runs")
+    # FedProx's folder packs to ~1.2 MB (the global TwoNN); Local-only's holds 5 personal TwoNNs
+    monkeypatch.setattr(bench_baselines_gpu, "PACK_LIMIT", 3 << 20)
+
+    def lease(out, resume=None):
+        settings = bench_baselines_gpu.Settings(
+            setting="twonn-50", rounds=500, methods=("fedprox", "local"), device="cpu",
+            budget_s=0.0, out=tmp_path / out, name="r", resume=resume, processes=False)
+        payload = bench_baselines_gpu.bench(settings)
+        write(payload, settings.out, "r", bench_baselines_gpu.render)
+        return payload
+
+    first = lease("first")
+    assert first["too_large"] == ["local"]
+    assert sorted(p.name for p in (tmp_path / "first").glob("*.tar.gz")) == \
+        ["r_fedprox_runs.tar.gz"]
+    assert "Local only: run folder over 3 MiB packed" in (tmp_path / "first" / "r.md").read_text()
+    second = lease("second", resume=tmp_path / "first")
+    assert second["rows"]["fedprox"]["rounds"] == 2  # trained on from round 1
+    assert second["rows"]["local"]["rounds"] == 1  # started afresh
 
 
 def test_merge_gathers_methods_run_in_different_leases_into_one_table(tmp_path, monkeypatch):
