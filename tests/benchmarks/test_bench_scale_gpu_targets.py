@@ -34,3 +34,14 @@ def test_tf32_further_off_does_not_count():
     assert line(lines, "| (a) batched <= 0.15") == \
         "| (a) batched <= 0.15 s/round | 0.200 s (a-batched-gemm) | NO |"
     assert line(lines, "| batched-gemm-tf32: top-1").endswith("| 0.41 points | NO |")
+
+
+def test_the_compiled_a_system_counts_for_a_by_its_own_tf32_check():
+    close = {**rows(0.8712), "a-batched-gemm-tf32-compiled": {"per_round": 0.08, "top1": 0.74},
+             "a-batched-gemm-tf32-compiled-20": {"per_round": 0.08, "top1": 0.8720}}
+    assert line(targets({"rows": close}), "| (a) batched <= 0.15") == \
+        "| (a) batched <= 0.15 s/round | 0.080 s (a-batched-gemm-tf32-compiled) | yes |"
+    far = {**close, "a-batched-gemm-tf32-compiled-20": {"per_round": 0.08, "top1": 0.8690}}
+    lines = targets({"rows": far})
+    assert line(lines, "| (a) batched <= 0.15").endswith("(a-batched-gemm-tf32) | yes |")
+    assert line(lines, "| batched-gemm-tf32-compiled: top-1").endswith("| 0.41 points | NO |")
