@@ -6,10 +6,9 @@ executor, the plain PyTorch loop on the GPU (bench-overhead's, same clients and 
 batched executor with every step eager (``cuda_graphs = false``) and with captured steps (the
 default), the latter with ``conv_gemm`` (convolutions as patch GEMMs), and each of them with
 TF32; for (a) also conv_gemm + TF32 + ``compile_loss`` (the loss through torch.compile), for
-(b) ``compile_loss``. "GPU busy" = the
-driver's utilization.gpu sampled while BUSY_S (3) more seconds of rounds run (gpu_busy.py).
-The TF32 check: each TF32 system's top-1 after TF32_ROUNDS rounds against
-the fp32 batched run's (the issue allows TF32 within 0.3 points).
+(b) ``compile_loss``. "GPU busy" = the driver's utilization.gpu sampled while BUSY_S (3) more
+seconds of rounds run (gpu_busy.py). The TF32 check: each TF32 system's top-1 after TF32_ROUNDS
+rounds against the fp32 batched run's (the issue allows TF32 within 0.3 points).
 
     bash tests/gpu_check.sh     (writes gpu_scale.json; bench_scale.py renders it)
 """
