@@ -6,6 +6,7 @@ command-line override means exactly what the same line in the file would.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -73,15 +74,37 @@ def set_key(raw: dict[str, Any], dotted: str, value: Any) -> None:
 
 def dump_toml(mapping: Mapping[str, Any]) -> str:
     """Nested dicts -> TOML text: top-level values first, then one table per dict."""
-    lines = [f"{k} = {_toml_value(v)}" for k, v in mapping.items() if not isinstance(v, dict)]
-    tables = [(k, v) for k, v in mapping.items() if isinstance(v, dict)]
+    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in mapping.items()
+             if not isinstance(v, dict)]
+    tables = [(_toml_key(k), v) for k, v in mapping.items() if isinstance(v, dict)]
     while tables:
         title, table = tables.pop(0)
         lines.append(f"\n[{title}]")
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items()
+        lines.extend(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items()
                      if not isinstance(v, dict))
-        tables[:0] = [(f"{title}.{k}", v) for k, v in table.items() if isinstance(v, dict)]
+        tables[:0] = [(f"{title}.{_toml_key(k)}", v) for k, v in table.items()
+                      if isinstance(v, dict)]
     return "\n".join(lines).lstrip() + "\n"
+
+
+def _toml_key(key: str) -> str:
+    """A bare key where TOML allows one, else a quoted one (``--param "a b=1"``)."""
+    return key if _BARE_KEY.fullmatch(key) else _toml_value(key)
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",
+                 "\r": "\\r"}
+
+
+def _toml_char(char: str) -> str:
+    """One character of a TOML basic string, quotes, backslashes and control characters escaped.
+
+    A raw newline in a path would leave config.toml unreadable, and the run unresumable.
+    """
+    if char in _TOML_ESCAPES:
+        return _TOML_ESCAPES[char]
+    return f"\\u{ord(char):04x}" if ord(char) < 0x20 or ord(char) == 0x7F else char
 
 
 def _toml_value(value: Any) -> str:
@@ -90,7 +113,7 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return '"' + "".join(_toml_char(c) for c in value) + '"'
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise ConfigError(f"cannot write {value!r} to TOML")

@@ -23,9 +23,9 @@ from pflkit.sdk.data.tensors import LabeledTensors
 
 State = dict[str, torch.Tensor]
 
-DEVICE_CHOICES = "auto | cpu | cuda | cuda:N"
+DEVICE_CHOICES = "auto | cpu | cuda | cuda:N (N a GPU's index, 0-9999)"
 PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
-_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+_PATTERN = re.compile(r"^(auto|cpu|cuda(:(0|[1-9]\d{0,3}))?)$")  # N: 0-9999, no leading 0
 
 
 class DeviceError(ValueError):

@@ -91,17 +91,39 @@ class RunDir:
         folder = self.path / "global"
         return sorted(int(p.stem.removeprefix("round_")) for p in folder.glob("round_*"))
 
+    def _written_files(self) -> tuple[Path, ...]:
+        return (self.config_file, self.partition_file, self.partition_table, self.metrics,
+                self.final, self.report)
+
+    def _written_folders(self) -> tuple[Path, ...]:
+        return self.plots, self.path / "global", self.clients.root, self.path / "personalized"
+
+    def refuse_fresh_run(self) -> None:
+        """Refuse to start a fresh run here over a run's files, a stopped run's or anyone's.
+
+        It would overwrite them, and a failed run deletes them (``discard``), whoever wrote
+        them; a stopped run continues with ``--resume``.
+        """
+        if self.latest.exists():
+            done = checkpoint_round(self.latest)
+            rounds = "" if done is None else f" ({done} round{'' if done == 1 else 's'} done)"
+            raise FileExistsError(f"{self.path} already holds a run{rounds}: continue it "
+                                  f"with --resume {self.path}, or choose another --out")
+        present = [p.name for p in (*self._written_files(), *self._written_folders())
+                   if p.exists()]
+        if present:
+            raise FileExistsError(f"{self.path} already holds {', '.join(present)}, which a "
+                                  "run writes: choose another --out, or delete them")
+
     def discard(self, existing: Path) -> None:
         """Remove what a run wrote here, then the folders it created below ``existing``.
 
         A fresh run that fails calls this, so that the same ``--out`` works again; anything
         else in the folder (``exports/``, the user's files) stays.
         """
-        for file in (self.config_file, self.partition_file, self.partition_table, self.metrics,
-                     self.final, self.report):
+        for file in self._written_files():
             file.unlink(missing_ok=True)
-        for folder in (self.plots, self.path / "global", self.clients.root,
-                       self.path / "personalized"):
+        for folder in self._written_folders():
             shutil.rmtree(folder, ignore_errors=True)
         folder = self.path.absolute()
         while folder != existing and not (folder.is_dir() and any(folder.iterdir())):
@@ -137,12 +159,24 @@ class RunDir:
         return None if text is None else float(text)
 
     def truncate_metrics(self, rounds_done: int) -> None:
-        """Keep the metrics rows of the first ``rounds_done`` rounds (a resumed run's)."""
-        if self.metrics.is_file():
-            rows = [json.loads(line) for line in self.metrics.read_text().splitlines()
-                    if line.strip()]
-            kept = [r for r in rows if r["round"] < rounds_done]
-            self.metrics.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        """Keep the metrics rows of the first ``rounds_done`` rounds (a resumed run's).
+
+        A last line cut short (the process killed or the disk full mid-write) is dropped: its
+        round was not committed, or it would not be the last line.
+        """
+        if not self.metrics.is_file():
+            return
+        lines = [line for line in self.metrics.read_text().splitlines() if line.strip()]
+        rows = []
+        for number, line in enumerate(lines, 1):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                if number < len(lines):
+                    raise CorruptStateError(f"{self.metrics}: line {number} is not JSON "
+                                            f"({err.msg})") from None
+        kept = [r for r in rows if r["round"] < rounds_done]
+        self.metrics.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
     @phase("metrics")
     def append_metrics(self, row: dict[str, Any]) -> None:

@@ -63,11 +63,8 @@ class Simulation:
         self._existing = None if resume else check_creatable(self.run_dir)
         self.files = RunDir(self.run_dir)
         self.progress = progress
-        if not resume and self.files.latest.exists():
-            done = checkpoint_round(self.files.latest)
-            rounds = "" if done is None else f" ({done} round{'' if done == 1 else 's'} done)"
-            raise FileExistsError(f"{self.run_dir} already holds a run{rounds}: continue it "
-                                  f"with --resume {self.run_dir}, or choose another --out")
+        if not resume:
+            self.files.refuse_fresh_run()
         device = resolve_device(config.execution.device)  # fail before loading any data
         dataset = load_data(config)
         self.algorithm = build_algorithm(config, dataset.spec)

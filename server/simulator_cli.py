@@ -45,16 +45,26 @@ def build_config(path: Path | None, flags: dict[str, Any], params: list[str],
         if not sep:
             raise ConfigError(f"--param expects KEY=VALUE, got {item!r}")
         set_key(raw, f"algorithm.params.{key.strip()}", parse_value(value.strip()))
-    return SimConfig.from_mapping(apply_overrides(raw, overrides))
+    raw = apply_overrides(raw, overrides)
+    if not any(key != "execution" for key in raw):  # [execution] says where, not what
+        what = f"{path}: sets nothing about the run" if path else \
+            "give --config FILE or flags that describe the run"
+        raise ConfigError(f"{what} (an empty run config would start a {SimConfig.rounds}-round "
+                          "run of the defaults)")
+    return SimConfig.from_mapping(raw)
 
 
-def _resumed_execution(run_dir: Path, flags: dict[str, Any],
-                       overrides: list[str]) -> ExecutionConfig:
-    """A resumed run keeps its config; only where it runs ([execution]) may change."""
-    other = [o for o in overrides if not o.strip().startswith("execution.")]
+def _resumed_execution(run_dir: Path, flags: dict[str, Any], overrides: list[str],
+                       changes: list[str]) -> ExecutionConfig:
+    """A resumed run keeps its config; only where it runs ([execution]) may change.
+
+    ``changes``: the other options given (``--rounds``, ``--config``, ...), each refused
+    rather than silently ignored.
+    """
+    other = changes + [repr(o) for o in overrides if not o.strip().startswith("execution.")]
     if other:
         raise ConfigError(f"--resume keeps the run's config; only execution.* keys can be "
-                          f"set, not {other[0]!r}")
+                          f"set, not {other[0]}")
     raw = RunDir(run_dir).config().to_mapping()
     for dotted, value in flags.items():
         if value is not None:
@@ -109,27 +119,30 @@ def main(
     execution_flags = {"execution.executor": executor, "execution.device": device,
                        "execution.precision": precision, "execution.ray_address": ray_address,
                        "execution.personalize_on": personalize_on}
+    run_flags = {
+        "data.dataset": dataset, "data.root": data_root, "data.resize": resize,
+        "data.kind": partition, "data.num_clients": clients, "data.alpha": alpha,
+        "data.test_fraction": test_fraction, "model.name": model, "algorithm.name": algorithm,
+        "rounds": rounds, "training.clients_per_round": clients_per_round,
+        "training.fraction": fraction, "training.epochs": epochs,
+        "training.batch_size": batch_size, "training.lr": lr, "seed": seed,
+        "eval_interval": eval_interval,
+    }
     try:
         if resume is not None:
+            changes = [key for key, value in run_flags.items() if value is not None]
+            changes += [name for name, given in (("--param", param), ("--config", config),
+                                                 ("--out", out)) if given]
             sim = Simulation.resume(resume, progress=not quiet,
                                     execution=_resumed_execution(resume, execution_flags,
-                                                                 set_ or []))
+                                                                 set_ or [], changes))
         else:
             if out is None:
                 raise ConfigError("give --out RUN_DIR (or --resume RUN_DIR)")
             if config is not None:
                 add_project_path(config.parent)
-            flags = {
-                "data.dataset": dataset, "data.root": data_root, "data.resize": resize,
-                "data.kind": partition, "data.num_clients": clients, "data.alpha": alpha,
-                "data.test_fraction": test_fraction, "model.name": model,
-                "algorithm.name": algorithm, "rounds": rounds,
-                "training.clients_per_round": clients_per_round, "training.fraction": fraction,
-                "training.epochs": epochs, "training.batch_size": batch_size, "training.lr": lr,
-                "seed": seed, "eval_interval": eval_interval, **execution_flags,
-            }
-            sim = Simulation(build_config(config, flags, param or [], set_ or []), out,
-                             progress=not quiet)
+            sim = Simulation(build_config(config, run_flags | execution_flags, param or [],
+                                          set_ or []), out, progress=not quiet)
         result = sim.run()
     except (ConfigError, ExtensionError, ValueError, OSError, KeyError) as err:
         raise _fail(err) from err

@@ -36,7 +36,9 @@ def shards(
     classes, counts = np.unique(labels, return_counts=True)
     if num_shards > len(labels) or num_shards < len(classes):
         raise PartitionError(
-            f"{num_shards} shards need between {len(classes)} and {len(labels)} samples"
+            f"data.num_clients x data.shards_per_client = {num_shards} shards, but "
+            f"{len(labels)} samples of {len(classes)} classes allow {len(classes)} to "
+            f"{len(labels)} shards"
         )
     quota = counts / counts.sum() * num_shards
     per_class = np.maximum(np.floor(quota).astype(int), 1)
@@ -71,7 +73,8 @@ def dirichlet(
         raise PartitionError(f"Dirichlet alpha must be > 0, got {alpha}")
     if min_size * num_clients > len(labels):
         raise PartitionError(
-            f"min_size={min_size} x {num_clients} clients exceeds {len(labels)} samples"
+            f"data.min_size = {min_size} x data.num_clients = {num_clients} exceeds the "
+            f"{len(labels)} samples"
         )
     classes = np.unique(labels)
     for _ in range(max_tries):
@@ -104,11 +107,15 @@ def split_new_clients(
 def train_test_split(
     index: np.ndarray, test_fraction: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Split one client's indices into its own train and test parts."""
+    """Split one client's indices into its own train and test parts.
+
+    The client keeps at least one train row (a large fraction of a small client would round
+    to all of it: a client with nothing to train on), as natural partitions do.
+    """
     if not 0.0 <= test_fraction < 1.0:
         raise PartitionError(f"test_fraction must be in [0, 1), got {test_fraction}")
     order = rng.permutation(index)
-    n_test = int(round(test_fraction * len(index)))
+    n_test = min(int(round(test_fraction * len(index))), max(len(index) - 1, 0))
     return np.sort(order[n_test:]), np.sort(order[:n_test])
 
 

@@ -67,3 +67,11 @@ def test_tf32_and_the_autotuner_are_what_the_config_says_on_a_cuda_device(tf32_f
     assert torch.backends.cuda.matmul.allow_tf32 is tf32
     assert torch.backends.cudnn.allow_tf32 is tf32
     assert torch.backends.cudnn.benchmark is autotune
+
+
+@pytest.mark.parametrize("name", ["cuda:99999999999999999999", "cuda:01", "cuda:10000",
+                                  "cuda:-1", "cuda:"])
+def test_a_cuda_index_out_of_its_range_is_one_line_not_a_traceback(name):
+    """torch.device raised RuntimeError ("Could not parse device index") past the pattern."""
+    with pytest.raises(ConfigError, match=r"execution\.device: .*cuda:N \(N a GPU's index"):
+        SimConfig.from_mapping({"rounds": 1, "execution": {"device": name}})

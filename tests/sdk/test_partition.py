@@ -96,3 +96,11 @@ def test_label_noise_flips_the_expected_share(kind, eps):
     if kind == "pair":
         flipped = noisy != y
         assert np.all(noisy[flipped] == (y[flipped] + 1) % 10)
+
+
+@pytest.mark.parametrize("rows,fraction,train", [(3, 0.9, 1), (1, 0.5, 1), (2, 0.8, 1),
+                                                 (10, 0.2, 8), (0, 0.5, 0)])
+def test_a_client_keeps_a_train_row_whatever_its_test_fraction(rows, fraction, train):
+    """A fraction rounding to all of a small client's rows left it nothing to train on."""
+    tr, te = partition.train_test_split(np.arange(rows), fraction, numpy_rng(0, "t"))
+    assert len(tr) == train and len(tr) + len(te) == rows

@@ -131,3 +131,86 @@ def test_a_model_whose_body_is_wider_than_feature_dim_is_one_line_before_any_wri
     assert result.output.strip() == ("error: model 'wide': its body gives 16 features per "
                                      "input but it declares feature_dim = 8")
     assert not out.exists()
+
+
+def test_a_config_that_names_nothing_about_the_run_is_refused_before_any_write(
+        tmp_path, monkeypatch):
+    """An empty file, or no --config and no run flags, was a silent 100-round run of defaults."""
+    def no_training(self):
+        raise RuntimeError("a run started")
+
+    monkeypatch.setattr(Simulation, "run_round", no_training)
+    empty = tmp_path / "empty.toml"
+    empty.write_text("# nothing yet\n")
+    out = tmp_path / "run"
+    cases = [(["--config", str(empty)], f"{empty}: sets nothing about the run"),
+             ([], "give --config FILE or flags that describe the run"),
+             (["--device", "cpu"], "give --config FILE or flags that describe the run")]
+    for args, reason in cases:
+        result = runner.invoke(app, ["--out", str(out), *args, "--quiet"])
+        assert result.exit_code == 2, result.output
+        assert result.output.strip() == (f"error: {reason} (an empty run config would start "
+                                          "a 100-round run of the defaults)")
+        assert not out.exists()
+
+
+def test_resume_refuses_every_option_that_would_change_the_run(tmp_path):
+    """--rounds, --lr, --param, --config and --out were ignored on --resume, with exit 0."""
+    out = tmp_path / "run"
+    assert runner.invoke(app, ["--out", str(out), *SMALL_RUN]).exit_code == 0
+    config = (out / "config.toml").read_text()
+    for args, named in [(["--rounds", "5"], "rounds"), (["--lr", "0.5"], "training.lr"),
+                        (["--param", "mu=5"], "--param"), (["--out", str(tmp_path / "x")], "--out"),
+                        (["--config", str(out / "config.toml")], "--config"),
+                        (["--set", "training.lr=0.5"], "'training.lr=0.5'")]:
+        result = runner.invoke(app, ["--resume", str(out), *args, "--quiet"])
+        assert result.exit_code == 2, result.output
+        assert result.output.strip() == ("error: --resume keeps the run's config; only "
+                                          f"execution.* keys can be set, not {named}")
+    assert (out / "config.toml").read_text() == config
+    assert runner.invoke(app, ["--resume", str(out), "--executor", "batched",
+                               "--quiet"]).exit_code == 0
+
+
+def test_a_fresh_run_refuses_an_out_holding_files_a_run_writes(tmp_path):
+    """They were overwritten (and a failed run would have deleted them)."""
+    out = tmp_path / "project"
+    (out / "plots").mkdir(parents=True)
+    (out / "config.toml").write_text("my own config")
+    (out / "report.md").write_text("my notes")
+    result = runner.invoke(app, ["--out", str(out), *SMALL_RUN])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (f"error: {out} already holds config.toml, report.md, "
+                                      "plots, which a run writes: choose another --out, or "
+                                      "delete them")
+    assert (out / "config.toml").read_text() == "my own config"
+    assert (out / "report.md").read_text() == "my notes"
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "plots", "report.md"]
+
+
+def test_a_newline_in_a_setting_keeps_the_run_resumable(tmp_path):
+    """config.toml was written with a raw newline: unreadable, so the run could not resume."""
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["--out", str(out), *SMALL_RUN, "--data-root", "/tmp/x\ny\t"])
+    assert result.exit_code == 0, result.output
+    assert Simulation.resume(out, progress=False).config.data.root == "/tmp/x\ny\t"
+
+
+def test_resume_drops_a_metrics_line_cut_short_and_names_a_broken_one(tmp_path, monkeypatch):
+    def crash(self):
+        raise RuntimeError("evaluation crashed")
+
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr(Simulation, "final_evaluation", crash)
+        runner.invoke(app, ["--out", str(out), *SMALL_RUN])
+    metrics = out / "metrics.jsonl"
+    rows = metrics.read_text()
+    metrics.write_text(rows + '{"round": 1, "lr": 0.0')  # the disk filled mid-write
+    resumed = runner.invoke(app, ["--resume", str(out), "--quiet"])
+    assert resumed.exit_code == 0, resumed.output
+    assert metrics.read_text().startswith(rows)
+    metrics.write_text('{"round": 0, "lr\n' + rows)
+    broken = runner.invoke(app, ["--resume", str(out), "--quiet"])
+    assert broken.exit_code == 2
+    assert broken.output.strip().startswith(f"error: {metrics}: line 1 is not JSON (")
