@@ -2,7 +2,8 @@
 
 One parser serves every command that takes one (``pfl-export --class-counts/--proportions``,
 ``pfl-fedrod-head``), so they accept and refuse the same inputs: counts are whole numbers,
-proportions sum to 1, every entry is finite and >= 0, and some class has a sample.
+proportions sum to 1, every entry is finite and >= 0, so is their sum, and some class has a
+sample.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def class_proportions(distribution: torch.Tensor | Sequence[float], num_classes:
     total = float(a.sum())
     if total <= 0:
         raise ClassDistributionError("class distribution is all zero (no class has any sample)")
+    if not math.isfinite(total):  # 1e308 per class: a / inf would be all zeros, not shares
+        raise ClassDistributionError("class distribution sums beyond the float range")
     return (a / total).float()
 
 

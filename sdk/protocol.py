@@ -16,11 +16,24 @@ MAX_ID = 2**31 - 1  # client, run, token ids and round numbers fit a 32-bit sign
 RETRY_AFTER = "Retry-After"
 
 # An upload's safetensors metadata may hold its training metrics under this key, as a JSON
-# object of at most MAX_METRICS names (each at most MAX_METRIC_NAME characters) to finite
-# numbers; anything else is refused with 400.
+# object of at most MAX_METRICS names (each 1 to MAX_METRIC_NAME printable characters: they
+# reach operators' terminals) to finite numbers; anything else is refused with 400.
 METRICS_KEY = "metrics"
 MAX_METRICS = 64
 MAX_METRIC_NAME = 64
+
+# safetensors metadata key: the sha256 of the tensor data after the header. Files at rest carry
+# it (``tensorio``); any payload that carries it must match it, uploads included, else refused.
+CHECKSUM_KEY = "pflkit.sha256"
+
+def sendable(token: str) -> bool:
+    """Whether a token or secret can travel in an HTTP header: printable ASCII, no spaces.
+
+    Checked wherever one enters (the server's admin token, pfl-admin, the device client), so
+    a stray newline or a non-ASCII character is refused at once, without showing the secret.
+    """
+    return bool(token) and all("!" <= c <= "~" for c in token)
+
 
 # A task of a run whose devices clip (DP's dp_clip_on_device) carries the L2 norm the upload's
 # change to the round's global state must stay within; the server refuses one over it (422).

@@ -23,9 +23,9 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from pflkit.sdk.atomic import atomic_write_bytes  # re-exported: the one durable write
+from pflkit.sdk.protocol import CHECKSUM_KEY  # re-exported: the server checks uploads with it
 
 State = dict[str, torch.Tensor]
-CHECKSUM_KEY = "pflkit.sha256"  # metadata: sha256 of the tensor data after the header
 
 
 class CorruptStateError(ValueError):

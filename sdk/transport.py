@@ -4,6 +4,11 @@ Network errors, 429 and 5xx are retried with capped exponential backoff and jitt
 server sends ``Retry-After`` (it also marks a retryable 409 that way) the client waits exactly
 that. Any other 4xx raises :class:`ServerRefused` with the server's message on one line, and a
 server that does not answer usefully within the budget raises :class:`ServerUnavailable`.
+
+A request that cannot be sent as it is (httpx's ``LocalProtocolError``: an illegal header) is
+no network fault: it raises ``ValueError`` at once, without the error's text, which quotes the
+headers and so the secret. A secret is checked before any request for what a header can
+carry, so a token pasted with a stray carriage return is named as such, not sent.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from pflkit.sdk.protocol import RETRY_AFTER, one_line_detail
+from pflkit.sdk.protocol import RETRY_AFTER, one_line_detail, sendable
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +69,7 @@ class ServerConnection:
         """Send until answered below 400; ``secret`` is sent as Bearer credentials."""
         headers = dict(kwargs.pop("headers", {}))
         if secret is not None:
+            check_secret(secret)
             headers["Authorization"] = f"Bearer {secret}"
         started, attempt = time.monotonic(), 0
         while True:
@@ -76,6 +82,9 @@ class ServerConnection:
                 wait = retry_after(response)
                 if response.status_code not in _RETRYABLE and wait is None:
                     raise ServerRefused(response.status_code, _detail(response))
+            except httpx.LocalProtocolError:  # its text can hold the Authorization header
+                raise ValueError(f"{method} {path}: the request cannot be sent (an illegal "
+                                 "header value)") from None
             except httpx.TransportError as err:
                 problem = f"{type(err).__name__}: {err}"
             backoff = min(self.retry.cap, self.retry.base * 2**attempt) * \
@@ -91,6 +100,17 @@ class ServerConnection:
     def close(self) -> None:
         """Close the connection pool."""
         self.http.close()
+
+
+def check_secret(secret: str) -> None:
+    """Raise ValueError unless a token or secret is printable ASCII without spaces.
+
+    The message never shows the secret: it goes to logs and terminals.
+    """
+    if not sendable(secret):
+        raise ValueError("the token or secret holds a space, a control character (a stray "
+                         "newline or carriage return?) or a non-ASCII character; it was not "
+                         "sent")
 
 
 def retry_after(response: httpx.Response) -> float | None:

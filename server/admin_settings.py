@@ -27,6 +27,7 @@ import httpx
 
 from pflkit.sdk.config_toml import read_toml
 from pflkit.sdk.config_types import ConfigError, closest
+from pflkit.sdk.protocol import sendable
 
 URL_ENV = "PFLKIT_URL"
 TOKEN_ENV = "PFLKIT_ADMIN_TOKEN"
@@ -78,7 +79,7 @@ def exposed_warning(path: Path) -> str | None:
 def check_token(token: str, source: str) -> str:
     """The token without surrounding whitespace; refused (never shown) unless it can be sent."""
     token = token.strip()
-    if not (token.isascii() and token.isprintable() and len(token.split()) == 1):
+    if not sendable(token):
         raise SettingsError(f"the admin token from {source} must be printable ASCII without "
                             "spaces or line breaks (it is not shown here)")
     return token

@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Group
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
+from pflkit.sdk.protocol import MAX_METRIC_NAME
 from pflkit.server.api.schemas import ClientPublic, PrivacyPublic, RunPublic
 
 HISTORY_ROWS = 10  # closed rounds shown by `status`
@@ -41,8 +42,19 @@ def clients_table(clients: Sequence[ClientPublic]) -> Table:
     return table
 
 
-def _number(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+def device_text(text: str) -> Text:
+    """A string a device chose (a metric name), fit for the operator's terminal.
+
+    Plain text, never Rich markup (``[/bold]`` raised MarkupError on every refresh), with
+    control and other unprintable characters (an escape sequence) shown as ``?``, and at most
+    ``MAX_METRIC_NAME`` characters (what uploads may use; older rows are cut).
+    """
+    clean = "".join(c if c.isprintable() else "?" for c in text)
+    return Text(clean if len(clean) <= MAX_METRIC_NAME else f"{clean[:MAX_METRIC_NAME - 1]}…")
+
+
+def _number(value: Any) -> Text:
+    return Text(f"{value:.4g}" if isinstance(value, float) else str(value))
 
 
 def _ids(ids: list[int]) -> str:
@@ -82,7 +94,8 @@ def render_status(run: RunPublic, now: float | None = None) -> Group:
         parts.append(Text("no round open (waiting for enough enrolled clients)"))
     if run.history:
         names = sorted({name for r in run.history for name in r.metrics})
-        table = Table("round", "closed (UTC)", *names, title="closed rounds", title_justify="left")
+        table = Table("round", "closed (UTC)", *(Column(device_text(n)) for n in names),
+                      title="closed rounds", title_justify="left")
         for r in run.history[-HISTORY_ROWS:]:
             table.add_row(str(r.index), when(r.closed_at),
                           *(_number(r.metrics.get(name, "-")) for name in names))

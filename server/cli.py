@@ -142,7 +142,7 @@ def serve(
         reopened = service.rounds.recover()
         partial = service.store.blobs.remove_partial_writes()
     except ValidationError as err:
-        typer.echo(f"pfl-server: {explain(err)}", err=True)
+        typer.echo(f"pfl-server: {explain(err, {*flags, 'admin_token'})}", err=True)
         raise typer.Exit(2) from err
     except (ConfigError, ServiceError, OSError) as err:
         typer.echo(f"pfl-server: {err}", err=True)

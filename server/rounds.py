@@ -30,8 +30,8 @@ from sqlalchemy.orm import Session
 
 from pflkit.sdk.aggregation_rules import AggregatorFactory
 from pflkit.sdk.privacy_accounting import privacy_spent
-from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
-from pflkit.server.coordinator import Coordinator
+from pflkit.sdk.tensorio import CorruptStateError, state_from_bytes, state_to_bytes
+from pflkit.server.coordinator import Coordinator, UpdateRejected
 from pflkit.server.faults import crash_point
 from pflkit.server.orm import Client, Round, Run, RunClipNorm, Update
 from pflkit.server.privacy_status import server_metadata
@@ -131,7 +131,7 @@ class RoundKeeper:
     def close_round(self, round_id: int) -> None:
         """Fold the round's accepted blobs (client-id order), store the result, commit.
 
-        A close that raises (a blob unreadable, the disk full, the database gone) gives its
+        A close that raises (a blob missing, the disk full, the database gone) gives its
         claim back at once, so the next tick of any keeper retries it, instead of the round
         staying ``closing`` until the lease expires.
         """
@@ -168,10 +168,7 @@ class RoundKeeper:
             new_global, extra = secagg_global(SecAggRounds(self.store), rnd, terms,
                                               coord.global_state)
         else:
-            for row in updates:
-                coord.submit(row.client_id, row.num_samples,
-                             state_from_bytes(self.store.blobs.get(row.blob_hash), row.blob_hash))
-                crash_point("close_mid_fold")
+            updates = self._fold(coord, rnd, updates)
             new_global = coord.close_round()
         setup = self.store.setup(run)
         # epsilon after this round, as pfl-sim's metrics rows have it; the global state carries
@@ -207,14 +204,36 @@ class RoundKeeper:
         log.info("run %d: round %d closed with %d/%d updates in %.3fs", run.id, rnd.index,
                  len(updates), len(rnd.sampled), time.perf_counter() - started)
 
+    def _fold(self, coord: Coordinator, rnd: Round, updates: list[Update]) -> list[Update]:
+        """Submit each stored update in turn; return those folded.
 
+        One the close cannot read or the Coordinator refuses is dropped with a warning and
+        the round closes with the others: retrying cannot repair it, and reopening the round
+        for it would hold back every honest client's update for good. A blob that cannot be
+        fetched (an I/O error) still fails the close, to be retried.
+        """
+        folded = []
+        for row in updates:
+            try:
+                coord.submit(row.client_id, row.num_samples,
+                             state_from_bytes(self.store.blobs.get(row.blob_hash), row.blob_hash))
+            except (CorruptStateError, UpdateRejected) as err:
+                log.warning("run %d: round %d: dropped client %d's update, which the close "
+                            "cannot use (%s)", rnd.run_id, rnd.index, row.client_id, err)
+                continue
+            folded.append(row)
+            crash_point("close_mid_fold")
+        return folded
 
 
 def _round_metrics(updates: list[Update] | Any) -> dict[str, Any]:
-    """Sample-weighted mean of each metric the clients reported, plus participation."""
+    """Sample-weighted mean of each metric the clients reported, plus participation.
+
+    The server's own counts win over a metric a client reported under the same name.
+    """
     total = sum(u.num_samples for u in updates)
-    keys = sorted({k for u in updates for k in u.metrics})
     out: dict[str, Any] = {"participants": len(updates), "samples": total}
+    keys = sorted({k for u in updates for k in u.metrics} - set(out))
     for key in keys:
         rows = [(u.metrics[key], u.num_samples) for u in updates if key in u.metrics]
         weight = sum(n for _, n in rows)

@@ -8,6 +8,7 @@ purpose: a server never starts with a placeholder secret.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated
 
@@ -30,10 +31,12 @@ from pflkit.sdk.aggregation_config import (
     TrimFraction,
 )
 from pflkit.sdk.config_toml import read_toml
-from pflkit.sdk.config_types import MAX_CLIENTS, closest, describe, in_range
+from pflkit.sdk.config_types import MAX_CLIENTS, ConfigError, closest, describe, in_range
+from pflkit.sdk.protocol import sendable
 from pflkit.sdk.registry import ImportPolicy
 
 ENV_PREFIX = "PFL_SERVER_"
+PROCESS_VARIABLES = {"CONFIG_FILE", "WAKE_SOCKET"}  # PFL_SERVER_* that are not settings
 FLAGS = {"admin_token": "--admin-token-file"}  # settings whose pfl-server flag is not --<name>
 # Every number has a range (docs/server.md): no setting may be infinite, NaN, or so large
 # that the server waits for ever or allocates without bound.
@@ -98,6 +101,15 @@ class ServerSettings(BaseSettings):
     # how often deadlines and round opening are checked
     tick_seconds: Annotated[float, in_range(0.0, 60.0, open_low=True)] = 0.5
 
+    @field_validator("admin_token")
+    @classmethod
+    def _sendable(cls, value: SecretStr) -> SecretStr:
+        """A token no client can send in an HTTP header left the admin API unusable."""
+        if not sendable(value.get_secret_value()):
+            raise ValueError("must be printable ASCII without spaces: it travels in an HTTP "
+                             "header (not shown here)")
+        return value
+
     @field_validator("allow_imports", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
@@ -147,6 +159,7 @@ class ServerSettings(BaseSettings):
     @classmethod
     def load(cls, config_file: Path | None = None, **flags: object) -> ServerSettings:
         """Read settings; ``config_file`` (or ``$PFL_SERVER_CONFIG_FILE``) is a TOML file."""
+        check_environment()
         path = config_file or os.environ.get(f"{ENV_PREFIX}CONFIG_FILE")
         if path is not None:
             check_toml_file(Path(path))
@@ -167,6 +180,20 @@ class ServerSettings(BaseSettings):
         return self.blob_dir or self.data_dir / "blobs"
 
 
+def check_environment() -> None:
+    """Refuse a ``PFL_SERVER_*`` variable that names no setting (pydantic ignores it).
+
+    A typo (``PFL_SERVER_ROUND_DEADLIN=5``) would start the server on the default.
+    """
+    for variable in sorted(os.environ):
+        name = variable.removeprefix(ENV_PREFIX).lower()
+        if variable.startswith(ENV_PREFIX) and name not in ServerSettings.model_fields and \
+                variable.removeprefix(ENV_PREFIX) not in PROCESS_VARIABLES:
+            guess = closest(name, ServerSettings.model_fields)
+            hint = f"; did you mean {ENV_PREFIX}{guess.upper()}?" if guess else ""
+            raise ConfigError(f"unknown setting variable {variable}{hint}")
+
+
 def check_toml_file(path: Path) -> None:
     """Refuse a missing or broken config file in one line that names it once.
 
@@ -177,8 +204,12 @@ def check_toml_file(path: Path) -> None:
     read_toml(path)
 
 
-def explain(err: ValidationError) -> str:
-    """A settings error as one line naming the flag and the environment variable to set."""
+def explain(err: ValidationError, flagged: Collection[str]) -> str:
+    """A settings error as one line naming where to set it.
+
+    Its flag when pfl-server has one (``flagged``: those settings), else the config file's key;
+    and its environment variable.
+    """
     first = err.errors()[0]
     name = str(first["loc"][0]) if first["loc"] else ""
     if first["type"] == "extra_forbidden":
@@ -188,7 +219,9 @@ def explain(err: ValidationError) -> str:
                 f"variable){hint}")
 
     def where(loc: object) -> str:
-        flag = FLAGS.get(name, "--" + name.replace("_", "-"))
-        return f"{flag} (or {ENV_PREFIX}{name.upper()})"
+        variable = f"{ENV_PREFIX}{name.upper()}"
+        if name not in flagged:
+            return f"{name} (the --config file's, or {variable})"
+        return f"{FLAGS.get(name, '--' + name.replace('_', '-'))} (or {variable})"
 
     return describe(err, where)

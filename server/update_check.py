@@ -6,7 +6,11 @@ dtype, shape and byte range, then the data) and test floating-point data for NaN
 numpy on the raw bytes: a worker then needs no PyTorch (~0.5 GB resident per process). The
 checks are those of the ``safetensors`` library (ranges that tile the data exactly, sizes that
 match dtype x shape, no duplicate names) plus the schema; the round closer parses the stored
-bytes with ``safetensors`` again.
+bytes with ``safetensors`` again (``tensorio.state_from_bytes``), so whatever it would refuse is
+refused here: the header strictly as UTF-8 JSON (Python's ``json`` also sniffs UTF-16 and takes
+lone surrogates, numbers past 64 bits and a metadata of any type, the Rust parser does not) and
+the checksum (``protocol.CHECKSUM_KEY``) when there is one. An update accepted here and
+refused at close time would make the closer retry its round forever.
 
 A schema maps each tensor name to ``(shape, dtype)`` with safetensors dtype names ("F32");
 :func:`schema_problem` compares one with a description of an update, and the Coordinator
@@ -15,6 +19,7 @@ uses it for in-memory tensors too, so both paths refuse the same updates with th
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +27,8 @@ from math import prod
 from typing import Any
 
 import numpy as np
+
+from pflkit.sdk.protocol import CHECKSUM_KEY
 
 MAX_HEADER_BYTES = 16 * 2**20  # far above any model's header; bounds the JSON parse
 
@@ -41,6 +48,8 @@ _NON_FINITE = {"F64": ("<u8", 0x7FF0000000000000), "F32": ("<u4", 0x7F800000),
                "F8_E4M3": ("u1", 0x7F)}
 
 _BLOCK = 8192  # values per non-finite test: temporaries of at most 64 KiB
+_LIMIT = 2**64  # the Rust parser's integers (offsets, dimensions, sizes) are 64-bit
+SHOWN_NAME = 64  # characters of a sender-chosen name an error message repeats
 
 Schema = Mapping[str, tuple[Sequence[int], str]]
 
@@ -67,11 +76,23 @@ class SafetensorsLayout:
     metadata: dict[str, str]
 
 
+def shown(name: str) -> str:
+    """A sender-chosen name as an error repeats it: at most ``SHOWN_NAME`` characters."""
+    return name if len(name) <= SHOWN_NAME else f"{name[:SHOWN_NAME]}..."
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused if a name repeats or a string is not UTF-8 (a lone surrogate)."""
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise MalformedUpdate(f"header names '{key}' twice")
+            raise MalformedUpdate(f"header names '{shown(key)}' twice")
+        for text in (key, value) if isinstance(value, str) else (key,):
+            try:
+                text.encode()
+            except UnicodeEncodeError as err:
+                raise MalformedUpdate("safetensors header has a lone surrogate escape "
+                                      "(not UTF-8)") from err
         out[key] = value
     return out
 
@@ -83,16 +104,22 @@ def read_layout(data: bytes) -> SafetensorsLayout:
     size = int.from_bytes(data[:8], "little")
     if size < 2 or size > MAX_HEADER_BYTES or 8 + size > len(data):
         raise MalformedUpdate("safetensors header length is out of range")
-    try:
-        header = json.loads(data[8:8 + size], object_pairs_hook=_unique_keys)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+    try:  # ValueError: also a number of more than 4300 digits
+        header = json.loads(data[8:8 + size].decode(), object_pairs_hook=_unique_keys)
+    except MalformedUpdate:
+        raise  # from _unique_keys, with its reason
+    except (ValueError, RecursionError) as err:
         raise MalformedUpdate(f"safetensors header is not JSON ({type(err).__name__})") from err
     if not isinstance(header, dict):
         raise MalformedUpdate("safetensors header is not a JSON object")
-    metadata = header.pop("__metadata__", None) or {}
+    metadata = header.pop("__metadata__", {})
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise MalformedUpdate("safetensors metadata must map names to strings")
+        raise MalformedUpdate("safetensors __metadata__ must be an object of strings")
     base, tensors = 8 + size, {}
+    if CHECKSUM_KEY in metadata and \
+            metadata[CHECKSUM_KEY] != hashlib.sha256(memoryview(data)[base:]).hexdigest():
+        raise MalformedUpdate(f"tensor data does not match the sha256 in metadata "
+                              f"'{CHECKSUM_KEY}'")
     for name, entry in header.items():
         tensors[name] = _span(name, entry, base)
     cursor = base
@@ -110,12 +137,19 @@ def _span(name: str, entry: Any, base: int) -> TensorSpan:
         dtype, shape, (start, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
         if dtype not in ITEM_BYTES or set(entry) != {"dtype", "shape", "data_offsets"}:
             raise ValueError
-        if not all(type(v) is int and v >= 0 for v in [*shape, start, end]):
+        if not all(type(v) is int and 0 <= v < _LIMIT for v in [*shape, start, end]):
             raise ValueError
     except (KeyError, TypeError, ValueError) as err:
-        raise MalformedUpdate(f"tensor '{name}' has a malformed header entry") from err
-    if end - start != prod(shape) * ITEM_BYTES[dtype]:
-        raise MalformedUpdate(f"tensor '{name}': {end - start} bytes for {dtype} {shape}")
+        raise MalformedUpdate(f"tensor '{shown(name)}' has a malformed header entry") from err
+    count = 1
+    for dim in shape:  # as the Rust parser multiplies: overflow at any step, even before a 0
+        count *= dim
+        if count >= _LIMIT:
+            raise MalformedUpdate(f"tensor '{shown(name)}': shape {shown(str(shape))} "
+                                  "overflows 64 bits")
+    if end - start != count * ITEM_BYTES[dtype]:
+        raise MalformedUpdate(f"tensor '{shown(name)}': {end - start} bytes for {dtype} "
+                              f"{shown(str(shape))}")
     return TensorSpan(dtype, tuple(shape), base + start, base + end)
 
 
@@ -132,15 +166,15 @@ def schema_problem(schema: Schema, tensors: Mapping[str, tuple[Sequence[int], st
     """
     missing = sorted(set(schema) - set(tensors))
     if missing:
-        shown = ", ".join(f"'{name}'" for name in missing[:5])
+        names = ", ".join(f"'{shown(name)}'" for name in missing[:5])
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        return f"update lacks tensor(s) {shown}{more}"
+        return f"update lacks tensor(s) {names}{more}"
     for name, (shape, dtype) in tensors.items():
         if name not in schema:
-            return f"unexpected tensor '{name}'"
+            return f"unexpected tensor '{shown(name)}'"
         want_shape, want_dtype = schema[name]
         if tuple(shape) != tuple(want_shape) or dtype != want_dtype:
-            return (f"tensor '{name}' is {tuple(shape)} {dtype}, expected "
+            return (f"tensor '{shown(name)}' is {shown(str(tuple(shape)))} {dtype}, expected "
                     f"{tuple(want_shape)} {want_dtype}")
     return None
 

@@ -245,13 +245,14 @@ def upload_metrics(metadata: dict[str, str]) -> dict[str, float]:
     """The metrics an upload reports (see ``protocol.METRICS_KEY``); MalformedUpdate if bad.
 
     Numbers are parsed as floats, so a 5000-digit integer becomes inf and is refused like
-    NaN, instead of overflowing; nesting is refused before it can exhaust the stack.
+    NaN, instead of overflowing; nesting is refused before it can exhaust the stack. Names
+    are printable (no control characters): ``pfl-admin status`` shows them to operators.
     """
     raw = metadata.get(METRICS_KEY)
     if raw is None:
         return {}
     problem = f"metadata '{METRICS_KEY}' must be a JSON object of at most {MAX_METRICS} " \
-              f"names (up to {MAX_METRIC_NAME} characters) to finite numbers"
+              f"names (1 to {MAX_METRIC_NAME} printable characters) to finite numbers"
     if len(raw) > MAX_METRICS * (MAX_METRIC_NAME + 40):
         raise MalformedUpdate(f"{problem}; it has {len(raw)} characters")
     try:
@@ -259,8 +260,8 @@ def upload_metrics(metadata: dict[str, str]) -> dict[str, float]:
     except (ValueError, RecursionError) as err:
         raise MalformedUpdate(f"{problem} ({type(err).__name__}: {str(err)[:80]})") from err
     if not isinstance(metrics, dict) or len(metrics) > MAX_METRICS or not all(
-            len(k) <= MAX_METRIC_NAME and isinstance(v, float) and math.isfinite(v)
-            for k, v in metrics.items()):
+            0 < len(k) <= MAX_METRIC_NAME and k.isprintable() and isinstance(v, float)
+            and math.isfinite(v) for k, v in metrics.items()):
         raise MalformedUpdate(problem)
     return metrics
 

@@ -24,6 +24,7 @@ from pflkit.sdk.client import (
     save_client_data,
 )
 from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.seeding import numpy_rng
 from pflkit.sdk.tensorio import CorruptStateError, save_state
 
 
@@ -68,6 +69,7 @@ class ScriptedServer:
 
         self.replies = list(replies)
         self.seen: list[float] = []
+        self.paths: list[str] = []  # every request, the task preview's too
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
@@ -81,6 +83,7 @@ class ScriptedServer:
     async def app(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return
+        self.paths.append(scope["path"])
         if scope["path"] == "/v1/task/preview":
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"application/json")]})
@@ -141,6 +144,53 @@ def test_float64_or_nan_rows_are_refused_before_any_request(tmp_path):
         assert server.seen == [] and not (tmp_path / "credentials.json").exists()
     finally:
         server.stop()
+
+
+TOKEN = "pfe_Zq3secret0123456789"
+
+
+def test_a_token_with_a_stray_carriage_return_is_refused_unsent_and_unshown(tmp_path, caplog):
+    """It was retried as a network fault, the full token in every log line and the error."""
+    server = ScriptedServer([])
+    try:
+        data = LabeledTensors(torch.rand(2, 1, 8, 8), torch.tensor([0, 1]))
+        for bad in (TOKEN + "\r", TOKEN + "\n", " " + TOKEN, TOKEN + "é", ""):
+            with caplog.at_level("INFO"), pytest.raises(ValueError, match="control character"
+                                                        ) as caught:
+                FederatedClient(f"http://127.0.0.1:{server.port}", tmp_path, data, token=bad,
+                                retry=RetryPolicy(base=0.01, cap=0.02, max_elapsed=5.0))
+            assert TOKEN not in str(caught.value) and "\n" not in str(caught.value)
+        assert server.paths == [] and TOKEN not in caplog.text
+    finally:
+        server.stop()
+
+
+def test_a_request_httpx_cannot_send_is_not_retried_nor_quoted(tmp_path, caplog):
+    """httpx's LocalProtocolError quotes the illegal header: the Authorization, say."""
+    server = ScriptedServer([])
+    connection = transport.ServerConnection(f"http://127.0.0.1:{server.port}",
+                                            RetryPolicy(base=0.01, cap=0.02, max_elapsed=5.0),
+                                            GUARD, numpy_rng(0, "test"))
+    try:
+        with caplog.at_level("INFO"), pytest.raises(ValueError, match="cannot be sent") as caught:
+            connection.request("GET", "/v1/task/preview", headers={"X-Token": TOKEN + "\r"})
+        assert TOKEN not in str(caught.value) and TOKEN not in caplog.text
+        assert "retrying" not in caplog.text and server.paths == []
+    finally:
+        connection.close()
+        server.stop()
+
+
+def test_pfl_client_with_a_token_ending_in_a_carriage_return_prints_one_line(tmp_path):
+    save_client_data(tmp_path / "data.safetensors",
+                     LabeledTensors(torch.rand(4, 1, 8, 8), torch.tensor([0, 1, 2, 3])))
+    exe = Path(sys.executable).parent / "pfl-client"
+    done = subprocess.run([str(exe), "--server", "http://127.0.0.1:9", "--data", str(tmp_path),
+                           "--token", TOKEN + "\r", "--log-level", "info"],
+                          capture_output=True, text=True, timeout=GUARD, check=False)
+    assert done.returncode != 0 and TOKEN not in done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr[-2000:]
+    assert "control character" in done.stderr
 
 
 DAMAGED_CREDENTIALS = {

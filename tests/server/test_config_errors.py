@@ -190,3 +190,30 @@ def test_the_admin_token_file_is_read_in_one_line_and_a_readable_one_is_warned_o
         f"(mode 0644): chmod 600 {token}",
         "pfl-server: rounds: input should be a valid integer, got '2'"]
     assert "x" * 32 not in exposed.stderr
+
+
+@pytest.mark.parametrize("variable,value,message", [
+    # a setting without a flag was reported under a flag pfl-server does not have
+    ("PFL_SERVER_TICK_SECONDS", "nan",
+     "tick_seconds (the --config file's, or PFL_SERVER_TICK_SECONDS): must be in (0, 60], "
+     "got nan"),
+    # a misspelt variable was ignored: the server started on the default deadline
+    ("PFL_SERVER_ROUND_DEADLIN", "5",
+     "unknown setting variable PFL_SERVER_ROUND_DEADLIN; did you mean "
+     "PFL_SERVER_ROUND_DEADLINE?"),
+    # a token no client can send in a header: the server started, its admin API unusable
+    ("PFL_SERVER_ADMIN_TOKEN", "pässwörd-1234567890",
+     "--admin-token-file (or PFL_SERVER_ADMIN_TOKEN): must be printable ASCII without spaces: "
+     "it travels in an HTTP header (not shown here)"),
+])
+def test_pfl_server_settings_from_the_environment_are_checked_in_one_line(
+        tmp_path, variable, value, message):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PFL_SERVER_")}
+    env.setdefault("PFL_SERVER_ADMIN_TOKEN", "x" * 32)
+    env[variable] = value
+    (tmp_path / "run.toml").write_text(run_toml())
+    done = subprocess.run([str(BIN / "pfl-server"), "serve", "--data-dir", str(tmp_path / "data"),
+                           "--run-config", str(tmp_path / "run.toml")],
+                          capture_output=True, text=True, env=env, timeout=GUARD)
+    assert (done.returncode, done.stderr.strip()) == (2, f"pfl-server: {message}")
+    assert not (tmp_path / "data").exists()

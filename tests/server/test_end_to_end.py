@@ -118,7 +118,8 @@ def check_zero_shot_head(server: Server, status: dict, global_state) -> None:
         assert sorted(head) == sorted(expected)
         # bitwise: the server process runs the test's torch thread count (tests/conftest.py)
         assert all(torch.equal(head[k], expected[k]) for k in expected)
-        for bad in ({"class_distribution": [1.0, 2.0]}, {"counts": counts}, [1, 2], "x"):
+        for bad in ({"class_distribution": [1.0, 2.0]}, {"counts": counts}, [1, 2], "x",
+                    {"class_distribution": [1e308] * 10}):
             refused = httpx.post(url, json=bad, headers=headers)
             assert refused.status_code == 422 and refused.json()["detail"], bad
         deep = "[" * 200_000 + "]" * 200_000

@@ -5,12 +5,14 @@ Each test runs on a SQLite file and on a real PostgreSQL database (``database_ur
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
 from service_harness import current, global_of, service_for, shifted
 from sqlalchemy import update
 
+from pflkit.sdk.tensorio import CHECKSUM_KEY, state_to_bytes
 from pflkit.server.orm import Round
 from pflkit.server.service import build_service
 
@@ -82,3 +84,27 @@ def test_a_close_that_raises_reopens_the_round_and_the_next_tick_closes_it(tmp_p
     service.rounds.tick()
     status, _ = current(service)
     assert status["rounds_done"] == 1 and status["history"][0]["metrics"]["participants"] == 2
+
+
+def test_a_stored_update_the_close_cannot_read_is_dropped_and_the_round_closes(
+        tmp_path, database_url, caplog):
+    """An update accepted at upload and unreadable at close (its checksum did not match) made
+    every close raise and reopen the round, for good: it is dropped, naming its client."""
+    service, _ = service_for(tmp_path, database_url)
+    status, rnd = current(service)
+    bad, good = rnd["sampled"]
+    receipts = {cid: service.uploads.accept(cid, status["id"], 0, 10,
+                                            shifted(service, status["global_hash"], cid + 1))
+                for cid in (bad, good)}
+    blob = service.store.blobs.path(receipts[bad].sha256)
+    blob.chmod(0o600)
+    blob.write_bytes(state_to_bytes(global_of(service, status["global_hash"]),
+                                    {CHECKSUM_KEY: "0" * 64}))
+    with caplog.at_level(logging.WARNING, logger="pflkit.server.rounds"):
+        service.rounds.tick()
+    status, _ = current(service)
+    assert status["rounds_done"] == 1 and status["history"][0]["metrics"]["participants"] == 1
+    assert all(bool((v == good + 1).all())
+               for v in global_of(service, status["global_hash"]).values())
+    dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(dropped) == 1 and f"client {bad}'s update" in dropped[0], dropped

@@ -218,6 +218,7 @@ def test_new_client_fine_tuning_starts_from_its_zero_shot_head():
     ([0] * 10, "all zero"),
     ([float("nan")] + [1] * 9, "NaN"),
     ([[1] * 10], "10 entries"),
+    ([1e308] * 10, "float range"),  # the sum overflowed: a / inf gave a head for all zeros
 ])
 def test_bad_class_distributions_are_refused(bad, message):
     with pytest.raises(ClassDistributionError, match=message):
