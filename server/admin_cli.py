@@ -29,6 +29,7 @@ from rich.text import Text
 from pflkit.sdk import console
 from pflkit.sdk.config_toml import apply_overrides, dump_toml, read_toml
 from pflkit.sdk.config_types import ConfigError
+from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.admin_client import AdminClient, AdminError
 from pflkit.server.admin_settings import SettingsError, resolve
 from pflkit.server.admin_view import clients_table, plural, render_status, when
@@ -44,7 +45,7 @@ app.add_typer(runs_app, name="runs")
 
 ENDED = ("stopped", "finished")  # run statuses after which nothing changes
 RunArg = Annotated[int | None, typer.Argument(help="run id (default: the newest run)",
-                                              min=0, show_default=False)]
+                                              min=0, max=MAX_ID, show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of text")]
 
 
@@ -118,7 +119,8 @@ def create_tokens(
     ctx: typer.Context,
     count: Annotated[int, typer.Option(min=1, max=10_000, help="how many tokens")] = 1,
     client_id: Annotated[int | None, typer.Option(
-        min=0, help="reserve client ids: the tokens enroll as CLIENT_ID, CLIENT_ID+1, ...",
+        min=0, max=MAX_ID, help="reserve client ids: the tokens enroll as CLIENT_ID, "
+        "CLIENT_ID+1, ...",
         show_default=False)] = None,
     ttl: Annotated[float | None, typer.Option(help="seconds until the tokens expire "
                                               "(default: never)", show_default=False,
@@ -145,7 +147,8 @@ def create_tokens(
 
 @tokens_app.command("revoke")
 def revoke_token(ctx: typer.Context,
-                 token_id: Annotated[int, typer.Argument(min=0, help="the token's id")]) -> None:
+                 token_id: Annotated[int, typer.Argument(min=0, max=MAX_ID,
+                                                           help="the token's id")]) -> None:
     """Revoke an unused enrollment token (its id is in `tokens create --json`)."""
     with _client(ctx) as admin:
         admin.revoke_token(token_id)
@@ -165,7 +168,8 @@ def list_clients(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 @clients_app.command("revoke")
 def revoke_client(ctx: typer.Context,
-                  client_id: Annotated[int, typer.Argument(min=0, help="the client's id")]
+                  client_id: Annotated[int, typer.Argument(min=0, max=MAX_ID,
+                                                            help="the client's id")]
                   ) -> None:
     """Revoke a client: its secret stops working and it is no longer sampled."""
     with _client(ctx) as admin:
