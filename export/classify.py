@@ -7,22 +7,78 @@ it sits next to.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from pflkit.export.contract import ExportError
-from pflkit.export.formats import FORMATS
+from pflkit.export.formats import FORMATS, Format
 from pflkit.export.golden import raw_images
+from pflkit.export.output_folder import CARD_FILE
 from pflkit.export.selection import build_exportable
 from pflkit.export.source import Source, load_device_source, load_run_source
 from pflkit.sdk.algorithms.inference import Choice
 
 
+def read_card(export_dir: Path) -> dict[str, Any]:
+    """The folder's ``model_card.json``, checked enough to be read without a traceback."""
+    if not export_dir.is_dir():
+        raise ExportError(f"{export_dir} is not a folder (give a pfl-export output folder)")
+    path = export_dir / CARD_FILE
+    if not path.is_file():
+        raise ExportError(f"{export_dir} has no {CARD_FILE}: is it a pfl-export output folder?")
+    try:
+        card = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ExportError(f"{path}: not valid JSON ({err})") from err
+    problem = "" if isinstance(card, dict) else "it is not a JSON object"
+    for key, kind in (("source", dict), ("artifacts", list), ("classes", list)):
+        if not problem and not isinstance(card.get(key), kind):
+            problem = f"its {key!r} is missing or not a JSON {kind.__name__}"
+    if not problem and not all(isinstance(a, dict) and isinstance(a.get("file"), str)
+                               and isinstance(a.get("sha256"), str) for a in card["artifacts"]):
+        problem = "an artifact has no 'file' or 'sha256' text"
+    if not problem and not (card["classes"] and all(isinstance(c, str) for c in card["classes"])):
+        problem = "its 'classes' are not class names"
+    if problem:
+        raise ExportError(f"{path}: not a pfl-export model card: {problem}")
+    return card
+
+
+def _checked_artifact(export_dir: Path, artifact: dict[str, Any]) -> Path:
+    """An artifact's file: a plain name inside the folder whose bytes match the card's sha256."""
+    name = artifact["file"]
+    if not name or name in (".", "..") or Path(name).name != name or "\\" in name:
+        raise ExportError(f"the card names the artifact {name!r}, which is not a file name in "
+                          f"{export_dir}: refusing to load it")
+    path = export_dir / name
+    if not path.is_file():
+        raise ExportError(f"{path}: the card's artifact is missing")
+    if hashlib.sha256(path.read_bytes()).hexdigest() != artifact["sha256"]:
+        raise ExportError(f"{path}: its sha256 does not match the model card (changed or "
+                          f"damaged since the export)")
+    return path
+
+
+def _run_artifact(fmt: Format, path: Path, feeds: Any) -> torch.Tensor:
+    """The artifact's first output; a runtime that cannot load or run it is one line."""
+    try:
+        return fmt.load(path)(feeds)[0]
+    except Exception as err:  # onnxruntime and ExecuTorch raise their own exception types
+        text = " ".join(str(err).split())[:300]
+        raise ExportError(f"{path}: {fmt.name} cannot run it ({type(err).__name__}: "
+                          f"{text})") from err
+
+
 def source_from_card(card: dict[str, Any]) -> Source:
     """Reload the weights and data an export was made from."""
     src = card["source"]
+    for key in ("client", "round"):
+        if not isinstance(src.get(key), int | None) or isinstance(src.get(key), bool):
+            raise ExportError(f"the card's source.{key} is not a whole number: {src.get(key)!r}")
     if "run" in src:
         return load_run_source(Path(src["run"]), src.get("client"), src.get("round"))
     if "state_dir" in src and "config" in src:
@@ -45,9 +101,10 @@ def classify_table(export_dir: Path, card: dict[str, Any], count: int) -> str:
     columns = {"PyTorch (eager)": ex.eager(*feeds)[0]}
     by_format = {f.name: f for f in FORMATS.values()}
     for artifact in card["artifacts"]:
-        fmt = by_format.get(artifact["format"])
+        fmt = by_format.get(artifact.get("format"))
         if fmt is not None:
-            columns[artifact["file"]] = fmt.load(export_dir / artifact["file"])(feeds)[0]
+            path = _checked_artifact(export_dir, artifact)
+            columns[artifact["file"]] = _run_artifact(fmt, path, feeds)
     classes = card["classes"]
     width = max(len(c) for c in classes) + 5
     widths = [max(width, len(name)) for name in columns]

@@ -13,7 +13,6 @@ Examples::
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Annotated, Any
@@ -65,7 +64,7 @@ def main(
                              ] = 1.0,
     golden: Annotated[bool, typer.Option(help="also write golden.json (real test images)")
                       ] = False,
-    golden_samples: Annotated[int, typer.Option(help="images in golden.json")] = 5,
+    golden_samples: Annotated[int, typer.Option(help="images in golden.json (1..1000)")] = 5,
     trainer: Annotated[bool, typer.Option(
         help="also write the personal part's training program (docs/on-device.md)")] = False,
     trainer_param: Annotated[list[str] | None, typer.Option(
@@ -79,8 +78,9 @@ def main(
     add_project_path()  # a run's module:attr model, dataset or algorithm may live here
     if ctx.invoked_subcommand is not None:
         return
+    from pflkit.export.golden import MAX_GOLDEN_SAMPLES
     from pflkit.export.pipeline import export_model
-    from pflkit.export.selection import parse_choice
+    from pflkit.export.selection import parse_choice, without_client
     from pflkit.export.source import load_device_source, load_run_source
 
     logging.basicConfig(level=logging.WARNING)
@@ -90,13 +90,20 @@ def main(
         if trainer_param and not trainer:
             raise ExportError("--trainer-param sets the training program's hyperparameters: "
                               "give --trainer too")
+        if golden and not 1 <= golden_samples <= MAX_GOLDEN_SAMPLES:
+            raise ExportError(f"--golden-samples must be in 1..{MAX_GOLDEN_SAMPLES}, got "
+                              f"{golden_samples}")
         if run is not None and state_dir is None:
             source = load_run_source(run, client, round_done)
-            default_out = run / "exports" / (f"client{client}" if client is not None
-                                             else head)
+            default_out = run / "exports" / f"client{client}"  # without --client: see below
         elif state_dir is not None and run is None:
             if global_file is None or config is None:
                 raise ExportError("--state-dir needs --global FILE and --config TOML")
+            given = [o for o, v in (("--client", client), ("--round", round_done)) if v is not None]
+            if given:
+                raise ExportError(f"{' and '.join(given)} select(s) a state in a run directory; "
+                                  f"with --state-dir the state is the folder's and the round "
+                                  f"the --global file's")
             source = load_device_source(state_dir, global_file, config)
             default_out = state_dir / "export"
         else:
@@ -106,8 +113,10 @@ def main(
             ("--lambda", lam), ("--class-counts", class_counts), ("--proportions", proportions))
                    if text is not None]
         algorithm = source.algorithm
-        chosen = parse_choice(algorithm.name, algorithm.inference.choices, choice or [], aliases,
-                              head)
+        chosen = without_client(source, parse_choice(
+            algorithm.name, algorithm.inference.choices, choice or [], aliases, head))
+        if run is not None and client is None:  # RUN/exports/<head>
+            default_out = run / "exports" / chosen.head
         result = export_model(source, chosen, out or default_out,
                               fmt or ("onnx", "executorch"), int8=int8, force_int8=force_int8,
                               max_int8_drop_points=max_int8_drop,
@@ -145,15 +154,17 @@ def _key_values(items: list[str]) -> dict[str, Any]:
 @app.command()
 def classify(
     export_dir: Annotated[Path, typer.Argument(help="a pfl-export output folder")],
-    count: Annotated[int, typer.Option(help="number of test images")] = 8,
+    count: Annotated[int, typer.Option(help="number of test images (1..10000)")] = 8,
 ) -> None:
     """Classify real test images with every exported file, beside eager PyTorch."""
-    from pflkit.export.classify import classify_table
+    from pflkit.export.classify import classify_table, read_card
+    from pflkit.export.golden import MAX_CLASSIFY_IMAGES
 
     try:
-        card = json.loads((export_dir / "model_card.json").read_text())
-        typer.echo(classify_table(export_dir, card, count))
-    except (ExportError, FileNotFoundError, ValueError, KeyError) as err:
+        if not 1 <= count <= MAX_CLASSIFY_IMAGES:
+            raise ExportError(f"--count must be in 1..{MAX_CLASSIFY_IMAGES}, got {count}")
+        typer.echo(classify_table(export_dir, read_card(export_dir), count))
+    except (ExportError, OSError, ValueError, KeyError) as err:
         raise _fail(err) from err
 
 

@@ -24,6 +24,8 @@ from pflkit.sdk.data.datasets import Preprocessing, load_dataset
 
 GOLDEN_SCHEMA = "pflkit.golden/1"
 TOP_K = 3
+MAX_GOLDEN_SAMPLES = 1000  # --golden-samples: 1..this (docs/export.md)
+MAX_CLASSIFY_IMAGES = 10000  # pfl-export classify --count: 1..this (docs/export.md)
 
 
 def _raw_pixels(x: torch.Tensor, pre: Preprocessing) -> np.ndarray | None:
@@ -48,11 +50,18 @@ def raw_test_images(dataset: dict[str, Any], count: int) -> tuple[np.ndarray, np
 
 
 def raw_images(source: Source, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Return ``count`` raw test images: the export's own rows if they invert exactly."""
+    """Return ``count`` raw test images: the export's own rows if they invert exactly.
+
+    Fewer test images than ``count`` is an error rather than a silently shorter list.
+    """
+    if count < 1:
+        raise ExportError(f"the number of test images must be at least 1, got {count}")
     raw = _raw_pixels(source.test.x[:count], source.spec.preprocessing)
-    if raw is not None:
-        return raw, source.test.y[:count].numpy()
-    return raw_test_images(source.dataset, count)
+    raw, labels = (raw, source.test.y[:count].numpy()) if raw is not None else \
+        raw_test_images(source.dataset, count)
+    if len(raw) < count:
+        raise ExportError(f"asked for {count} test images, but there are only {len(raw)}")
+    return raw, labels
 
 
 def golden_document(source: Source, ex: Exportable, count: int, card_file: str) -> dict[str, Any]:

@@ -26,8 +26,9 @@ from typing import Any
 
 from pflkit.export.contract import Exportable, ExportError
 from pflkit.export.formats import FORMATS, Format
-from pflkit.export.golden import golden_document
-from pflkit.export.selection import build_exportable, for_new_client
+from pflkit.export.golden import MAX_GOLDEN_SAMPLES, golden_document
+from pflkit.export.output_folder import CARD_FILE, check_output
+from pflkit.export.selection import build_exportable, for_new_client, without_client
 from pflkit.export.source import Source
 from pflkit.export.training_program import (
     PROGRAM_FILE,
@@ -37,10 +38,9 @@ from pflkit.export.training_program import (
 )
 from pflkit.export.verify import verify
 from pflkit.sdk.algorithms.inference import Choice
-from pflkit.sdk.tensorio import save_json
+from pflkit.sdk.tensorio import atomic_write_bytes
 
 SCHEMA = "pflkit.model-card/2"
-CARD_FILE = "model_card.json"
 GOLDEN_FILE = "golden.json"
 MAX_INT8_DROP_POINTS = 1.0  # points of test top-1 lost above which int8 is refused
 
@@ -90,8 +90,21 @@ def base_card(source: Source, ex: Exportable, mixture: dict[str, Any] | None) ->
 
 def embedded_card(card: dict[str, Any], file: str, fmt: str, precision: str) -> str:
     """The card stored inside ``file``: no artifacts or parity yet, and which file it is in."""
-    return json.dumps({**card, "artifacts": [], "parity": [], "embedded_in": {
-        "file": file, "format": fmt, "precision": precision}}, sort_keys=True)
+    try:
+        return json.dumps({**card, "artifacts": [], "parity": [], "embedded_in": {
+            "file": file, "format": fmt, "precision": precision}}, sort_keys=True,
+            allow_nan=False)
+    except ValueError as err:
+        raise ExportError(f"the model card holds a NaN or infinite number: {err}") from err
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write strict JSON (no NaN or Infinity, which JSON readers refuse) atomically."""
+    try:
+        text = json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    except ValueError as err:
+        raise ExportError(f"{path.name} would hold a NaN or infinite number: {err}") from err
+    atomic_write_bytes(path, text.encode())
 
 
 def _scratch_folder(out: Path) -> Path:
@@ -122,10 +135,12 @@ def export_model(source: Source, choice: Choice, out_dir: Path,
     if not 0.0 <= max_int8_drop_points <= 100.0:
         raise ExportError(f"the int8 accuracy drop limit must be in [0, 100] points, got "
                           f"{max_int8_drop_points:g}")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise ExportError(f"{out} already exists; use --force to replace it")
+    check_output(out, source.info, force)
+    if golden and not 1 <= golden <= MAX_GOLDEN_SAMPLES:
+        raise ExportError(f"--golden-samples must be in 1..{MAX_GOLDEN_SAMPLES}, got {golden}")
     if len(source.test) == 0:
         raise ExportError("no test rows to verify the export on")
+    choice = without_client(source, choice)
     ex, mixture = build_exportable(source, choice)
     if int8 and not ex.quantizable:
         name = ex.runtime.name if ex.runtime else "its input"
@@ -172,11 +187,12 @@ def export_model(source: Source, choice: Choice, out_dir: Path,
                                   for f in files]
             card["parity"].append(entry)
         if golden:
-            save_json(tmp / GOLDEN_FILE, golden_document(source, ex, golden, CARD_FILE))
+            write_json(tmp / GOLDEN_FILE, golden_document(source, ex, golden, CARD_FILE))
             card["artifacts"].append(_artifact(tmp / GOLDEN_FILE, None, None))
-        save_json(tmp / CARD_FILE, card)
+        write_json(tmp / CARD_FILE, card)
+        check_output(out, source.info, force)  # again: the folder may have changed meanwhile
         if out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
+            shutil.rmtree(out)
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

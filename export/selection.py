@@ -70,14 +70,33 @@ def for_new_client(specs: Sequence[ChoiceSpec], choice: Choice) -> bool:
     return any(s.new_client and s.name in choice.values for s in specs)
 
 
+def without_client(source: Source, choice: Choice) -> Choice:
+    """A run exported without ``--client`` gives the generic model (docs/export.md).
+
+    There is no client state to personalize, so only a new client's choice (e.g. FedRoD's
+    class distribution) still builds a personalized model; another choice needs a client.
+    """
+    specs = source.algorithm.inference.choices
+    if ("run" not in source.info or source.info.get("client") is not None
+            or choice.head != "personalized" or for_new_client(specs, choice)):
+        return choice
+    if choice.values:
+        raise ExportError(f"{', '.join(sorted(choice.values))} chooses a client's personalized "
+                          f"model: give --client N (without it the export is the generic model)")
+    return Choice({}, "generic")
+
+
 def build_exportable(source: Source, choice: Choice
                      ) -> tuple[Exportable, dict[str, Any] | None]:
     """The module to export for ``choice`` and the card's ``mixture`` (None: plain model)."""
     try:
         built = source.algorithm.inference.inference_model(source.global_state,
                                                            source.client_state, choice)
-    except (ValueError, KeyError) as err:
-        raise ExportError(f"cannot build the model: {err}") from err
+    except (ValueError, KeyError, RuntimeError) as err:  # RuntimeError: torch on bad tensors
+        files = " and ".join(source.files[k] for k in ("global", "client") if k in source.files)
+        text = " ".join(str(err).split())  # torch's messages span lines
+        raise ExportError(f"cannot build the model{f' from {files}' if files else ''}: "
+                          f"{text}") from err
     mixture = None if built.mixture is None else built.mixture.to_card()
     _check_runtime_input(source.algorithm.name, source.algorithm.inference.choices,
                          built.runtime_input, mixture)

@@ -23,6 +23,7 @@ import torch
 
 from pflkit.export import privacy_card
 from pflkit.export.contract import ExportError
+from pflkit.export.state_shapes import check_shapes
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, RoundContext, State
 from pflkit.sdk.builder import build_algorithm, load_data, partition_of
 from pflkit.sdk.data.datasets import DatasetSpec
@@ -50,6 +51,7 @@ class Source:
     dataset: dict[str, Any] = field(default_factory=dict)  # name/root/seed: to reload raw images
     stage: RoundContext | None = None  # the context of the post-federation stage (trainer)
     privacy: dict[str, Any] | None = None  # the card's "privacy" (export/privacy_card.py)
+    files: dict[str, str] = field(default_factory=dict)  # "global"/"client": for errors
 
     @property
     def calibration(self) -> LabeledTensors:
@@ -103,6 +105,7 @@ def load_run_source(run_dir: Path, client: int | None, round_done: int | None = 
     partition = run.load_partition() or partition_of(config, dataset)
     info: dict[str, Any] = {"run": str(run), "round": round_done, "client": client,
                             "new_client": False}
+    files = {"global": str(path)}
     if client is None:
         state = ClientState()
         trainer = next(c for c in sorted(partition.train) if c not in partition.new_clients)
@@ -115,7 +118,10 @@ def load_run_source(run_dir: Path, client: int | None, round_done: int | None = 
             raise ExportError(f"unknown client {client}: {run} has clients "
                               f"0..{len(partition.train) - 1}{new}")
         data = partition.client(dataset, client)
-        state = _client_state(run, algorithm, client, round_done, last, config.seed, data.train)
+        state, client_file = _client_state(run, algorithm, client, round_done, last,
+                                           config.seed, data.train)
+        if client_file is not None:
+            files["client"] = str(client_file)
         info["new_client"] = client in partition.new_clients
         train, test = data.train, data.test
         info["test_data"] = "client test split"
@@ -123,12 +129,13 @@ def load_run_source(run_dir: Path, client: int | None, round_done: int | None = 
             test = dataset.test
             info["test_data"] = "global test set"
     global_state = load_state(path)
+    check_shapes(algorithm, config.seed, global_state, path, state.tensors, files.get("client"))
     population = len(set(partition.train) - set(partition.new_clients))
     privacy = privacy_card.simulated(config.aggregation, config.schedule(), population,
                                      round_done, _shared(algorithm, global_state))
     return Source(algorithm, dataset.spec, global_state, state, train, test, info,
                   {"name": config.data.dataset, "root": config.data.root, "seed": config.seed},
-                  _stage(config, round_done, client or 0), privacy)
+                  _stage(config, round_done, client or 0), privacy, files)
 
 
 def _shared(algorithm: Algorithm, global_state: State) -> list[str]:
@@ -143,12 +150,17 @@ def _stage(config: SimConfig, rounds_done: int, client: int) -> RoundContext:
 
 
 def _client_state(run: RunDir, algorithm: Algorithm, client: int, round_done: int, last: int,
-                  seed: int, train: LabeledTensors) -> ClientState:
+                  seed: int, train: LabeledTensors) -> tuple[ClientState, Path | None]:
+    """The client's state and the file it came from (None: a fresh ``init_client``)."""
     personalized = run.personalized(client)
     if round_done == last and personalized.is_file():
-        return client_state_from_bytes(personalized.read_bytes(), str(personalized))
+        return client_state_from_bytes(personalized.read_bytes(), str(personalized)), personalized
     stored = run.clients.load(client, round_done - 1)
-    return stored if stored is not None else algorithm.training.init_client(client, seed, train)
+    if stored is None:
+        return algorithm.training.init_client(client, seed, train), None
+    newest = max((r for r in range(round_done) if run.clients.path(client, r).is_file()),
+                 default=None)
+    return stored, None if newest is None else run.clients.path(client, newest)
 
 
 def load_device_source(state_dir: Path, global_file: Path, config_file: Path) -> Source:
@@ -165,6 +177,8 @@ def load_device_source(state_dir: Path, global_file: Path, config_file: Path) ->
             "round": checkpoint_round(Path(global_file)),
             "client": None, "new_client": False, "test_data": "dataset test split"}
     global_state = load_state(Path(global_file))
+    state_file = Path(state_dir) / DeviceStateStore.FILE
+    check_shapes(algorithm, config.seed, global_state, global_file, state.tensors, state_file)
     trained = config.data.num_clients - config.data.num_new_clients  # pfl-sim's population
     privacy = privacy_card.of_global_file(
         config.aggregation, config.schedule(), trained, info["round"] or 0,
@@ -172,4 +186,5 @@ def load_device_source(state_dir: Path, global_file: Path, config_file: Path) ->
     return Source(algorithm, dataset.spec, global_state, state, dataset.train,
                   dataset.test, info,
                   {"name": config.data.dataset, "root": config.data.root, "seed": config.seed},
-                  _stage(config, info["round"] or 0, 0), privacy)
+                  _stage(config, info["round"] or 0, 0), privacy,
+                  {"global": str(global_file), "client": str(state_file)})

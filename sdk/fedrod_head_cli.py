@@ -20,8 +20,8 @@ import typer
 
 from pflkit.sdk.algorithms.base import ClientState, State
 from pflkit.sdk.algorithms.fedrod import COUNTS, HYPER, PHI
-from pflkit.sdk.algorithms.fedrod_hypernet import CLASS_DISTRIBUTION, head_query
-from pflkit.sdk.algorithms.state_layout import add_prefix
+from pflkit.sdk.algorithms.fedrod_hypernet import CLASS_DISTRIBUTION, head_classes, head_query
+from pflkit.sdk.algorithms.state_layout import add_prefix, strip_prefix
 from pflkit.sdk.class_distribution import ClassDistributionError, class_proportions
 from pflkit.sdk.console import entry_point
 from pflkit.sdk.rundir import RunDir
@@ -37,13 +37,48 @@ class HeadError(ValueError):
     """The inputs do not allow a zero-shot head (message says which and why)."""
 
 
-def check_out(out: Path) -> None:
-    """Refuse an output path that cannot become a file before any work is done."""
+def check_out(out: Path, source: Path, state_file: Path, force: bool = False) -> None:
+    """Refuse an output path that cannot become a file, or must not, before any work is done.
+
+    Never the input checkpoint, nor inside the run's state folders (writing there breaks the
+    run); an existing file only with ``force``.
+    """
     if out.is_dir():
         raise HeadError(f"--out {out} is a folder; give a file name (e.g. {out / 'head'}"
                         ".safetensors)")
     if out.parent.exists() and not out.parent.is_dir():
         raise HeadError(f"--out {out}: {out.parent} is not a folder")
+    target = out.resolve()
+    if target == state_file.resolve():
+        raise HeadError(f"--out {out} is the global state it reads: choose another file")
+    run = source if source.is_dir() else state_file.parent.parent
+    for folder in (RunDir(run).latest.parent, RunDir(run).clients.root, run / "personalized"):
+        if folder.resolve() in target.parents:
+            raise HeadError(f"--out {out} lies inside {folder}, the run's state: choose a file "
+                            f"outside it")
+    if out.exists() and not force:
+        raise HeadError(f"--out {out} already exists; use --force to replace it")
+
+
+def check_shapes(state: State, path: Path) -> None:
+    """The hypernetwork's shapes against the head's, so a damaged file is blamed, not the user.
+
+    fc1 maps the class distribution (one entry per class of the head) to the hidden layer,
+    fc2 the hidden layer to every parameter of the head.
+    """
+    head = strip_prefix(state, "head.")
+    fc1, fc2 = state.get(f"{HYPER}fc1.weight"), state.get(f"{HYPER}fc2.weight")
+    if not any(k.endswith("weight") for k in head) or fc1 is None or fc2 is None \
+            or fc1.dim() != 2:
+        raise HeadError(f"{path}: not a fedrod_hyper global state (needs head.* and "
+                        f"{HYPER}fc1.weight / {HYPER}fc2.weight)")
+    hidden, classes = int(fc1.shape[0]), head_classes(head)
+    expected = {f"{HYPER}fc1.weight": (hidden, classes),
+                f"{HYPER}fc2.weight": (sum(v.numel() for v in head.values()), hidden)}
+    for name, want in expected.items():
+        if tuple(state[name].shape) != want:
+            raise HeadError(f"{path}: tensor '{name}' has shape {tuple(state[name].shape)}, "
+                            f"the model's is {want}")
 
 
 def global_state_path(source: Path, round_index: int | None = None) -> Path:
@@ -83,26 +118,31 @@ def main(
     class_counts: Annotated[str | None, typer.Option(help="samples per class, e.g. 5,0,12")] = None,
     proportions: Annotated[str | None, typer.Option(help="class shares summing to 1")] = None,
     round_index: Annotated[int | None, typer.Option("--round", help="checkpoint round")] = None,
+    force: Annotated[bool, typer.Option(help="replace an existing --out file")] = False,
 ) -> None:
     """Write the zero-shot personalized head for one class distribution (deprecated)."""
     typer.echo(DEPRECATED, err=True)
     try:
         if (class_counts is None) == (proportions is None):
             raise HeadError("give exactly one of --class-counts or --proportions")
-        check_out(out)
         path = global_state_path(source, round_index)
+        check_out(out, source, path, force)
         text = class_counts if class_counts is not None else proportions
         values = CLASS_DISTRIBUTION.parse(text or "", "counts" if proportions is None
                                           else "proportions")
         assert isinstance(values, tuple)
-        head = make_head(load_state(path), values, proportions is not None)
+        state = load_state(path)
+        if any(k.startswith(HYPER) for k in state):
+            check_shapes(state, path)
+        head = make_head(state, values, proportions is not None)
         head.meta["source"] = str(path)
         try:
             atomic_write_bytes(out, client_state_to_bytes(head))
         except OSError as err:
             raise HeadError(f"cannot write --out {out}: {err.strerror or err}") from err
-    except (HeadError, ClassDistributionError, CorruptStateError, ValueError) as err:
-        typer.echo(f"Error: {err}", err=True)
+    except (HeadError, ClassDistributionError, CorruptStateError, ValueError,
+            RuntimeError) as err:  # RuntimeError: torch on tensors this check cannot foresee
+        typer.echo(f"Error: {' '.join(str(err).split())}", err=True)
         raise typer.Exit(2) from err
     shapes = ", ".join(f"{k} {tuple(v.shape)}" for k, v in head.tensors.items())
     typer.echo(f"wrote {out}: {shapes}")

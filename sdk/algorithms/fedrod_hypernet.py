@@ -72,7 +72,7 @@ def zero_shot_head(global_state: State, class_distribution: torch.Tensor | Seque
     if not head:
         raise ValueError("not a FedRoD global state: no 'head.*' tensors")
     hyper = strip_prefix(global_state, HYPER)
-    num_classes = hyper["fc1.weight"].shape[1] if hyper else _num_classes(head)
+    num_classes = hyper["fc1.weight"].shape[1] if hyper else head_classes(head)
     a = class_proportions(class_distribution, num_classes)
     if not hyper:
         return {k: torch.zeros_like(v) for k, v in head.items()}
@@ -92,6 +92,7 @@ def head_query(global_state: State, body: Any) -> State:
     return zero_shot_head(global_state, choice.values[CLASS_DISTRIBUTION.name])
 
 
-def _num_classes(head: State) -> int:
+def head_classes(head: State) -> int:
+    """How many classes a head predicts: the rows of its last weight."""
     last = [k for k in _canonical_order(list(head)) if k.endswith("weight")][-1]
     return int(head[last].shape[0])

@@ -9,6 +9,7 @@ training and the lambda choice.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -41,10 +42,27 @@ class SuPerFedInference(Inference):
     method: SuPerFed
     choices = (LAMBDA,)
 
+    def stored_lambda(self, client_state: ClientState) -> float | None:
+        """The client's chosen lambda (None: none yet), refused unless a number in [0, 1].
+
+        It comes from a file, so a damaged or edited one must not bake W(5) or NaN into a model.
+        """
+        if "lambda" not in client_state.meta:
+            return None
+        value = client_state.meta["lambda"]
+        lam = float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+            else math.nan
+        if not 0.0 <= lam <= 1.0:  # also refuses NaN
+            raise ValueError(f"{self.name}: the client state's stored lambda {value!r} is not a "
+                             f"number in [0, 1]")
+        return lam
+
     def default_lambda(self, client_state: ClientState) -> float:
         """The client's chosen lambda, else 0.5 once it has mixed, else 0 (w_f alone)."""
-        meta = client_state.meta
-        return float(meta.get("lambda", 0.5 if meta.get("mixed_rounds", 0) else 0.0))
+        lam = self.stored_lambda(client_state)
+        if lam is not None:
+            return lam
+        return 0.5 if client_state.meta.get("mixed_rounds", 0) else 0.0
 
     def resolve_lambda(self, client_state: ClientState, lam: float | str | None
                        ) -> float | str:
@@ -55,10 +73,11 @@ class SuPerFedInference(Inference):
         if lam is None:
             return self.default_lambda(client_state)
         if lam == "best":
-            if "lambda" not in client_state.meta:
+            stored = self.stored_lambda(client_state)
+            if stored is None:
                 raise ValueError(f"{self.name}: no lambda chosen yet for this client (run "
                                  f"personalize first, or give a lambda)")
-            return float(client_state.meta["lambda"])
+            return stored
         return lam if lam == "runtime" else float(lam)
 
     def personalized_model(self, global_state: State, client_state: ClientState,
@@ -79,7 +98,7 @@ class SuPerFedInference(Inference):
         asked = choice.get(LAMBDA.name)
         lam = self.resolve_lambda(client_state, asked)
         federated, local, names = self.endpoints(global_state, client_state)
-        chosen = client_state.meta.get("lambda")
+        chosen = self.stored_lambda(client_state)
         details = {"mode": "mm" if self.method.mixing == "model" else "lm", "chosen_lambda": chosen}
         formula = "W(lambda) = (1 - lambda) w_f + lambda w_l"
         if lam == "runtime":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from pflkit.sdk.run_config import (
     TrainingConfig,
 )
 from pflkit.server.simulator import Simulation
+
+sys.path.insert(0, str(Path(__file__).parent))  # test_bad_inputs' helpers for test_refusals
 
 # Keep post-federation stages short; every other algorithm runs with its defaults.
 FAST_PARAMS = {"pflmoe": {"epochs": 1}, "fedavg_ft": {"ft_epochs": 1}}

@@ -258,5 +258,10 @@ def test_existing_output_needs_force(make_run, tmp_path):
             "--out", str(tmp_path / "out")]
     refused = CliRunner().invoke(app, args)
     assert refused.exit_code == 2 and "use --force" in refused.output
-    assert CliRunner().invoke(app, [*args, "--force"]).exit_code == 0
-    assert not (tmp_path / "out" / "keep.txt").exists()
+    forced = CliRunner().invoke(app, [*args, "--force"])  # not an export: kept
+    assert forced.exit_code == 2 and "is not a previous export" in forced.output
+    (tmp_path / "out" / "keep.txt").unlink()
+    assert CliRunner().invoke(app, args).exit_code == 0
+    (tmp_path / "out" / "extra.txt").write_text("x")
+    assert CliRunner().invoke(app, [*args, "--force"]).exit_code == 0  # an export: replaced
+    assert not (tmp_path / "out" / "extra.txt").exists()
