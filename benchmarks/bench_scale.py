@@ -37,6 +37,7 @@ from bench_scale_gpu import gpu_section
 from bench_scale_gpu import render as gpu_lines
 from common import RESULTS, machine, save, subset
 from plain_processes import plain_process_rounds
+from scale_targets import cpu_targets, fmt, ratio
 from scale_workloads import fedavg_config, superfed_config
 
 from pflkit.sdk.metrics import predict, top_k_accuracy
@@ -185,28 +186,9 @@ def workload_b(systems: list[str], workdir: Path) -> dict[str, Any]:
     return {"rows": rows}
 
 
-def ratio(rows: dict[str, Any], fast: str, slow: str) -> float | None:
-    a, b = rows.get(fast, {}), rows.get(slow, {})
-    if "per_round" not in a or "per_round" not in b:
-        return None
-    return b["per_round"] / a["per_round"]
-
-
-def two_process_ceiling(rows: dict[str, Any]) -> float | None:
-    """How much faster than sequential 2 x 1-thread processes could be: in half sequential-1t."""
-    one, many = rows.get("sequential-1t", {}), rows.get("sequential", {})
-    if "per_round" not in one or "per_round" not in many:
-        return None
-    return many["per_round"] / (one["per_round"] / 2)
-
-
 def best(rows: dict[str, Any]) -> str:
     pflkit = {k: v for k, v in rows.items() if k in EXECUTIONS and "per_round" in v}
     return min(pflkit, key=lambda k: pflkit[k]["per_round"])
-
-
-def fmt(value: float | None, digits: int = 2, unit: str = "") -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}{unit}"
 
 
 def table(title: str, rows: dict[str, Any], baseline: str, rounds: int, warmup: int) -> str:
@@ -226,7 +208,6 @@ def table(title: str, rows: dict[str, Any], baseline: str, rounds: int, warmup: 
 def render(result: dict[str, Any]) -> str:
     a, b = result["a"]["rows"], result["b"]["rows"]
     top = best(a) if a else None
-    evaluation = result["a"]["evaluation"]
     counts = result["rounds"], result["warmup"]
     parts = [
         "# bench-scale",
@@ -257,33 +238,7 @@ def render(result: dict[str, Any]) -> str:
         "| target | measured | met |",
         "|---|---|---|",
     ]
-    if top:
-        vs_flower, vs_plain = ratio(a, top, "flower"), ratio(a, top, "plain")
-        parts.append(f"| (a) pflkit's best ({top}) >= 2.6x faster than Flower per round | "
-                     f"{fmt(vs_flower, 2, 'x')} | {_met(vs_flower, 2.6)} |")
-        parts.append(f"| (a) pflkit's best ({top}) >= 1.5x faster than the plain loop | "
-                     f"{fmt(vs_plain, 2, 'x')} | {_met(vs_plain, 1.5)} |")
-        parts.append(f"| (a) pflkit's best ({top}) no slower than Flower on the same clients "
-                     f"(issue 22) | {fmt(vs_flower, 2, 'x')} | {_met(vs_flower, 1.0)} |")
-    ray, ideal = ratio(a, "ray", "sequential"), ratio(a, "plain-2x1", "sequential")
-    ceiling = two_process_ceiling(a)
-    parts.append(f"| (a) Ray 2 x 1 thread >= 1.5x sequential (issue 22) | {fmt(ray, 2, 'x')} (the "
-                 f"plain loop in 2 x 1-thread processes {fmt(ideal, 2, 'x')}; 2 x 1 thread at "
-                 f"best, in half sequential-1t's round: {fmt(ceiling, 2, 'x')}) | "
-                 f"{_met(ray, 1.5)} |")
-    fastest = min((k for k in ("batched", "batched-compiled") if "per_round" in b.get(k, {})),
-                  key=lambda k: b[k]["per_round"], default="batched")
-    batched = ratio(b, fastest, "sequential")
-    parts.append(f"| (b) batched >= 3x sequential; issue 22: >= 2x, or a profile that shows why "
-                 f"not (results/scale_cpu_profile.md) | {fmt(batched, 2, 'x')} ({fastest}) | "
-                 f"{_met(batched, 3.0)}; {_met(batched, 2.0)} |")
-    if evaluation and top:
-        run = 100 * a[top]["per_round"] + evaluation["seconds"]
-        share = evaluation["seconds"] / run
-        parts.append(f"| end-of-run evaluation <= 10% of a 100-round run | "
-                     f"{evaluation['seconds']:.1f} s of {run:.0f} s = {100 * share:.1f}% "
-                     f"(run = 100 x {a[top]['per_round']:.2f} s + evaluation) | "
-                     f"{_met(0.10 / share, 1.0)} |")
+    parts += cpu_targets(a, b, result["a"]["evaluation"], top)
     if result.get("note"):
         parts += ["", result["note"]]
     load = result.get("load_average")
@@ -296,10 +251,6 @@ def render(result: dict[str, Any]) -> str:
                   "within noise of it."]
     parts += ["", "### GPU", "", *gpu_lines(result["gpu"])]
     return "\n".join(parts) + "\n"
-
-
-def _met(value: float | None, target: float) -> str:
-    return "n/a" if value is None else ("yes" if value >= target else "NO")
 
 
 def main() -> None:

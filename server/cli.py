@@ -13,6 +13,7 @@ the API.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from pathlib import Path
@@ -37,6 +38,12 @@ app = typer.Typer(add_completion=False, help=__doc__)
 @app.callback()
 def _main() -> None:
     """Pflkit aggregation server."""
+
+
+def flagged_settings() -> set[str]:
+    """The settings ``serve`` takes as flags (errors name the flag, else the file's key)."""
+    return {*inspect.signature(serve).parameters} & {*ServerSettings.model_fields} | \
+        {"admin_token"}  # as --admin-token-file
 
 
 @app.command()
@@ -142,7 +149,7 @@ def serve(
         reopened = service.rounds.recover()
         partial = service.store.blobs.remove_partial_writes()
     except ValidationError as err:
-        typer.echo(f"pfl-server: {explain(err, {*flags, 'admin_token'})}", err=True)
+        typer.echo(f"pfl-server: {explain(err)}", err=True)
         raise typer.Exit(2) from err
     except (ConfigError, ServiceError, OSError) as err:
         typer.echo(f"pfl-server: {err}", err=True)

@@ -204,19 +204,22 @@ def check_toml_file(path: Path) -> None:
     read_toml(path)
 
 
-def explain(err: ValidationError, flagged: Collection[str]) -> str:
+def explain(err: ValidationError, flagged: Collection[str] | None = None) -> str:
     """A settings error as one line naming where to set it.
 
-    Its flag when pfl-server has one (``flagged``: those settings), else the config file's key;
-    and its environment variable.
+    Its flag when pfl-server has one (``flagged``: those settings, by default the ones
+    ``pfl-server serve`` takes), else the config file's key; and its environment variable.
     """
+    if flagged is None:
+        from pflkit.server.cli import flagged_settings  # the CLI imports this module
+
+        flagged = flagged_settings()
     first = err.errors()[0]
     name = str(first["loc"][0]) if first["loc"] else ""
     if first["type"] == "extra_forbidden":
         guess = closest(name, ServerSettings.model_fields)
         hint = f"; did you mean '{guess}'?" if guess else ""
-        return (f"unknown setting '{name}' (in the --config file or a {ENV_PREFIX}* "
-                f"variable){hint}")
+        return f"unknown setting '{name}' in the --config file{hint}"
 
     def where(loc: object) -> str:
         variable = f"{ENV_PREFIX}{name.upper()}"

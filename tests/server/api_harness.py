@@ -39,3 +39,12 @@ def snapshot(server: Server) -> tuple:
 
 def valid_update(rnd: dict, shift: float = 0.01) -> dict[str, torch.Tensor]:
     return {k: v + shift for k, v in rnd["global"].items()}
+
+
+def upload(server: Server, rnd: dict, secret: str, body: bytes, num_samples: int = 10,
+           round_index: int | None = None, run: int | None = None) -> httpx.Response:
+    """PUT an update body for a round (default: the open one) as the client with ``secret``."""
+    index = rnd["round"] if round_index is None else round_index
+    return httpx.put(f"{server.url}/v1/runs/{run or rnd['run']}/rounds/{index}/update",
+                     params={"num_samples": num_samples}, content=body,
+                     headers={**auth(secret), "Content-Type": "application/octet-stream"})
