@@ -27,10 +27,8 @@ def _source_paths(info: dict[str, Any]) -> tuple[list[Path], list[Path]]:
     """(paths ``--out`` may neither be nor contain, folders it may not even lie inside)."""
     if "run" in info:
         run = RunDir(Path(info["run"]))
-        folders = [run.latest.parent, run.clients.root, run.path / "personalized", run.plots]
-        files = [run.config_file, run.partition_file, run.partition_table, run.metrics,
-                 run.final, run.report]
-        return [run.path, *files, *folders], folders
+        folders = list(run.own_folders())
+        return [run.path, *run.own_files(), *folders], folders
     paths = [Path(info[k]) for k in ("state_dir", "global", "config") if k in info]
     if "state_dir" in info:
         paths.append(Path(info["state_dir"]) / DeviceStateStore.FILE)

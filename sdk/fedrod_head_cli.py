@@ -52,7 +52,7 @@ def check_out(out: Path, source: Path, state_file: Path, force: bool = False) ->
     if target == state_file.resolve():
         raise HeadError(f"--out {out} is the global state it reads: choose another file")
     run = source if source.is_dir() else state_file.parent.parent
-    for folder in (RunDir(run).latest.parent, RunDir(run).clients.root, run / "personalized"):
+    for folder in RunDir(run).own_folders():
         if folder.resolve() in target.parents:
             raise HeadError(f"--out {out} lies inside {folder}, the run's state: choose a file "
                             f"outside it")

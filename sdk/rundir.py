@@ -91,11 +91,13 @@ class RunDir:
         folder = self.path / "global"
         return sorted(int(p.stem.removeprefix("round_")) for p in folder.glob("round_*"))
 
-    def _written_files(self) -> tuple[Path, ...]:
+    def own_files(self) -> tuple[Path, ...]:
+        """The files a run writes here (exports go elsewhere: ``exports/`` or any folder)."""
         return (self.config_file, self.partition_file, self.partition_table, self.metrics,
                 self.final, self.report)
 
-    def _written_folders(self) -> tuple[Path, ...]:
+    def own_folders(self) -> tuple[Path, ...]:
+        """The folders a run keeps its state and plots in: nothing else may write inside."""
         return self.plots, self.path / "global", self.clients.root, self.path / "personalized"
 
     def refuse_fresh_run(self) -> None:
@@ -109,7 +111,7 @@ class RunDir:
             rounds = "" if done is None else f" ({done} round{'' if done == 1 else 's'} done)"
             raise FileExistsError(f"{self.path} already holds a run{rounds}: continue it "
                                   f"with --resume {self.path}, or choose another --out")
-        present = [p.name for p in (*self._written_files(), *self._written_folders())
+        present = [p.name for p in (*self.own_files(), *self.own_folders())
                    if p.exists()]
         if present:
             raise FileExistsError(f"{self.path} already holds {', '.join(present)}, which a "
@@ -121,9 +123,9 @@ class RunDir:
         A fresh run that fails calls this, so that the same ``--out`` works again; anything
         else in the folder (``exports/``, the user's files) stays.
         """
-        for file in self._written_files():
+        for file in self.own_files():
             file.unlink(missing_ok=True)
-        for folder in self._written_folders():
+        for folder in self.own_folders():
             shutil.rmtree(folder, ignore_errors=True)
         folder = self.path.absolute()
         while folder != existing and not (folder.is_dir() and any(folder.iterdir())):
