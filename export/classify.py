@@ -73,17 +73,35 @@ def _run_artifact(fmt: Format, path: Path, feeds: Any) -> torch.Tensor:
                           f"{text})") from err
 
 
-def source_from_card(card: dict[str, Any]) -> Source:
+def source_paths(export_dir: Path, src: dict[str, Any], keys: tuple[str, ...]) -> list[Path]:
+    """The card's source paths, found from here or from a folder above ``export_dir``.
+
+    pfl-export writes them as it was given them, relative to the folder it ran in; classify
+    may run elsewhere, but an export folder usually lies below that folder (``RUN/exports/``).
+    """
+    for key in keys:
+        if not isinstance(src.get(key), str) or not src[key]:
+            raise ExportError(f"the card's source.{key} is not a path: {src.get(key)!r}")
+    paths = [Path(src[key]) for key in keys]
+    for base in (Path(), *export_dir.resolve().parents):
+        if all((base / p).exists() for p in paths):
+            return [base / p for p in paths]
+    named = ", ".join(f"source.{k} {src[k]!r}" for k in keys)
+    raise ExportError(f"the card's {named}: not found from the current folder nor from any "
+                      f"folder above {export_dir} (run classify where pfl-export ran)")
+
+
+def source_from_card(card: dict[str, Any], export_dir: Path) -> Source:
     """Reload the weights and data an export was made from."""
     src = card["source"]
     for key in ("client", "round"):
         if not isinstance(src.get(key), int | None) or isinstance(src.get(key), bool):
             raise ExportError(f"the card's source.{key} is not a whole number: {src.get(key)!r}")
     if "run" in src:
-        return load_run_source(Path(src["run"]), src.get("client"), src.get("round"))
+        [run] = source_paths(export_dir, src, ("run",))
+        return load_run_source(run, src.get("client"), src.get("round"))
     if "state_dir" in src and "config" in src:
-        return load_device_source(Path(src["state_dir"]), Path(src["global"]),
-                                  Path(src["config"]))
+        return load_device_source(*source_paths(export_dir, src, ("state_dir", "global", "config")))
     raise ExportError("the card's source names no run directory or device folder")
 
 
@@ -94,7 +112,7 @@ def choice_from_card(card: dict[str, Any]) -> Choice:
 
 def classify_table(export_dir: Path, card: dict[str, Any], count: int) -> str:
     """Tabulate the true label and each runtime's top-1 class and probability per image."""
-    source = source_from_card(card)
+    source = source_from_card(card, export_dir)
     ex, _ = build_exportable(source, choice_from_card(card))
     raw, labels = raw_images(source, count)
     feeds = ex.feeds(source.spec.preprocessing.apply(torch.from_numpy(raw)))

@@ -10,10 +10,17 @@ from __future__ import annotations
 from typing import Annotated
 
 import pydantic
+import torch
 from pydantic import AfterValidator, Strict
 
-from pflkit.sdk.config_types import STRICT_CONFIG, Text, closest, in_range
-from pflkit.sdk.device import check_device, check_precision, check_precision_on
+from pflkit.sdk.config_types import STRICT_CONFIG, ConfigError, Text, closest, in_range
+from pflkit.sdk.device import (
+    DeviceError,
+    check_device,
+    check_precision,
+    check_precision_on,
+    resolve_device,
+)
 
 # executor name -> the class that runs client fits, imported on first use (Ray is optional);
 # server/executors.py builds them (sdk -> server would be an upward import)
@@ -82,3 +89,10 @@ class ExecutionConfig:
 
     def __post_init__(self) -> None:
         check_precision_on(self.device, self.precision)  # "auto" is checked once resolved
+
+    def torch_device(self) -> torch.device:
+        """The device this machine runs ``device`` on; a refusal names the setting."""
+        try:
+            return resolve_device(self.device)
+        except DeviceError as err:
+            raise ConfigError(f"execution.device: {err}") from None

@@ -28,7 +28,7 @@ from pflkit.sdk.data.federation import Partition
 from pflkit.sdk.phases import phase
 from pflkit.sdk.run_config import ConfigError, SimConfig
 from pflkit.sdk.state_store import RunClientStore
-from pflkit.sdk.tensorio import CorruptStateError, load_state, read_metadata, save_state
+from pflkit.sdk.tensorio import CorruptStateError, json_text, load_state, read_metadata, save_state
 
 CLIP_NORM_KEY = "dp_clip_norm"  # global checkpoint metadata: the next round's C (repr)
 
@@ -178,13 +178,13 @@ class RunDir:
                     raise CorruptStateError(f"{self.metrics}: line {number} is not JSON "
                                             f"({err.msg})") from None
         kept = [r for r in rows if r["round"] < rounds_done]
-        self.metrics.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        self.metrics.write_text("".join(json_text(r) + "\n" for r in kept))
 
     @phase("metrics")
     def append_metrics(self, row: dict[str, Any]) -> None:
         """Add one round's row to ``metrics.jsonl``."""
         with self.metrics.open("a") as handle:
-            handle.write(json.dumps(row) + "\n")
+            handle.write(json_text(row) + "\n")
 
     def save_partition(self, partition: Partition) -> None:
         """Store the deal (before round 0)."""

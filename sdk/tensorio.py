@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,28 @@ def load_state(path: Path) -> State:
     return state_from_bytes(path.read_bytes(), source=str(path))
 
 
+def undefined_as_null(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float as None.
+
+    A run's metrics use NaN for a number that is undefined (a client with no test rows has no
+    own-test accuracy); JSON has no NaN, and strict parsers (browsers, jq, Go, Java) refuse the
+    ``NaN`` Python's json writes, so run files say ``null`` instead.
+    """
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: undefined_as_null(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [undefined_as_null(v) for v in obj]
+    return obj
+
+
+def json_text(obj: Any, **options: Any) -> str:
+    """Strict JSON of ``obj`` (undefined numbers as null): what every run file holds."""
+    return json.dumps(undefined_as_null(obj), allow_nan=False, **options)
+
+
 def save_json(path: Path, obj: Any) -> None:
-    """Atomically write JSON (sorted keys, indented) next to tensors."""
-    atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+    """Atomically write strict JSON (sorted keys, indented) next to tensors."""
+    atomic_write_bytes(Path(path), (json_text(obj, indent=2, sort_keys=True) + "\n").encode())
 

@@ -24,8 +24,7 @@ def _rows(run_dir: RunDir) -> list[dict[str, Any]]:
 
 
 def _curve(ax: Any, rows: list[dict[str, Any]], key: str, label: str) -> None:
-    points = [(r["round"] + 1, r[key]) for r in rows
-              if r.get(key) is not None and not math.isnan(r[key])]
+    points = [(r["round"] + 1, r[key]) for r in rows if not undefined(r.get(key))]
     if points:
         xs, ys = zip(*points, strict=True)
         ax.plot(xs, ys, marker="o" if len(points) < 30 else None, markersize=3, label=label)
@@ -69,7 +68,7 @@ def plot_client_distribution(final: dict[str, Any], plots: Path) -> Path | None:
         return None
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for key, label in (("own_top1", "own test split"), ("class_weighted", "class-weighted global")):
-        values = [c[key] for c in clients if not math.isnan(c[key])]
+        values = [c[key] for c in clients if not undefined(c[key])]
         if values:
             ax.hist(values, bins=20, range=(0, 1), alpha=0.6, label=label)
     ax.set(xlabel="personalized top-1 accuracy", ylabel="clients",
@@ -96,9 +95,11 @@ def plot_choice_sweep(final: dict[str, Any], plots: Path, name: str = "choice"
     points = []
     for label, summary in by_choice.items():
         try:
-            points.append((float(label), summary["own_top1_mean"], summary["own_top1_std"]))
+            point = (float(label), summary["own_top1_mean"], summary["own_top1_std"])
         except (ValueError, KeyError):
             continue  # named choices such as "best"
+        if not any(map(undefined, point)):
+            points.append(point)
     if len(points) < 2:
         return None
     xs, mean, std = zip(*sorted(points), strict=True)
@@ -111,10 +112,15 @@ def plot_choice_sweep(final: dict[str, Any], plots: Path, name: str = "choice"
     return _save(fig, ax, plots / f"{name}.png")
 
 
+def undefined(value: Any) -> bool:
+    """A number a run could not define: null in its JSON files, NaN in memory."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return "n/a" if math.isnan(value) else f"{value:.4f}"
-    return str(value)
+    if undefined(value):
+        return "n/a"
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
 def _privacy(rows: list[dict[str, Any]]) -> list[str]:

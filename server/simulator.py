@@ -27,7 +27,7 @@ from pflkit.sdk.algorithms.base import ClientState, RoundContext, State
 from pflkit.sdk.builder import build_algorithm, load_data, partition_of
 from pflkit.sdk.data.federation import ClientData, Partition, partition_table, plot_partition
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.device import federation_to, resolve_device
+from pflkit.sdk.device import federation_to
 from pflkit.sdk.divergence import diverged
 from pflkit.sdk.phases import phase
 from pflkit.sdk.privacy_accounting import privacy_spent
@@ -65,7 +65,7 @@ class Simulation:
         self.progress = progress
         if not resume:
             self.files.refuse_fresh_run()
-        device = resolve_device(config.execution.device)  # fail before loading any data
+        device = config.execution.torch_device()  # fail before loading any data
         dataset = load_data(config)
         self.algorithm = build_algorithm(config, dataset.spec)
         partition = partition_of(config, dataset)

@@ -64,7 +64,9 @@ def test_cuda_without_a_gpu_is_one_clear_line(tmp_path):
     result = CliRunner().invoke(app, ["--out", str(tmp_path / "r"), "--dataset", "digits",
                                       "--device", "cuda:0", "--quiet"])
     assert result.exit_code == 2
-    assert result.output.strip().splitlines()[-1].startswith("error: device 'cuda:0'")
+    assert result.output.strip().splitlines()[-1].startswith(
+        "error: execution.device: device 'cuda:0': this machine has no CUDA GPU")
+    assert not (tmp_path / "r").exists()
 
 
 def test_resume_can_move_a_run_to_another_executor_setting(tmp_path):
