@@ -164,7 +164,7 @@ def init(
 
     try:
         written = write_starter(folder)
-    except FileExistsError as err:
+    except OSError as err:  # not empty, a file on the way, no permission: one line
         raise _fail(err) from err
     for path in written:
         typer.echo(f"wrote {path}")

@@ -50,6 +50,9 @@ class PartitionConfig:
         if self.num_new_clients >= self.num_clients:
             raise ValueError(f"num_new_clients = {self.num_new_clients} leaves no client to "
                              f"train (num_clients = {self.num_clients})")
+        if self.noise is None and self.noise_rate > 0:  # a rate alone would add no noise
+            raise ValueError(f"noise_rate = {self.noise_rate} needs noise = \"pair\" or "
+                             f"\"symmetric\" (the kind of label noise)")
 
     def to_dict(self) -> dict[str, object]:
         """Plain dict for config files and reports."""

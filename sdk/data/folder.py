@@ -2,15 +2,16 @@
 
     ROOT/train.safetensors, ROOT/test.safetensors   tensors ``x`` (N, ...) and ``y`` (N,)
     or ROOT/train_x.npy, train_y.npy, test_x.npy, test_y.npy
-    ROOT/classes.txt (optional)                    one class name per line
+    ROOT/classes.txt (optional)                    one class name per line (UTF-8)
     train ``users`` (optional): the user id of each train row (N,) integers, as a tensor
     ``users`` in train.safetensors or ROOT/train_users.npy: per-user logs, for
     ``partition.kind = "natural"``
 
 ``x`` is used as the model input as it is (converted to float32): preprocess before writing,
 or write a loader function that declares its preprocessing (docs/extending.md). Without
-``classes.txt`` the classes are named 0..C-1 with C = the largest label + 1. Neither format
-can run code when read (numpy files are opened with ``allow_pickle=False``).
+``classes.txt`` the classes are named 0..C-1 with C = the largest label + 1, at most
+:data:`MAX_CLASSES`. Neither format can run code when read (numpy files are opened with
+``allow_pickle=False``). Every refusal is one :class:`DatasetError` line naming the file.
 """
 
 from __future__ import annotations
@@ -24,17 +25,47 @@ from pflkit.sdk.data.spec import Dataset, DatasetError, DatasetNotFoundError
 from pflkit.sdk.tensorio import state_from_bytes
 
 SPLITS = ("train", "test")
+# Classes inferred from the labels (no classes.txt): one stray label id such as 10**12 must
+# not build a model head with that many outputs (or hang listing their names).
+MAX_CLASSES = 100_000
+_NUMBERS = "biuf"  # numpy kinds: bool, signed, unsigned, float (no complex, text or objects)
+
+Named = tuple[str, torch.Tensor]  # (where it was read, e.g. "ROOT/train_x.npy", the tensor)
+
+
+def _npy_header_check(path: Path) -> None:
+    """Refuse a file of non-numbers, or whose header promises more data than the file holds.
+
+    Checked on the header, before ``np.load`` allocates what it says: a 200-byte file claiming
+    (10**11, 3) would ask for 1.1 TiB (a MemoryError, or a swapping machine), not one line.
+    """
+    with path.open("rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+            np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(handle)
+        held = path.stat().st_size - handle.tell()
+    if dtype.kind not in _NUMBERS:
+        raise DatasetError(f"{path}: holds {dtype} values, not real numbers (ints, floats or "
+                           "bools)")
+    claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if claimed != held:
+        raise DatasetError(f"{path}: holds {held} bytes of data, its header says {shape} "
+                           f"{dtype} ({claimed} bytes)")
 
 
 def _read_npy(path: Path) -> torch.Tensor:
     try:
+        _npy_header_check(path)
         return torch.from_numpy(np.asarray(np.load(path, allow_pickle=False)))
-    except ValueError as err:
-        raise DatasetError(f"{path}: cannot read ({err})") from err
+    except DatasetError:
+        raise
+    except (ValueError, OSError, EOFError) as err:
+        raise DatasetError(f"{path}: cannot read ({' '.join(str(err).split())})") from err
 
 
-def _read_split(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """``(x, y, users)`` of one split; ``users`` is None unless the train split has them."""
+def _read_split(root: Path, split: str) -> dict[str, Named]:
+    """``x``, ``y`` and (train only, if given) ``users`` of one split, with where each was."""
     tensors = root / f"{split}.safetensors"
     allowed = [{"x", "y"}, {"x", "y", "users"}] if split == "train" else [{"x", "y"}]
     if tensors.is_file():
@@ -43,14 +74,65 @@ def _read_split(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor, tor
             also = " (and 'users', train only)" if "users" in state or split == "train" else ""
             raise DatasetError(f"{tensors}: expected tensors 'x' and 'y'{also}, got "
                                f"{sorted(state)}")
-        return state["x"], state["y"], state.get("users")
-    arrays = [root / f"{split}_{part}.npy" for part in ("x", "y")]
-    if all(p.is_file() for p in arrays):
+        for key, value in state.items():
+            if value.is_complex():
+                raise DatasetError(f"{tensors}: {key} holds {value.dtype} values, not real "
+                                   "numbers")
+        return {key: (f"{tensors}: {key}", value) for key, value in state.items()}
+    arrays = {part: root / f"{split}_{part}.npy" for part in ("x", "y")}
+    if all(p.is_file() for p in arrays.values()):
         column = root / "train_users.npy"
-        x, y = (_read_npy(p) for p in arrays)
-        return x, y, _read_npy(column) if split == "train" and column.is_file() else None
+        if split == "train" and column.is_file():
+            arrays["users"] = column
+        return {key: (str(path), _read_npy(path)) for key, path in arrays.items()}
     raise DatasetNotFoundError(f"dataset 'folder': no {split}.safetensors or {split}_x.npy + "
                                f"{split}_y.npy in {root}")
+
+
+def _check_split(got: dict[str, Named]) -> None:
+    """One row per sample everywhere: x (N, ...), y (N,) integers, users (N,) integers."""
+    x_at, x = got["x"]
+    if x.dim() < 2:
+        raise DatasetError(f"{x_at}: x must be (N, ...), one row per sample, with at least 2 "
+                           f"dimensions, got {tuple(x.shape)} (a column of N values is (N, 1))")
+    for key in ("y", "users"):
+        if key not in got:
+            continue
+        where, ids = got[key]
+        what, per = ("labels y", "row of x") if key == "y" else ("train users", "train row")
+        if ids.is_floating_point() or ids.dim() != 1 or len(ids) != len(x):
+            raise DatasetError(f"{where}: {what} must be integers, one per {per} "
+                               f"({len(x)},), got {ids.dtype} {tuple(ids.shape)}")
+
+
+def _labels(where: str, y: torch.Tensor, num_classes: int | None) -> torch.Tensor:
+    """``y`` as int64, each in 0..C-1 (C = ``num_classes``, or at most MAX_CLASSES)."""
+    y = y.to(torch.int64)  # uint64 beyond int64 wraps negative: refused below
+    high = MAX_CLASSES if num_classes is None else num_classes
+    bad = ((y < 0) | (y >= high)).nonzero().flatten()
+    if len(bad):
+        row = int(bad[0])
+        allowed = (f"0..{high - 1} (the {high} classes of classes.txt)" if num_classes
+                   else f"0..{high - 1} without classes.txt (at most {MAX_CLASSES} classes)")
+        raise DatasetError(f"{where}: label {int(y[row])} at row {row} is outside {allowed}")
+    return y
+
+
+def _class_names(path: Path) -> tuple[str, ...] | None:
+    """The names in ``classes.txt``, one per non-blank line; None without the file."""
+    if not path.is_file():
+        return None
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DatasetError(f"{path}: not UTF-8 text ({err})") from err
+    names = tuple(line.strip() for line in text.splitlines() if line.strip())
+    if not names:
+        raise DatasetError(f"{path}: names no class (one class name per line)")
+    if len(set(names)) < len(names):
+        twice = next(n for i, n in enumerate(names) if n in names[:i])
+        raise DatasetError(f"{path}: class '{twice}' is named twice")
+    return names
 
 
 def load_folder(root: Path | None, seed: int) -> Dataset:
@@ -59,16 +141,14 @@ def load_folder(root: Path | None, seed: int) -> Dataset:
         raise DatasetNotFoundError("dataset 'folder' needs a folder: set [data] root "
                                    "(or --data-root)")
     root = Path(root)
-    (tx, ty, users), (sx, sy, _) = (_read_split(root, s) for s in SPLITS)
-    if ty.is_floating_point() or sy.is_floating_point():
-        raise DatasetError(f"dataset 'folder' in {root}: labels y must be integers")
-    if users is not None and (users.is_floating_point() or tuple(users.shape) != (len(ty),)):
-        raise DatasetError(f"dataset 'folder' in {root}: train users must be integers, one per "
-                           f"train row ({len(ty)},), got {users.dtype} {tuple(users.shape)}")
-    names = root / "classes.txt"
-    if names.is_file():
-        classes = tuple(line.strip() for line in names.read_text().splitlines() if line.strip())
-    else:
+    train, test = (_read_split(root, s) for s in SPLITS)
+    for split in (train, test):
+        _check_split(split)
+    classes = _class_names(root / "classes.txt")
+    ty, sy = (_labels(*split["y"], classes and len(classes)) for split in (train, test))
+    if classes is None:
         top = max([int(t.max()) for t in (ty, sy) if len(t)], default=0)
         classes = tuple(str(c) for c in range(top + 1))
-    return Dataset.from_raw("folder", classes, (tx, ty), (sx, sy), users=users)
+    users = train["users"][1].to(torch.int64) if "users" in train else None
+    return Dataset.from_raw("folder", classes, (train["x"][1], ty), (test["x"][1], sy),
+                            users=users)

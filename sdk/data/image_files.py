@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from functools import partial
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -45,25 +47,38 @@ def _find_file(folder: Path, stem: str) -> Path | None:
     return None
 
 
+def _read_at_most(handle: BinaryIO, limit: int) -> bytes:
+    """Up to ``limit`` bytes, read in chunks: a gzip bomb stops at ``limit``, not at memory."""
+    chunks, got = [], 0
+    while got < limit and (chunk := handle.read(min(1 << 24, limit - got))):
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
 def read_idx(path: Path) -> np.ndarray:
-    """Read an IDX file (optionally gzipped): the MNIST family's format."""
+    """Read an IDX file (optionally gzipped): the MNIST family's format.
+
+    The header's dimensions bound what is read (one byte more, to tell a longer file), so a
+    small ``.gz`` that inflates to gigabytes is refused after reading what its header claims.
+    """
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as handle:
-            data = handle.read()
-    except (OSError, EOFError) as err:
+            head = _read_at_most(handle, 4)
+            ndim = head[3] if len(head) == 4 else 0
+            shape = _read_at_most(handle, 4 * ndim)
+            dims = [int.from_bytes(shape[4 * i : 4 * i + 4], "big") for i in range(ndim)]
+            expected = int(np.prod(dims, dtype=object))
+            data = _read_at_most(handle, expected + 1)
+    except (OSError, EOFError, zlib.error) as err:
         raise DatasetNotFoundError(f"{path} is unreadable or truncated ({err})") from err
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
+    if len(head) < 4 or head[:3] != b"\x00\x00\x08" or len(shape) < 4 * ndim:
         raise DatasetNotFoundError(f"{path} is not an unsigned-byte IDX file")
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
-    offset = 4 + 4 * ndim
-    expected = int(np.prod(dims))
-    if len(data) - offset != expected:
-        raise DatasetNotFoundError(
-            f"{path} holds {len(data) - offset} bytes of data, header says {expected}"
-        )
-    return np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(dims)
+    if len(data) != expected:
+        held = f"more than {expected}" if len(data) > expected else str(len(data))
+        raise DatasetNotFoundError(f"{path} holds {held} bytes of data, header says {expected}")
+    return np.frombuffer(data, dtype=np.uint8).reshape(dims)
 
 
 def _search_dirs(root: Path | None, env: str | None, default: Path | None) -> list[Path]:

@@ -17,6 +17,9 @@ def transition_matrix(kind: str, eps: float, num_classes: int) -> np.ndarray:
         raise ValueError(f"unknown label noise '{kind}'; known: {', '.join(NOISE_KINDS)}")
     if not 0.0 <= eps <= 1.0:
         raise ValueError(f"noise rate must be in [0, 1], got {eps}")
+    if kind == "symmetric" and num_classes < 2:  # no other class to flip a label to
+        raise ValueError(f'data.noise = "symmetric" needs at least 2 classes, the dataset has '
+                         f"{num_classes}")
     eye = np.eye(num_classes)
     if kind == "pair":
         return (1 - eps) * eye + eps * np.roll(eye, 1, axis=1)

@@ -76,18 +76,21 @@ def dirichlet(
             f"data.min_size = {min_size} x data.num_clients = {num_clients} exceeds the "
             f"{len(labels)} samples"
         )
-    classes = np.unique(labels)
-    for _ in range(max_tries):
-        parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
-        for c in classes:
-            members = rng.permutation(np.flatnonzero(labels == c))
+    by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]
+    for _ in range(max_tries):  # array work per try: 30,000 clients' hopeless tries took 4 min
+        rows, owner = [], []
+        for of_class in by_class:
+            members = rng.permutation(of_class)
             q = rng.dirichlet(np.full(num_clients, alpha))
             cuts = (np.cumsum(q)[:-1] * len(members)).astype(int)
-            for m, chunk in enumerate(np.split(members, cuts)):
-                parts[m].append(chunk)
-        result = [np.sort(np.concatenate(p)) for p in parts]
-        if min(len(p) for p in result) >= min_size:
-            return result
+            rows.append(members)
+            owner.append(np.repeat(np.arange(num_clients), np.diff(cuts, prepend=0,
+                                                                    append=len(members))))
+        who = np.concatenate(owner)
+        sizes = np.bincount(who, minlength=num_clients)
+        if sizes.min() >= min_size:
+            every = np.concatenate(rows)
+            return np.split(every[np.lexsort((every, who))], np.cumsum(sizes)[:-1])
     raise PartitionError(
         f"no Dirichlet({alpha}) partition gave every one of {num_clients} clients "
         f">= {min_size} samples in {max_tries} tries; lower min_size or raise alpha"
