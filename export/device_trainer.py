@@ -15,7 +15,6 @@ weights is an in-place copy and every optimizer step is visible to the next call
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,12 @@ from typing import Any
 import torch
 
 from pflkit.export.quiet import set_runtime_threads
+from pflkit.export.training_card import (
+    TrainingProgramError,
+    check_rows,
+    check_weights,
+    read_card,
+)
 from pflkit.sdk.algorithms.personal import PREDICT_CHUNK, RecipeResult, run_recipe
 from pflkit.sdk.algorithms.recipe import Recipe
 from pflkit.sdk.data.tensors import LabeledTensors
@@ -30,11 +35,7 @@ from pflkit.sdk.tensorio import State, load_state, save_state
 
 TRAIN_METHOD = "train"
 PREPARE_METHOD = "prepare"
-CARD_FILE = "model_card.json"
-
-
-class TrainingProgramError(ValueError):
-    """A training program and its description do not fit together (names, shapes, optimizers)."""
+__all__ = ["DeviceTrainer", "TrainingProgramError"]
 
 
 class DeviceTrainer:
@@ -51,15 +52,23 @@ class DeviceTrainer:
         # The runtime reads the program from this buffer for its whole life: keep it referenced.
         self._buffer = program if isinstance(program, bytes) else Path(program).read_bytes()
         self.section = section
-        self.recipe = Recipe.from_card(section)
+        try:
+            self.recipe = Recipe.from_card(section)
+        except (KeyError, TypeError, ValueError) as err:
+            raise TrainingProgramError(f"the card's training section is incomplete or malformed "
+                                       f"({type(err).__name__}: {err})") from err
         self.image_shape = tuple(image_shape)
-        with warnings.catch_warnings():  # the training API is marked experimental: known
-            warnings.filterwarnings("ignore", message="This API is experimental")
-            self.module = _load_for_executorch_for_training_from_buffer(self._buffer)
         self.has_prepare = section.get("prepare_method") is not None
-        warmup = self.prepare(torch.zeros(1, *self.image_shape))
-        self.module.forward_backward(TRAIN_METHOD, self._train_inputs(
-            warmup, torch.zeros(1, dtype=torch.long)))
+        try:  # a damaged or foreign program fails here, in the runtime's own words
+            with warnings.catch_warnings():  # the training API is marked experimental: known
+                warnings.filterwarnings("ignore", message="This API is experimental")
+                self.module = _load_for_executorch_for_training_from_buffer(self._buffer)
+            warmup = self.prepare(torch.zeros(1, *self.image_shape))
+            self.module.forward_backward(TRAIN_METHOD, self._train_inputs(
+                warmup, torch.zeros(1, dtype=torch.long)))
+        except RuntimeError as err:
+            raise TrainingProgramError(f"not a training program the ExecuTorch runtime can run "
+                                       f"with this card ({str(err).splitlines()[0]})") from err
         self.parameters = self.module.named_parameters()
         declared = [p["name"] for p in section["parameters"]]
         if sorted(self.parameters) != sorted(declared):
@@ -76,13 +85,13 @@ class DeviceTrainer:
 
     @classmethod
     def from_export(cls, export_dir: str | Path, threads: int = 1) -> DeviceTrainer:
-        """Load ``<export_dir>/personal_train.pte`` as its model card describes it."""
+        """Load ``<export_dir>/personal_train.pte`` as its model card describes it.
+
+        The card and both files are checked first (:func:`~.training_card.read_card`): a
+        program or weights of another export, or damaged ones, are one-line errors.
+        """
         folder = Path(export_dir)
-        card = json.loads((folder / CARD_FILE).read_text())
-        section = card.get("training")
-        if not section:
-            raise TrainingProgramError(f"{folder}: the model card has no training section "
-                                       f"(export with --trainer)")
+        card, section = read_card(folder)
         trainer = cls(folder / section["program"], section,
                       tuple(card["inputs"][0]["shape"][1:]), threads)
         trainer.load_weights(load_state(folder / section["initial_weights"]))
@@ -113,14 +122,12 @@ class DeviceTrainer:
 
     # -- weights at rest ------------------------------------------------------------------------
     def load_weights(self, state: State) -> None:
-        """Copy named personal weights into the program (names and shapes must match)."""
-        missing = sorted(set(self.parameters) - set(state))
-        if missing:
-            raise TrainingProgramError(f"weights lack {', '.join(missing)}")
+        """Copy named personal weights into the program (names and shapes must match).
+
+        Every tensor is checked before the first is copied: refused weights change nothing.
+        """
+        check_weights(state, self.parameters)
         for name, param in self.parameters.items():
-            if tuple(state[name].shape) != tuple(param.shape):
-                raise TrainingProgramError(f"weight {name} has shape {tuple(state[name].shape)}, "
-                                           f"the program expects {tuple(param.shape)}")
             param.copy_(state[name])
 
     def save_weights(self, path: str | Path) -> None:
@@ -133,9 +140,12 @@ class DeviceTrainer:
         """Run the card's stage on labelled rows: split them, train, choose lambda if asked.
 
         What an app does with the user's samples; rows are split by the card's ``splits``
-        with a generator seeded by ``seed``.
+        with a generator seeded by ``seed``. Rows of another shape, non-finite images and labels
+        outside the program's classes are refused before any weight changes; float64 or
+        float16 images are trained on as float32, the program's input type.
         """
-        data = LabeledTensors(images, labels.long())
+        check_rows(self.section, self.image_shape, images, labels)
+        data = LabeledTensors(images.float(), labels.long())  # the program's dtypes
         gen = torch.Generator().manual_seed(seed)
         rows = self.recipe.split_rows(len(data), gen)
         return run_recipe(self.recipe, self, data, rows, lambda _purpose: gen)

@@ -85,6 +85,10 @@ public final class TrainingSection {
         p + ".schedule");
     epochs = positive(schedule, "epochs", p + ".schedule");
     batchSize = positive(schedule, "batch_size", p + ".schedule");
+    if (batchSize > maxBatch) {  // the train method takes batches of 1..max_batch rows only
+      throw Fields.fail(p + ".schedule.batch_size", "must be at most max_batch (" + maxBatch
+          + "), found " + batchSize);
+    }
     phases = readList(schedule, "phases", "training.schedule", new Reader<Phase>() {
       @Override
       public Phase read(Object n, String path) {

@@ -16,6 +16,8 @@ import org.pflkit.core.Json;
  */
 final class ServerConnection {
   private static final Charset UTF8 = Charset.forName("UTF-8");
+  /** The longest server message quoted in an error. */
+  static final int MAX_MESSAGE = 300;
 
   private final String server;
   private final HttpTransport http;
@@ -49,8 +51,13 @@ final class ServerConnection {
       long wait;
       try {
         HttpTransport.Response answer = http.send(method, server + path, headers, body);
-        if (answer.status < 400) {
+        if (answer.status < 300) {
           return answer;
+        }
+        if (answer.status < 400) {  // never followed: the secret would go wherever it points
+          throw new ServerRefused(answer.status, "redirect to "
+              + oneLine(String.valueOf(answer.header("location"))) + " not followed: give "
+              + "the client the server's final URL");
         }
         long asked = RetryPolicy.retryAfterMillis(answer.header(Wire.RETRY_AFTER_HEADER),
             System.currentTimeMillis());
@@ -63,6 +70,8 @@ final class ServerConnection {
         wait = asked >= 0 ? asked : retry.backoffMillis(attempt, jitter);
       } catch (ServerRefused refused) {
         throw refused;
+      } catch (UrlConnectionTransport.AnswerTooLarge tooLarge) {
+        throw tooLarge;
       } catch (InterruptedIOException interrupted) {
         throw interrupted;
       } catch (IOException e) {
@@ -83,17 +92,24 @@ final class ServerConnection {
     }
   }
 
+  /** The server's message (its JSON {@code detail}, else the body) as one bounded line. */
   private static String detail(HttpTransport.Response answer) {
     String text = new String(answer.body, UTF8);
     try {
       Object parsed = Json.parse(text);
       if (parsed instanceof Map && ((Map<?, ?>) parsed).get(Wire.DETAIL) != null) {
-        return String.valueOf(((Map<?, ?>) parsed).get(Wire.DETAIL));
+        return oneLine(String.valueOf(((Map<?, ?>) parsed).get(Wire.DETAIL)));
       }
     } catch (Json.SyntaxException e) {
       // not JSON: the body itself is the message
     }
-    return text;
+    return oneLine(text);
+  }
+
+  /** Text from the server shown to a user: whitespace runs as one space, at most 300 chars. */
+  static String oneLine(String text) {
+    String line = text.replaceAll("\\s+", " ").trim();
+    return line.length() <= MAX_MESSAGE ? line : line.substring(0, MAX_MESSAGE) + "...";
   }
 
   static Map<String, Object> json(HttpTransport.Response answer) throws IOException {

@@ -2,7 +2,10 @@ package org.pflkit.core.fl;
 
 import java.io.IOException;
 
-/** The server answered with a final 4xx: {@code detail} is its message. Nothing was changed. */
+/**
+ * The server answered with a final 4xx, or a redirect (3xx, never followed): {@code detail} is
+ * its message as one line of at most 300 characters. Nothing was changed.
+ */
 public final class ServerRefused extends IOException {
   private static final long serialVersionUID = 1L;
 

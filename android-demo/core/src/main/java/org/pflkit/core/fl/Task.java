@@ -15,6 +15,11 @@ public final class Task {
   public final String status;
   /** Seconds until polling again is useful. */
   public final double retryAfterSeconds;
+  /**
+   * The longest poll interval a task may ask for, in seconds: pfl-server sends twice its tick
+   * (at most 120 s); anything longer, or negative, is not a server's answer.
+   */
+  public static final double MAX_RETRY_AFTER = 3600;
   public final Long runId;
   public final Long round;
   /** Unix seconds. */
@@ -36,6 +41,10 @@ public final class Task {
   private Task(Map<String, Object> json) {
     status = string(json.get(Wire.STATUS), Wire.STATUS);
     retryAfterSeconds = number(json.get(Wire.RETRY_AFTER), Wire.RETRY_AFTER);
+    if (!(retryAfterSeconds >= 0 && retryAfterSeconds <= MAX_RETRY_AFTER)) {  // NaN too
+      throw new IllegalArgumentException("task: retry_after must be a number in [0, "
+          + (int) MAX_RETRY_AFTER + "] (seconds), found " + retryAfterSeconds);
+    }
     runId = optionalInteger(json.get(Wire.RUN_ID), Wire.RUN_ID);
     round = optionalInteger(json.get(Wire.ROUND), Wire.ROUND);
     Object d = json.get(Wire.DEADLINE);

@@ -1,0 +1,217 @@
+package org.pflkit.core.fl;
+
+import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertFalse;
+import static org.junit.Assert.assertNotNull;
+import static org.junit.Assert.assertTrue;
+import static org.junit.Assert.fail;
+
+import java.io.BufferedInputStream;
+import java.io.File;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import org.junit.After;
+import org.junit.Before;
+import org.junit.Rule;
+import org.junit.Test;
+import org.junit.rules.TemporaryFolder;
+import org.pflkit.core.AtomicFiles;
+
+/**
+ * The client facing a malicious or broken server, over raw sockets (answers no well-behaved
+ * HTTP server library would send): bodies over the transport's bound, with or without a
+ * Content-Length, redirects, error messages of megabytes over many lines, out-of-range waits.
+ * Each gives one bounded, one-line error and leaves the device's files as they were.
+ */
+public class HostileServerTest {
+  private static final int LIMIT = 64 * 1024;
+
+  @Rule public final TemporaryFolder tmp = new TemporaryFolder();
+
+  /** Writes one raw answer to a connection whose request was read. */
+  interface Raw {
+    void answer(OutputStream out) throws IOException;
+  }
+
+  private ServerSocket socket;
+  private Thread acceptor;
+  private final ConcurrentLinkedQueue<Raw> script = new ConcurrentLinkedQueue<>();
+  private final List<String> requests = Collections.synchronizedList(new ArrayList<>());
+
+  @Before
+  public void start() throws IOException {
+    socket = new ServerSocket(0);
+    acceptor = new Thread(() -> {
+      while (!socket.isClosed()) {
+        try (Socket s = socket.accept()) {
+          InputStream in = new BufferedInputStream(s.getInputStream());
+          requests.add(readRequest(in));
+          Raw raw = script.poll();
+          try {
+            (raw == null ? text(599, "script exhausted") : raw).answer(s.getOutputStream());
+          } catch (IOException clientHungUp) {
+            // the client stopped reading: what a bounded reader does
+          }
+        } catch (IOException closed) {
+          return;
+        }
+      }
+    });
+    acceptor.setDaemon(true);
+    acceptor.start();
+  }
+
+  @After
+  public void stop() throws Exception {
+    socket.close();
+    acceptor.join();
+  }
+
+  /** The request line; headers and the body (by Content-Length) are consumed. */
+  private static String readRequest(InputStream in) throws IOException {
+    List<String> lines = new ArrayList<>();
+    StringBuilder line = new StringBuilder();
+    int length = 0;
+    for (int c = in.read(); c >= 0; c = in.read()) {
+      if (c == '\n') {
+        String l = line.toString().trim();
+        if (l.isEmpty()) {
+          break;
+        }
+        if (l.toLowerCase().startsWith("content-length:")) {
+          length = Integer.parseInt(l.substring(15).trim());
+        }
+        lines.add(l);
+        line.setLength(0);
+      } else {
+        line.append((char) c);
+      }
+    }
+    in.readNBytes(length);
+    return lines.isEmpty() ? "" : lines.get(0);
+  }
+
+  static Raw raw(String head, byte[] body) {
+    return out -> {
+      out.write(head.getBytes(StandardCharsets.ISO_8859_1));
+      out.write(body);
+      out.flush();
+    };
+  }
+
+  static Raw text(int status, String body) {
+    byte[] bytes = body.getBytes(StandardCharsets.UTF_8);
+    return raw("HTTP/1.1 " + status + " X\r\nContent-Length: " + bytes.length
+        + "\r\nConnection: close\r\n\r\n", bytes);
+  }
+
+  /** A chunked body that never ends (until the client hangs up). */
+  static Raw endless(int status) {
+    return out -> {
+      out.write(("HTTP/1.1 " + status + " X\r\nTransfer-Encoding: chunked\r\n\r\n")
+          .getBytes(StandardCharsets.ISO_8859_1));
+      byte[] chunk = new byte[8192];
+      String size = Integer.toHexString(chunk.length) + "\r\n";
+      for (int i = 0; i < 100_000; i++) {  // 800 MB: far over any bound
+        out.write(size.getBytes(StandardCharsets.ISO_8859_1));
+        out.write(chunk);
+        out.write("\r\n".getBytes(StandardCharsets.ISO_8859_1));
+      }
+    };
+  }
+
+  FederatedClient enrolled() throws IOException {
+    FederatedClient c = new FederatedClient("http://127.0.0.1:" + socket.getLocalPort(),
+        tmp.getRoot(), new UrlConnectionTransport(2_000, 5_000, LIMIT),
+        new RetryPolicy(1, 1, 0), millis -> { });
+    script.add(text(200, "{\"client_id\": 7, \"secret\": \"s3cret\"}"));
+    assertEquals(7, c.enroll("tok"));
+    requests.clear();
+    return c;
+  }
+
+  /** The poll fails with one line that contains {@code expected}. */
+  void pollFails(FederatedClient c, String expected) {
+    try {
+      c.poll();
+      fail("expected a refusal containing " + expected);
+    } catch (IOException e) {
+      String m = e.getMessage();
+      assertNotNull(m);
+      assertTrue(m, m.contains(expected));
+      assertFalse("one line: " + m, m.contains("\n"));
+      assertTrue("bounded: " + m.length(), m.length() < 1000);
+    }
+  }
+
+  @Test
+  public void aBodyOverTheBoundIsRefusedBeforeOrWhileReadingIt() throws Exception {
+    FederatedClient c = enrolled();
+    script.add(raw("HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\n", new byte[10]));
+    pollFails(c, "over the limit of " + LIMIT + " bytes");
+    script.add(endless(200));
+    pollFails(c, "over the limit of " + LIMIT + " bytes");
+    script.add(endless(500));  // error bodies are bounded too
+    pollFails(c, "over the limit of " + LIMIT + " bytes");
+    script.add(text(200, "{\"status\": \"wait\", \"retry_after\": 1.0}"));
+    assertEquals("wait", c.poll().status);  // and the client goes on
+  }
+
+  @Test
+  public void aRedirectIsNotSuccessAndNeverFollowed() throws Exception {
+    FederatedClient c = enrolled();
+    script.add(raw("HTTP/1.1 302 Found\r\nLocation: http://evil.example/v1/task\r\n"
+        + "Content-Length: 2\r\n\r\n", "{}".getBytes(StandardCharsets.UTF_8)));
+    pollFails(c, "redirect");
+    assertEquals(1, requests.size());  // not followed
+    // an upload answered by a redirect was not received: the round stays pending
+    File pending = new File(tmp.getRoot(), PendingRound.FILE);
+    script.add(text(200, "{\"status\": \"train\", \"retry_after\": 1.0, \"run_id\": 1, "
+        + "\"round\": 0, \"global_hash\": \"00\"}"));
+    byte[] bytes = new PendingRound(1, 0, 5, new byte[] {1, 2, 3}, null).toBytes();
+    AtomicFiles.write(pending, bytes);
+    script.add(raw("HTTP/1.1 307 Temporary Redirect\r\nLocation: http://evil.example/\r\n"
+        + "Content-Length: 2\r\n\r\n", "{}".getBytes(StandardCharsets.UTF_8)));
+    try {
+      c.step((task, global, state) -> {
+        throw new AssertionError("the pending round is re-sent, not trained again");
+      });
+      fail("a redirected upload is not an accepted one");
+    } catch (ServerRefused e) {
+      assertEquals(307, e.status);
+    }
+    assertTrue("kept for the next step", pending.isFile());
+  }
+
+  @Test
+  public void aServersMessageIsShownAsOneBoundedLine() throws Exception {
+    FederatedClient c = enrolled();
+    StringBuilder huge = new StringBuilder();
+    for (int i = 0; i < 2000; i++) {
+      huge.append("line ").append(i).append("\r\n");
+    }
+    script.add(text(403, huge.toString()));
+    pollFails(c, "server refused (403): line 0 line 1");
+    script.add(text(400, "{\"detail\": \"bad\\nthing\\r\\nhere\"}"));
+    pollFails(c, "server refused (400): bad thing here");
+  }
+
+  @Test
+  public void aWaitOutsideItsRangeIsRefused() throws Exception {
+    FederatedClient c = enrolled();
+    for (String wait : new String[] {"-1", "1e300", "3601"}) {
+      script.add(text(200, "{\"status\": \"wait\", \"retry_after\": " + wait + "}"));
+      pollFails(c, "retry_after must be a number in [0, 3600]");
+    }
+    script.add(text(200, "{\"status\": \"wait\", \"retry_after\": 3600}"));
+    assertEquals(3600.0, c.poll().retryAfterSeconds, 0);
+  }
+}
