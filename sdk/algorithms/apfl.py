@@ -37,7 +37,7 @@ from pflkit.sdk.algorithms.base import (
 from pflkit.sdk.algorithms.device_training import DeviceTraining, shared_lr
 from pflkit.sdk.algorithms.inference import NUMBER, ChoiceSpec
 from pflkit.sdk.algorithms.inference_role import Inference
-from pflkit.sdk.algorithms.paramcheck import require
+from pflkit.sdk.algorithms.paramcheck import Fraction, LearningRate
 from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of
 from pflkit.sdk.batched_training import BatchGrid, PlainSGD, repeat, stack, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
@@ -59,14 +59,9 @@ def alpha_mixture(local: State, global_: State, alpha: torch.Tensor | float) -> 
 class APFLParams:
     """APFL's mixing weight: its start value and whether (and how fast) it is learned."""
 
-    alpha: float = 0.5  # initial alpha (the paper's adaptive runs start from 0.5)
+    alpha: Fraction = 0.5  # initial alpha (the paper's adaptive runs start from 0.5)
     adaptive: bool = True  # learn alpha per client; False: fixed alpha
-    alpha_lr: float | None = None  # step size for alpha; None: the round's lr
-
-    def __post_init__(self) -> None:
-        require("apfl", "alpha", 0.0 <= self.alpha <= 1.0, "in [0, 1]", self.alpha)
-        lr = self.alpha_lr
-        require("apfl", "alpha_lr", lr is None or lr >= 0, ">= 0", lr)
+    alpha_lr: LearningRate | None = None  # step size for alpha; None: the round's lr
 
 
 class APFLTraining(DeviceTraining):

@@ -43,7 +43,7 @@ from pflkit.sdk.algorithms.inference import Choice as Choice
 
 # HyperparameterError is re-exported: methods raise it from their Params' __post_init__
 from pflkit.sdk.algorithms.paramcheck import HyperparameterError as HyperparameterError
-from pflkit.sdk.algorithms.paramcheck import check_finite, parse_params
+from pflkit.sdk.algorithms.paramcheck import check_declared, parse_params
 from pflkit.sdk.models import SplitModel
 from pflkit.sdk.registry import ExtensionError, known_names, resolve
 
@@ -67,7 +67,7 @@ class Algorithm:
     Inference: ClassVar[type[inference_role.Inference]] = inference_role.Inference
 
     def __init__(self, model: ModelFactory, local: LocalTraining, params: Any = None) -> None:
-        check_finite(self.name, params)
+        check_declared(self.name, params)
         self.model_factory = model
         self.local = local
         self.params = params

@@ -30,7 +30,7 @@ from pflkit.sdk.algorithms.base import (
 from pflkit.sdk.algorithms.device_training import shared_lr
 from pflkit.sdk.algorithms.fedavg import FedAvgTraining, PersonalModel
 from pflkit.sdk.algorithms.gradtools import added_gradient, gradient_term
-from pflkit.sdk.algorithms.paramcheck import require
+from pflkit.sdk.algorithms.paramcheck import Epochs, Strength
 from pflkit.sdk.algorithms.state_layout import PERSONAL, add_prefix, personal_of
 from pflkit.sdk.batched_training import BatchGrid, repeat, stack, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
@@ -42,13 +42,8 @@ from pflkit.sdk.training import Batch, cross_entropy_of, run_epochs, sgd
 class DittoParams:
     """Ditto's regularization strength and personal solver length."""
 
-    lam: float = 0.1  # lambda; the paper tunes it over {0.01, 0.1, 1, 2}
-    personal_epochs: int | None = None  # epochs on v per round; None: the local E
-
-    def __post_init__(self) -> None:
-        require("ditto", "lam", self.lam >= 0, ">= 0", self.lam)
-        epochs = self.personal_epochs
-        require("ditto", "personal_epochs", epochs is None or epochs >= 0, ">= 0", epochs)
+    lam: Strength = 0.1  # lambda; the paper tunes it over {0.01, 0.1, 1, 2}
+    personal_epochs: Epochs | None = None  # epochs on v per round; None: the local E
 
 
 class DittoTraining(FedAvgTraining):

@@ -21,7 +21,6 @@ from pflkit.sdk.algorithms.base import (
     ClientState,
     FitJob,
     FitResult,
-    HyperparameterError,
     LocalTraining,
     RoundContext,
     State,
@@ -29,6 +28,7 @@ from pflkit.sdk.algorithms.base import (
 )
 from pflkit.sdk.algorithms.device_training import DeviceTraining, shared_lr
 from pflkit.sdk.algorithms.inference_role import Inference
+from pflkit.sdk.algorithms.paramcheck import Epochs, LearningRate, Strength
 from pflkit.sdk.algorithms.personalization import Personalization
 from pflkit.sdk.algorithms.state_layout import PERSONAL, add_prefix, personal_of
 from pflkit.sdk.batched_training import BatchGrid, Stacked, repeat, train_together
@@ -124,11 +124,7 @@ class FedAvg(Algorithm):
 class FedProxParams:
     """FedProx's proximal strength (Li et al. 2020 search {0.001, 0.01, 0.1, 1})."""
 
-    mu: float = 0.01
-
-    def __post_init__(self) -> None:
-        if self.mu < 0:
-            raise HyperparameterError(f"fedprox: hyperparameter 'mu' must be >= 0, got {self.mu}")
+    mu: Strength = 0.01  # the proximal term's weight (0: FedAvg)
 
 
 class FedProxTraining(FedAvgTraining):
@@ -153,12 +149,8 @@ class FedProx(Algorithm):
 class FineTuneParams:
     """How FedAvg+FT personalizes the final global model."""
 
-    ft_epochs: int = 1  # local epochs of fine-tuning after federation
-    ft_lr: float | None = None  # None: the learning rate of the round after the last
-
-    def __post_init__(self) -> None:
-        if self.ft_epochs < 0:
-            raise HyperparameterError("fedavg_ft: hyperparameter 'ft_epochs' must be >= 0")
+    ft_epochs: Epochs = 1  # local epochs of fine-tuning after federation
+    ft_lr: LearningRate | None = None  # None: the learning rate of the round after the last
 
 
 class FineTune(Personalization):

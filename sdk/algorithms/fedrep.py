@@ -26,7 +26,7 @@ from pflkit.sdk.algorithms.base import (
 )
 from pflkit.sdk.algorithms.fedper import PartialSharing, PartialTraining, train_params_together
 from pflkit.sdk.algorithms.gradtools import frozen
-from pflkit.sdk.algorithms.paramcheck import require
+from pflkit.sdk.algorithms.paramcheck import Epochs, require
 from pflkit.sdk.batched_training import Stacked
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import SplitModel
@@ -36,10 +36,7 @@ from pflkit.sdk.models import SplitModel
 class FedRepParams:
     """How a round's E local epochs are split between head and body."""
 
-    body_epochs: int = 1  # epochs on the representation, after E - body_epochs head epochs
-
-    def __post_init__(self) -> None:
-        require("fedrep", "body_epochs", self.body_epochs >= 0, ">= 0", self.body_epochs)
+    body_epochs: Epochs = 1  # epochs on the representation, after E - body_epochs head epochs
 
 
 class FedRepTraining(PartialTraining):

@@ -40,14 +40,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 
 from pflkit.sdk.algorithms.base import (
     Algorithm,
     ClientState,
-    HyperparameterError,
     RoundContext,
     State,
     register,
@@ -68,6 +67,7 @@ from pflkit.sdk.algorithms.fedrod_objective import (  # noqa: F401 (re-exported 
     log_prior,
 )
 from pflkit.sdk.algorithms.fedrod_training import FedRoDTraining
+from pflkit.sdk.algorithms.paramcheck import Epochs, LearningRate, Steps, Strength
 from pflkit.sdk.algorithms.personal import EagerSession, PersonalTraining, personalize_with
 from pflkit.sdk.algorithms.personalization import Personalization
 from pflkit.sdk.algorithms.recipe import TRAIN_ROWS, Optimizer, Phase, Recipe
@@ -79,38 +79,24 @@ from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import SplitModel
 from pflkit.sdk.seeding import seeded_torch
 
-FT_SCOPES = ("model", "personal_head")
+FtScope = Literal["model", "personal_head"]
 
 
 @dataclass(frozen=True)
 class FedRoDParams:
     """FedRoD adds no hyperparameter to FedAvg's (App. C); these set the evaluation protocol."""
 
-    gamma: float = 1.0  # BSM exponent on the class counts (fixed to 1 in the paper)
-    ft_epochs: int = 0  # epochs of the post-federation local pass (0: none, see module doc)
-    ft_lr: float | None = None  # its learning rate (None: the lr of the round after the last)
-    ft_scope: str = "model"  # model: eq. 14 on body, heads | personal_head: L_m on phi only
-
-    def __post_init__(self) -> None:
-        if self.ft_epochs < 0:
-            raise HyperparameterError("fedrod: hyperparameter 'ft_epochs' must be >= 0")
-        if self.ft_scope not in FT_SCOPES:
-            raise HyperparameterError(f"fedrod: hyperparameter 'ft_scope' must be one of "
-                                      f"{', '.join(FT_SCOPES)}, got {self.ft_scope!r}")
-        if self.gamma < 0:
-            raise HyperparameterError("fedrod: hyperparameter 'gamma' must be >= 0")
+    gamma: Strength = 1.0  # BSM exponent on the class counts (fixed to 1 in the paper)
+    ft_epochs: Epochs = 0  # epochs of the post-federation local pass (0: none, see module doc)
+    ft_lr: LearningRate | None = None  # its lr (None: the lr of the round after the last)
+    ft_scope: FtScope = "model"  # model: eq. 14 on body, heads | personal_head: L_m on phi only
 
 
 @dataclass(frozen=True)
 class FedRoDHyperParams(FedRoDParams):
     """Plus the hypernetwork's hidden width (16 for FMNIST/CIFAR-100, 32 for CIFAR-10)."""
 
-    hidden: int = 16
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.hidden <= 0:
-            raise HyperparameterError("fedrod_hyper: hyperparameter 'hidden' must be > 0")
+    hidden: Steps = 16
 
 
 class FedRoDAggregation(ServerAggregation):

@@ -1,25 +1,45 @@
-"""Hyperparameters from a config: typed parsing and one wording for errors.
+"""Hyperparameters: one declaration per setting, typed parsing and one wording for errors.
 
-Every error names the method and the parameter: ``fedprox: hyperparameter 'mu': ...``.
+A method's ``Params`` is a frozen dataclass whose annotations ARE the declaration: type, range
+and choices in one place (``ft_lr: LearningRate | None = None``, ``mu: Strength = 0.01``,
+``variant: Literal["fb", "mf", "mfe"]``), checked the same way from a config, from
+``pfl-export --trainer-param`` and for a ``Params`` built in Python. Every error is one line that
+names the method, the parameter and, for a number, its whole range:
+``fedavg_ft: hyperparameter 'ft_lr' must be in (0, 10], got -1.0``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
+import types
 import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Strict, TypeAdapter, ValidationError
 
+# The declaration vocabulary, imported from here by the methods (and methods of your own):
+# [training]'s ranges, so that a method's own stage takes what the run config takes.
+from pflkit.sdk.config_types import BatchSize as BatchSize  # [1, 65536]
+from pflkit.sdk.config_types import Epochs as Epochs  # [0, 1000]
+from pflkit.sdk.config_types import Fraction as Fraction  # [0, 1]
+from pflkit.sdk.config_types import LearningRate as LearningRate  # (0, 10]
+from pflkit.sdk.config_types import Momentum as Momentum  # [0, 1)
+from pflkit.sdk.config_types import WeightDecay as WeightDecay  # [0, 1]
 from pflkit.sdk.config_types import closest
+from pflkit.sdk.config_types import in_range as in_range
 
-# Bounds every method's numbers share (its __post_init__ narrows them): epochs, steps or widths
-# beyond 10 000 run or allocate for ever, and a float beyond 1e6 only makes NaN weights.
+# Bounds of a number a Params leaves undeclared (a plain ``int`` or ``float``, e.g. in an
+# extension's method): epochs, steps or widths beyond 10 000 run or allocate for ever, and a
+# float beyond 1e6 only makes NaN weights. The built-in methods declare every number's range.
 MAX_INT = 10_000
 MAX_FLOAT = 1e6
+
+# Ranges of the methods' own (their docs state them).
+Strength = Annotated[float, Strict(), in_range(0.0, MAX_FLOAT)]  # a loss weight: 0 turns it off
+PositiveStrength = Annotated[float, Strict(), in_range(0.0, MAX_FLOAT, open_low=True)]
+Steps = Annotated[int, Strict(), in_range(1, MAX_INT)]  # inner steps, widths
 
 
 class HyperparameterError(ValueError):
@@ -27,7 +47,10 @@ class HyperparameterError(ValueError):
 
 
 def require(method: str, name: str, ok: bool, rule: str, value: object) -> None:
-    """Raise ``HyperparameterError`` naming method and parameter unless ``ok``."""
+    """Raise ``HyperparameterError`` naming method and parameter unless ``ok``.
+
+    For rules no annotation can state (one setting against another, or against the run).
+    """
     if not ok:
         raise HyperparameterError(
             f"{method}: hyperparameter '{name}' must be {rule}, got {value!r}"
@@ -36,29 +59,61 @@ def require(method: str, name: str, ok: bool, rule: str, value: object) -> None:
 
 @functools.cache
 def _adapter(hint: Any) -> TypeAdapter[Any]:
-    return TypeAdapter(hint, config=ConfigDict(allow_inf_nan=False))
+    """One validator per declaration, built once (building one takes milliseconds)."""
+    return TypeAdapter(hint, config=ConfigDict(allow_inf_nan=False, arbitrary_types_allowed=True))
 
 
-def check_finite(method: str, params: Any) -> None:
-    """Refuse NaN or infinity in a Params dataclass built in Python, not from a config.
+def _declares_range(hint: Any) -> bool:
+    """Whether ``hint`` (or a member of its union) carries its own validators (``Annotated``)."""
+    if typing.get_origin(hint) is Annotated:
+        return True
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(map(_declares_range, typing.get_args(hint)))
+    return False
 
-    ``mu < 0`` is False for NaN, so the methods' range checks alone would let it through.
+
+def check_value(method: str, name: str, hint: Any, value: Any) -> Any:
+    """``value`` checked against the declaration ``hint``: the validated value, or one error.
+
+    Strict: a string is never read as a number nor a bool as an int; an int is accepted for a
+    float; NaN and infinity are refused. A number ``hint`` gives no range of its own lies in
+    [-MAX_INT, MAX_INT] (ints) or [-MAX_FLOAT, MAX_FLOAT] (floats).
+    """
+    try:
+        checked = _adapter(hint).validate_python(value, strict=True)
+    except ValidationError as err:
+        first = err.errors()[0]
+        if first["type"] == "value_error":  # a declared range: "must be in [a, b], got v"
+            rule = first.get("ctx", {}).get("error", first["msg"])
+            raise HyperparameterError(f"{method}: hyperparameter '{name}' {rule}") from None
+        reason = first["msg"]
+        raise HyperparameterError(f"{method}: hyperparameter '{name}': "
+                                  f"{reason[0].lower()}{reason[1:]}, got {value!r}") from None
+    if isinstance(value, int | float) and not isinstance(value, bool) \
+            and not _declares_range(hint):
+        bound = MAX_INT if isinstance(value, int) else MAX_FLOAT
+        require(method, name, abs(value) <= bound, f"in [-{bound:g}, {bound:g}]", value)
+    return checked
+
+
+def check_declared(method: str, params: Any) -> None:
+    """Check every field of a ``Params`` (built in Python, or defaults) against its declaration.
+
+    ``mu < 0`` is False for NaN, so a range test in ``__post_init__`` alone would let it
+    through; the declaration refuses it wherever the dataclass was built.
     """
     if dataclasses.is_dataclass(params):
+        hints = typing.get_type_hints(type(params), include_extras=True)
         for f in dataclasses.fields(params):
-            value = getattr(params, f.name)
-            require(method, f.name, not isinstance(value, float) or math.isfinite(value),
-                    "a finite number", value)
+            check_value(method, f.name, hints[f.name], getattr(params, f.name))
 
 
 def parse_params(algorithm: str, params_type: type, values: Mapping[str, Any]) -> Any:
-    """Build ``params_type`` (a dataclass) from a config mapping, checking every value's type.
+    """Build ``params_type`` (a dataclass) from a config mapping, checking every value.
 
-    Types are checked strictly with pydantic against the dataclass's resolved annotations: a
-    string is never turned into a number (``mu = "0.1"`` is refused), an int is accepted for
-    a float, NaN and infinity are refused, ints lie in [-MAX_INT, MAX_INT] and floats in
-    [-MAX_FLOAT, MAX_FLOAT]. Narrower ranges stay in the dataclass's ``__post_init__``. Every
-    error names the method and the parameter.
+    Each value is checked by :func:`check_value` against its annotation; rules between
+    settings stay in the dataclass's ``__post_init__``. Every error names the method and the
+    parameter.
     """
     if params_type is type(None):
         if values:
@@ -78,21 +133,14 @@ def parse_params(algorithm: str, params_type: type, values: Mapping[str, Any]) -
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise HyperparameterError(f"{algorithm}: missing hyperparameter {', '.join(missing)}")
-    hints = typing.get_type_hints(params_type)
-    kwargs = {}
-    for name, value in values.items():
-        try:
-            kwargs[name] = _adapter(hints[name]).validate_python(value, strict=True)
-        except ValidationError as err:
-            reason = err.errors()[0]["msg"]
-            raise HyperparameterError(f"{algorithm}: hyperparameter '{name}': "
-                                      f"{reason[0].lower()}{reason[1:]}, got {value!r}") from None
-        bound = MAX_INT if isinstance(value, int) else MAX_FLOAT
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            require(algorithm, name, abs(value) <= bound, f"in [-{bound:g}, {bound:g}]", value)
+    hints = typing.get_type_hints(params_type, include_extras=True)
+    kwargs = {name: check_value(algorithm, name, hints[name], value)
+              for name, value in values.items()}
     try:
-        return params_type(**kwargs)
+        params = params_type(**kwargs)
     except HyperparameterError:
         raise
     except (TypeError, ValueError) as err:
         raise HyperparameterError(f"{algorithm}: {err}") from err
+    check_declared(algorithm, params)  # the defaults too: a declaration holds for every value
+    return params

@@ -40,7 +40,7 @@ from pflkit.sdk.algorithms.base import (
 from pflkit.sdk.algorithms.device_training import DeviceTraining, shared_lr
 from pflkit.sdk.algorithms.gradtools import gradient_term
 from pflkit.sdk.algorithms.inference_role import Inference
-from pflkit.sdk.algorithms.paramcheck import require
+from pflkit.sdk.algorithms.paramcheck import LearningRate, PositiveStrength, Steps
 from pflkit.sdk.algorithms.server_aggregation import ServerAggregation
 from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of
 from pflkit.sdk.batched_training import BatchGrid, PlainSGD, repeat, train_together
@@ -55,15 +55,10 @@ OUTER = "outer."  # w's names beside theta's in a batched trainer's parameters
 class PFedMeParams:
     """pFedMe's regularization, inner solver and server mixing."""
 
-    lam: float = 15.0  # lambda: pull of theta toward w (and of w toward theta)
-    inner_steps: int = 5  # K: gradient steps on the inner problem per mini-batch
-    personal_lr: float = 0.05  # step size of the inner solver (paper: 0.1; see module doc)
-    beta: float = 1.0  # server step: w_g <- (1 - beta) w_g + beta * mean(w_i)
-
-    def __post_init__(self) -> None:
-        for name in ("lam", "personal_lr", "beta"):
-            require("pfedme", name, getattr(self, name) > 0, "> 0", getattr(self, name))
-        require("pfedme", "inner_steps", self.inner_steps >= 1, ">= 1", self.inner_steps)
+    lam: PositiveStrength = 15.0  # lambda: pull of theta toward w (and of w toward theta)
+    inner_steps: Steps = 5  # K: gradient steps on the inner problem per mini-batch
+    personal_lr: LearningRate = 0.05  # step size of the inner solver (paper: 0.1; module doc)
+    beta: PositiveStrength = 1.0  # server step: w_g <- (1 - beta) w_g + beta * mean(w_i)
 
 
 class BlendedMean(WeightedMean):

@@ -40,15 +40,16 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import Annotated, Literal, get_args
 
 import torch
+from pydantic import Strict
 from torch import nn
 
 from pflkit.sdk.algorithms.base import (
     Algorithm,
     Choice,
     ClientState,
-    HyperparameterError,
     RoundContext,
     State,
     register,
@@ -56,6 +57,14 @@ from pflkit.sdk.algorithms.base import (
 from pflkit.sdk.algorithms.fedavg import FedAvgTraining
 from pflkit.sdk.algorithms.inference import InferenceModel, Mixture
 from pflkit.sdk.algorithms.inference_role import Inference
+from pflkit.sdk.algorithms.paramcheck import (
+    BatchSize,
+    Epochs,
+    LearningRate,
+    Momentum,
+    WeightDecay,
+    in_range,
+)
 from pflkit.sdk.algorithms.personal import EagerSession, PersonalTraining, personalize_with
 from pflkit.sdk.algorithms.personalization import Personalization
 from pflkit.sdk.algorithms.pflmoe_modules import (
@@ -70,13 +79,16 @@ from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import SplitModel
 from pflkit.sdk.seeding import derive_seed, torch_generator
 
-VARIANTS = ("fb", "mf", "mfe")
+Variant = Literal["fb", "mf", "mfe"]
+VARIANTS: tuple[str, ...] = get_args(Variant)
 VARIANT_SUMMARIES = {  # the model card's one-line description of each personalized model
     "fb": "PFL-FB: the shared extractor with the client's fine-tuned classifier",
     "mf": "PFL-MF: g(x) C_global(a) + (1 - g(x)) C_personal(a), the gate on the raw input",
     "mfe": "PFL-MFE: g(a) C_global(a) + (1 - g(a)) C_personal(a), the gate on the features",
 }
-GATE_OPTIMIZERS = ("sgd", "adam")
+GateOptimizer = Literal["sgd", "adam"]
+# D_gate and D_per both non-empty shares of a client's rows
+GateFraction = Annotated[float, Strict(), in_range(0.0, 1.0, open_low=True, open_high=True)]
 GATE = "gate."  # client-state prefix of the gate's Linear(input -> 1)
 
 
@@ -84,35 +96,15 @@ GATE = "gate."  # client-state prefix of the gate's Linear(input -> 1)
 class PFLMoEParams:
     """Stage-2 settings; defaults are the paper's LeNet-5 / Fashion-MNIST ones (V.A.4)."""
 
-    variant: str = "mfe"  # fb: personal classifier only | mf: gate on x | mfe: gate on E(x)
-    epochs: int = 200  # E, personalization epochs (each = one D_per pass + one D_gate pass)
-    batch_size: int = 64  # stage-2 mini-batch (public code)
-    head_lr: float = 0.001  # alpha, the personal classifier's SGD learning rate
-    gate_lr: float = 0.001  # beta, the gate's learning rate
-    momentum: float = 0.9  # SGD momentum (classifier, and gate when gate_optimizer = "sgd")
-    weight_decay: float = 5e-4  # L2 weight decay of both optimizers
-    gate_fraction: float = 0.25  # share of the client's rows in D_gate (public code: 1/4)
-    gate_optimizer: str = "sgd"  # sgd (paper) | adam (public code)
-
-    def __post_init__(self) -> None:
-        def bad(name: str, why: str) -> HyperparameterError:
-            return HyperparameterError(
-                f"pflmoe: hyperparameter '{name}' {why}, got {getattr(self, name)!r}"
-            )
-
-        if self.variant not in VARIANTS:
-            raise bad("variant", f"must be one of {', '.join(VARIANTS)}")
-        if self.gate_optimizer not in GATE_OPTIMIZERS:
-            raise bad("gate_optimizer", f"must be one of {', '.join(GATE_OPTIMIZERS)}")
-        if self.epochs < 0:
-            raise bad("epochs", "must be >= 0")
-        if self.batch_size <= 0:
-            raise bad("batch_size", "must be > 0")
-        for name in ("head_lr", "gate_lr"):
-            if not getattr(self, name) > 0:
-                raise bad(name, "must be > 0")
-        if not 0.0 < self.gate_fraction < 1.0:
-            raise bad("gate_fraction", "must be in (0, 1)")
+    variant: Variant = "mfe"  # fb: personal classifier only | mf: gate on x | mfe: gate on E(x)
+    epochs: Epochs = 200  # E, personalization epochs (each = one D_per pass + one D_gate pass)
+    batch_size: BatchSize = 64  # stage-2 mini-batch (public code)
+    head_lr: LearningRate = 0.001  # alpha, the personal classifier's SGD learning rate
+    gate_lr: LearningRate = 0.001  # beta, the gate's learning rate
+    momentum: Momentum = 0.9  # SGD momentum (classifier, and gate when gate_optimizer = "sgd")
+    weight_decay: WeightDecay = 5e-4  # L2 weight decay of both optimizers
+    gate_fraction: GateFraction = 0.25  # share of the client's rows in D_gate (public code: 1/4)
+    gate_optimizer: GateOptimizer = "sgd"  # sgd (paper) | adam (public code)
 
 
 def split_for_gate(n: int, gate_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

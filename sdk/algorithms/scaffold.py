@@ -31,9 +31,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
+from pydantic import Strict
 from torch import nn
 from torch.func import functional_call
 
@@ -50,7 +52,7 @@ from pflkit.sdk.algorithms.base import (
 from pflkit.sdk.algorithms.device_training import DeviceTraining, shared_lr
 from pflkit.sdk.algorithms.gradtools import added_gradient, gradient_term
 from pflkit.sdk.algorithms.inference_role import Inference
-from pflkit.sdk.algorithms.paramcheck import require
+from pflkit.sdk.algorithms.paramcheck import LearningRate, in_range
 from pflkit.sdk.algorithms.server_aggregation import ServerAggregation
 from pflkit.sdk.algorithms.state_layout import strip_prefix
 from pflkit.sdk.batched_training import BatchGrid, repeat, stack, train_together
@@ -58,6 +60,7 @@ from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.training import Batch, cross_entropy_of, run_epochs, sgd
 
+Option = Annotated[int, Strict(), in_range(1, 2)]  # the c_i+ rules of Algorithm 1
 CONTROL = "control."
 DELTA = "control_delta."
 
@@ -66,12 +69,8 @@ DELTA = "control_delta."
 class ScaffoldParams:
     """SCAFFOLD's server step size and control-variate rule."""
 
-    server_lr: float = 1.0  # eta_g (the paper's experiments use 1)
-    option: int = 2  # c_i+ rule of Algorithm 1: 2 = from the local steps, 1 = full gradient at x
-
-    def __post_init__(self) -> None:
-        require("scaffold", "server_lr", self.server_lr > 0, "> 0", self.server_lr)
-        require("scaffold", "option", self.option in (1, 2), "1 or 2", self.option)
+    server_lr: LearningRate = 1.0  # eta_g (the paper's experiments use 1)
+    option: Option = 2  # c_i+ rule of Algorithm 1: 2 = from the local steps, 1 = full gradient
 
 
 def effective_steps(steps: int, momentum: float) -> float:

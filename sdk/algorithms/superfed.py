@@ -42,20 +42,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import torch
+from pydantic import Strict
 
 from pflkit.sdk.algorithms.base import (
     Algorithm,
     Choice,
     ClientState,
-    HyperparameterError,
     RoundContext,
     State,
     register,
 )
 from pflkit.sdk.algorithms.mixing import float_buffers
+from pflkit.sdk.algorithms.paramcheck import Epochs, Fraction, LearningRate, Strength, in_range
 from pflkit.sdk.algorithms.personal import (  # noqa: F401 (choose_lambda: API)
     EagerSession,
     PersonalTraining,
@@ -81,33 +82,22 @@ from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.metrics import predict
 from pflkit.sdk.seeding import torch_generator
 
+# a share of the train rows: 1 would leave nothing to train
+Holdout = Annotated[float, Strict(), in_range(0.0, 1.0, open_high=True)]
+
 
 @dataclass(frozen=True)
 class SuPerFedParams:
     """SuPerFed's hyperparameters (defaults: the paper's L ablation, Table 5: nu=2, mu=0.01)."""
 
-    mu: float = 0.01  # proximity weight on ||w_f - w_g||^2 (squared, eq. 4)
-    nu: float = 2.0  # weight of cos^2(w_f, w_l), the connectivity term
-    start_fraction: float = 0.4  # L = floor(start_fraction * R): mixing starts at round L
-    holdout_fraction: float = 0.1  # train rows kept out of fit to choose each client's lambda
+    mu: Strength = 0.01  # proximity weight on ||w_f - w_g||^2 (squared, eq. 4)
+    nu: Strength = 2.0  # weight of cos^2(w_f, w_l), the connectivity term
+    start_fraction: Fraction = 0.4  # L = floor(start_fraction * R): mixing starts at round L
+    holdout_fraction: Holdout = 0.1  # train rows kept out of fit to choose each client's lambda
     sweep: bool = True  # after the last round, also score every grid lambda (11 evaluations)
-    ft_epochs: int = 0  # epochs of local-model training after federation (0: lambda choice only)
-    ft_lr: float | None = None  # its learning rate (None: the lr of the round after the last)
-    ft_lambda: float | None = None  # its lambda: a fixed value, or None to draw as in fit
-
-    def __post_init__(self) -> None:
-        if self.ft_epochs < 0:
-            raise HyperparameterError("superfed: hyperparameter 'ft_epochs' must be >= 0")
-        if self.ft_lambda is not None and not 0.0 <= self.ft_lambda <= 1.0:
-            raise HyperparameterError("superfed: hyperparameter 'ft_lambda' must be in [0, 1]")
-        for name in ("mu", "nu"):
-            if getattr(self, name) < 0:
-                raise HyperparameterError(f"superfed: hyperparameter '{name}' must be >= 0")
-        for name in ("start_fraction", "holdout_fraction"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise HyperparameterError(f"superfed: hyperparameter '{name}' must be in [0, 1]")
-        if self.holdout_fraction == 1.0:
-            raise HyperparameterError("superfed: 'holdout_fraction' = 1 leaves nothing to train")
+    ft_epochs: Epochs = 0  # epochs of local-model training after federation (0: lambda choice only)
+    ft_lr: LearningRate | None = None  # its lr (None: the lr of the round after the last)
+    ft_lambda: Fraction | None = None  # its lambda: a fixed value, or None to draw as in fit
 
 
 class LambdaChoice(Personalization):

@@ -169,7 +169,7 @@ def test_cli_writes_the_trainer_next_to_the_inference_files(make_run, tmp_path):
     ("fedavg_ft", [], "no post-federation stage a device can run"),
     ("fedrod_linear", [], "no post-federation stage a device can run"),
     ("pflmoe", ["gate_optimizer=adam"], "SGD only"),
-    ("superfed_mm", ["ft_epochs=-1"], "'ft_epochs' must be >= 0"),
+    ("superfed_mm", ["ft_epochs=-1"], "'ft_epochs' must be in [0, 1000], got -1"),
     ("superfed_mm", ["--head", "generic"], "give --client N"),
     ("fedrod_hyper", ["--class-counts", "1,2,3,4,5,6,7,8,9,10"], "give --client N"),
 ])

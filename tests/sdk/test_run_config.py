@@ -91,7 +91,7 @@ def test_a_bad_value_is_one_line_naming_the_key(override, message):
     ("training.lr_decay=1e-300", "training.lr_decay: lr x lr_decay ** rounds = 0.05 x 1e-300 ** "
                                  "3 = 0 is below 1.18e-38 (float32's smallest normal)"),
     ('algorithm.params.mu=1e300', "algorithm.params: fedprox: hyperparameter 'mu' must be in "
-                                  "[-1e+06, 1e+06], got 1e+300"),
+                                  "[0, 1e+06], got 1e+300"),
 ])
 def test_every_number_has_a_range_named_in_one_line(override, message):
     with pytest.raises(ConfigError) as err:
