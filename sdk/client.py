@@ -18,14 +18,12 @@ Everything the device keeps lives in ``state_dir`` and survives restarts:
 
 A round is committed on the device only when the server has answered the upload, so an app
 killed at any point re-sends the same bytes (the server treats that as an idempotent retry)
-instead of training twice. Network errors, 429 and 5xx are retried with capped exponential
-backoff and jitter, waiting the server's ``Retry-After`` when it sends one (it also marks a
-retryable 409 that way); other 4xx answers raise :class:`ServerRefused` with its message.
-A fit that diverges (NaN or Inf) is not uploaded and leaves the state as it was (``diverged``).
-The client imports nothing from ``pflkit.server``: the task payload carries the algorithm config.
-A task's ``package.module:attr`` names are imported only if ``allow_imports`` allows them
-(built-in names and installed entry points always resolve): the server chooses the names, the
-device's owner chooses what code runs (sdk/registry.py).
+instead of training twice. Retries, refusals and the bounds on what the server's answers may
+hold are sdk/transport.py's; a task the device cannot act on is a one-line ValueError
+(``protocol.task_problem``). A fit that diverges (NaN or Inf) is not uploaded and leaves the
+state as it was (``diverged``). The client imports nothing from ``pflkit.server``. A task's
+``package.module:attr`` names are imported only if ``allow_imports`` allows them: the server
+chooses the names, the device's owner chooses what code runs (sdk/registry.py).
 ``device`` ("cpu", "cuda", "auto") is where training and the post-federation stage run; the
 local data moves there once, downloaded states once per round, uploads leave as safetensors.
 """
@@ -45,16 +43,16 @@ from typing import Any
 import httpx
 from torch import nn
 
+from pflkit.sdk import protocol, transport
 from pflkit.sdk.aggregation_rules import clip_update
 from pflkit.sdk.algorithms.base import Algorithm, Choice, ClientState, State
 from pflkit.sdk.client_data import DATA_FILE, data_problem, load_client_data, save_client_data
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import data_to, resolve_device, state_to, use_device
-from pflkit.sdk.device_files import CACHE, CREDENTIALS, DeviceFiles
+from pflkit.sdk.device_files import CACHE, DeviceFiles
 from pflkit.sdk.divergence import diverged, finite_state
 from pflkit.sdk.pending_round import FILE as PENDING_FILE
 from pflkit.sdk.pending_round import PendingRound
-from pflkit.sdk.protocol import METRICS_KEY, task_clip_norm
 from pflkit.sdk.registry import ImportPolicy
 from pflkit.sdk.secagg.wire import TASK_KEY
 from pflkit.sdk.secagg_device import change_vector, take_part
@@ -68,7 +66,7 @@ from pflkit.sdk.tensorio import (
     state_to_bytes,
 )
 from pflkit.sdk.training import autocast_training
-from pflkit.sdk.transport import RetryPolicy, ServerConnection, ServerRefused, ServerUnavailable
+from pflkit.sdk.transport import RetryPolicy, ServerRefused, ServerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +82,7 @@ class StepResult:
     """What one :meth:`FederatedClient.step` did."""
 
     status: str  # trained, uploaded, wait, paused, stopped, finished, late, diverged
-    retry_after: float  # seconds until polling again is useful
+    retry_after: float  # seconds until polling again is useful: in [0, protocol.MAX_WAIT]
     round: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -95,13 +93,17 @@ class FederatedClient:
     def __init__(self, server: str, state_dir: Path, data: LabeledTensors, *,
                  token: str | None = None, retry: RetryPolicy | None = None,
                  timeout: float = 120.0, device: str = "cpu", precision: str = "fp32",
-                 allow_imports: Sequence[str] = ()) -> None:
+                 allow_imports: Sequence[str] = (),
+                 max_download_bytes: int = transport.MAX_DOWNLOAD) -> None:
         self.server = server.rstrip("/")
         try:
             self.imports = ImportPolicy.allowing(allow_imports, ALLOW_IMPORTS)
         except ValueError as err:
             raise ValueError(f"allow_imports: {err}") from None
         self.state_dir = Path(state_dir)
+        self.connection = transport.ServerConnection(  # its limits are checked first
+            self.server, retry or RetryPolicy(), timeout,
+            numpy_rng(0, "retry-jitter", str(self.state_dir.resolve())), max_download_bytes)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.device = resolve_device(device)
         self.autocast = use_device(self.device, precision)
@@ -110,9 +112,6 @@ class FederatedClient:
         self.data = data_to(data, self.device)
         self.store = DeviceStateStore(self.state_dir)
         self.files = DeviceFiles(self.state_dir)
-        self.connection = ServerConnection(
-            self.server, retry or RetryPolicy(), timeout,
-            numpy_rng(0, "retry-jitter", str(self.state_dir.resolve())))
         self._algorithms: dict[str, Algorithm] = {}
         self._credentials = self.files.read_credentials()
         if self._credentials.get("server") not in (None, self.server):
@@ -140,15 +139,14 @@ class FederatedClient:
         the data's input shape compared): a device that cannot train it raises here with its
         token unspent, instead of being sampled and leaving the round to its deadline.
         """
-        preview = self.connection.request("GET", "/v1/task/preview", secret=token).json()
+        answer = self.connection.request("GET", "/v1/task/preview", secret=token)
+        preview = transport.json_answer(answer, "task preview", protocol.preview_problem)
         if preview.get("config") is not None:
             self._algorithm(preview["run_id"],
                             TaskConfig.from_wire(preview["config"], self.imports))
-        response = self._request("POST", "/v1/clients/enroll", auth=False, json={"token": token})
-        body = response.json()
-        self._credentials = {"server": self.server, "client_id": body["client_id"],
-                             "secret": body["secret"]}
-        self.files.write_json(CREDENTIALS, self._credentials, private=True)
+        answer = self._request("POST", "/v1/clients/enroll", auth=False, json={"token": token})
+        self._credentials = self.files.write_credentials(
+            self.server, transport.json_answer(answer, "enrollment"))
         return self.client_id
 
     # -- the round --------------------------------------------------------------------------------
@@ -156,9 +154,11 @@ class FederatedClient:
         """Return the global state with this hash: cached, else downloaded and verified."""
         cache = self.files.read_json(CACHE)
         path = self.state_dir / "global.safetensors"
-        if cache.get("global_hash") == digest and path.is_file():
-            return state_from_bytes(path.read_bytes(), str(path))
-        data = self._request("GET", f"/v1/globals/{digest}").content
+        data = path.read_bytes() if path.is_file() else b""
+        if hashlib.sha256(data).hexdigest() == digest:  # else stale or damaged: download it
+            return state_from_bytes(data, str(path))
+        data = self._request("GET", f"/v1/globals/{digest}",
+                             max_bytes=self.connection.max_download).content
         if hashlib.sha256(data).hexdigest() != digest:
             raise CorruptStateError(f"downloaded global state does not hash to {digest}")
         atomic_write_bytes(path, data)
@@ -187,7 +187,7 @@ class FederatedClient:
         if cache.get("diverged") == this_round:
             return None
         cfg = TaskConfig.from_wire(task["config"], self.imports)
-        clip = task_clip_norm(task)
+        clip = protocol.task_clip_norm(task)
         algorithm = self._algorithm(task["run_id"], cfg)
         ctx = cfg.context(task["round"], self.client_id)
         global_state = state_to(self.global_state(task["global_hash"]), self.device)
@@ -202,7 +202,7 @@ class FederatedClient:
             return None
         update = result.update if clip is None else clip_update(global_state, result.update, clip)
         metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(v)}
-        upload = state_to_bytes(update, {METRICS_KEY: json.dumps(metrics)})
+        upload = state_to_bytes(update, {protocol.METRICS_KEY: json.dumps(metrics)})
         pending = PendingRound(task["run_id"], task["round"], result.num_samples, metrics,
                                upload, result.client_state)
         atomic_write_bytes(self.state_dir / PENDING_FILE, pending.to_bytes())
@@ -216,9 +216,9 @@ class FederatedClient:
 
     def step(self) -> StepResult:
         """Poll once; if this device is sampled, train and upload (one call per round)."""
-        task = self._request("GET", "/v1/task").json()
-        path = self.state_dir / PENDING_FILE
-        pending = PendingRound.from_bytes(path.read_bytes()) if path.is_file() else None
+        task = transport.json_answer(self._request("GET", "/v1/task"), "task",
+                                     protocol.task_problem)
+        pending = PendingRound.load(self.state_dir / PENDING_FILE)
         if pending is not None and pending.is_over(task):
             self._commit(pending)  # counted or late: keep the trained state
             pending = None

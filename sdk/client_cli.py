@@ -13,8 +13,9 @@ allows that package: built-in names and installed entry points need nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import torch
 import typer
@@ -27,7 +28,9 @@ from pflkit.sdk.client import (
     load_client_data,
 )
 from pflkit.sdk.console import entry_point
+from pflkit.sdk.protocol import MAX_ID, MAX_WAIT
 from pflkit.sdk.registry import ImportPolicy, ImportRefused, add_project_path
+from pflkit.sdk.transport import MAX_DOWNLOAD, MAX_ELAPSED, MAX_ERROR_ANSWER
 
 app = typer.Typer(add_completion=False, help=__doc__)
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -37,6 +40,18 @@ def _log_level(value: str) -> str:
     if value.lower() not in LOG_LEVELS:
         raise typer.BadParameter(f"{value!r} is not one of {', '.join(LOG_LEVELS)}")
     return value.lower()
+
+
+def _in(low: float, high: float, *, open_low: bool = False) -> Callable[[Any], Any]:
+    """A callback refusing a value outside [low, high] (``open_low``: (low, high]), NaN too."""
+    def check(value: Any) -> Any:
+        if value is None:
+            return value
+        if not ((low < value) if open_low else (low <= value)) or not value <= high:  # NaN too
+            raise typer.BadParameter(f"must be in {'(' if open_low else '['}{low}, {high}], "
+                                     f"got {value}")
+        return value
+    return check
 
 
 def _allow_imports(values: list[str] | None) -> list[str] | None:
@@ -55,13 +70,19 @@ def main(
     token: Annotated[str | None, typer.Option(help="enrollment token (first run only)")] = None,
     state: Annotated[Path | None, typer.Option(help="state folder (default DATA/.pflkit)")
                      ] = None,
-    rounds: Annotated[int | None, typer.Option(help="stop after training this many rounds")
-                      ] = None,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
+    rounds: Annotated[int | None, typer.Option(
+        callback=_in(0, MAX_ID), help="stop after training this many rounds")] = None,
+    threads: Annotated[int | None, typer.Option(callback=_in(1, 4096),
+                                                help="torch CPU threads")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "cpu",
     precision: Annotated[str, typer.Option(help="fp32 | bf16 (training autocast)")] = "fp32",
-    give_up_after: Annotated[float, typer.Option(help="seconds of failed retries")] = 600.0,
-    max_backoff: Annotated[float, typer.Option(help="longest wait between retries")] = 10.0,
+    give_up_after: Annotated[float, typer.Option(
+        callback=_in(0, int(MAX_ELAPSED)), help="seconds of failed retries")] = 600.0,
+    max_backoff: Annotated[float, typer.Option(
+        callback=_in(0, int(MAX_WAIT), open_low=True), help="longest wait between retries")] = 10.0,
+    max_download_bytes: Annotated[int, typer.Option(
+        callback=_in(MAX_ERROR_ANSWER, 2**40), help="largest global state to download")
+                                  ] = MAX_DOWNLOAD,
     allow_imports: Annotated[list[str] | None, typer.Option(
         callback=_allow_imports,
         help="a package (or package.module:attr) whose import paths a run may name; "
@@ -83,7 +104,8 @@ def main(
                                  token=token, retry=RetryPolicy(cap=max_backoff,
                                                          max_elapsed=give_up_after),
                                  device=device, precision=precision,
-                                 allow_imports=allow_imports or ())
+                                 allow_imports=allow_imports or (),
+                                 max_download_bytes=max_download_bytes)
         if not (client.state_dir / "credentials.json").is_file():
             raise typer.BadParameter("not enrolled yet: pass --token", param_hint="--token")
         trained = client.run(rounds)

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pflkit.sdk.protocol import MAX_ID
+from pflkit.sdk.protocol import MAX_ID, sendable
 from pflkit.sdk.tensorio import atomic_write_bytes
 
 CREDENTIALS = "credentials.json"
@@ -48,11 +48,30 @@ class DeviceFiles:
     def read_credentials(self) -> dict[str, Any]:
         """credentials.json as enrollment wrote it ({} if not enrolled yet)."""
         creds = self.read_json(CREDENTIALS)
-        client_id = creds.get("client_id")
-        if creds and not (isinstance(creds.get("server"), str)
-                          and type(client_id) is int and 0 <= client_id <= MAX_ID
-                          and isinstance(creds.get("secret"), str) and creds["secret"]):
+        if creds and not _valid_credentials(creds):
             raise ValueError(f"{self.state_dir / CREDENTIALS}: not the credentials "
                              f"enrollment writes (server, client_id in 0..{MAX_ID}, secret); "
                              f"move it away and enroll with a new token")
         return creds
+
+    def write_credentials(self, server: str, answer: dict[str, Any]) -> dict[str, Any]:
+        """Store what enrollment answered (mode 0600) and return it.
+
+        An answer without a valid id and secret is refused (ValueError, nothing stored, the
+        secret not shown): written, it would stop the device at its next start instead.
+        """
+        creds = {"server": server, "client_id": answer.get("client_id"),
+                 "secret": answer.get("secret")}
+        if not _valid_credentials(creds):
+            raise ValueError(f"enrollment: the server's answer holds no client id in "
+                             f"0..{MAX_ID} and sendable secret; nothing was stored")
+        self.write_json(CREDENTIALS, creds, private=True)
+        return creds
+
+
+def _valid_credentials(creds: dict[str, Any]) -> bool:
+    """Whether credentials hold a server URL, an id in range and a secret a header can carry."""
+    client_id = creds.get("client_id")
+    return (isinstance(creds.get("server"), str) and type(client_id) is int
+            and 0 <= client_id <= MAX_ID and isinstance(creds.get("secret"), str)
+            and sendable(creds["secret"]))

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from pflkit.sdk.algorithms.base import ClientState
 from pflkit.sdk.algorithms.state_layout import add_prefix, strip_prefix
-from pflkit.sdk.tensorio import read_metadata, state_from_bytes, state_to_bytes
+from pflkit.sdk.tensorio import (
+    CorruptStateError,
+    read_metadata,
+    state_from_bytes,
+    state_to_bytes,
+)
 
 FILE = "pending.safetensors"
 _META = "pflkit.pending"
@@ -41,16 +47,25 @@ class PendingRound:
                    **add_prefix(self.client_state.tensors, _STATE_PREFIX)}
         meta = {"run_id": self.run_id, "round": self.round, "num_samples": self.num_samples,
                 "metrics": self.metrics, "client_meta": self.client_state.meta}
-        return state_to_bytes(tensors, {_META: json.dumps(meta)})
+        return state_to_bytes(tensors, {_META: json.dumps(meta)}, checksum=True)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> PendingRound:
-        """Inverse of :meth:`to_bytes`."""
-        meta = json.loads(read_metadata(data)[_META])
-        tensors = state_from_bytes(data, "pending round")
-        return cls(meta["run_id"], meta["round"], meta["num_samples"], meta["metrics"],
-                   tensors.pop(_UPLOAD).numpy().tobytes(),
-                   ClientState(strip_prefix(tensors, _STATE_PREFIX), meta["client_meta"]))
+    def from_bytes(cls, data: bytes, source: str = "pending round") -> PendingRound:
+        """Inverse of :meth:`to_bytes`; anything else is a CorruptStateError naming ``source``."""
+        tensors = state_from_bytes(data, source)  # checks the checksum, when the file has one
+        try:
+            meta = json.loads(read_metadata(data)[_META])
+            return cls(meta["run_id"], meta["round"], meta["num_samples"], meta["metrics"],
+                       tensors.pop(_UPLOAD).numpy().tobytes(),
+                       ClientState(strip_prefix(tensors, _STATE_PREFIX), meta["client_meta"]))
+        except (ValueError, KeyError, TypeError, RecursionError) as err:
+            raise CorruptStateError(f"{source}: not a pending round ({type(err).__name__}); "
+                                    "move it away to go on without that round") from None
+
+    @classmethod
+    def load(cls, path: Path) -> PendingRound | None:
+        """The pending round kept at ``path`` (None: there is none)."""
+        return cls.from_bytes(path.read_bytes(), str(path)) if path.is_file() else None
 
     def is_over(self, task: dict[str, Any]) -> bool:
         """Whether the task shows that the server is done with this round's upload.

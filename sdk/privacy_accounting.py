@@ -18,6 +18,8 @@ module's callers without paying for it.
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,15 +40,43 @@ class PrivacyBudgetExceeded(ValueError):
 @functools.lru_cache(maxsize=4096)
 def epsilon(noise_multiplier: float, sample_size: int, population: int, rounds: int,
             delta: float) -> float:
-    """Epsilon at ``delta`` after ``rounds`` rounds of ``sample_size`` of ``population`` clients."""
+    """Epsilon at ``delta`` after ``rounds`` rounds of ``sample_size`` of ``population`` clients.
+
+    ValueError (one line) for terms outside :func:`check_terms`'s ranges.
+    """
     import dp_accounting
     from dp_accounting.rdp import RdpAccountant
 
+    check_terms("noise_multiplier", noise_multiplier, sample_size, population, rounds, delta)
     if rounds == 0:
         return 0.0
     accountant = RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
     accountant.compose(_round_event(noise_multiplier, sample_size, population), rounds)
     return float(accountant.get_epsilon(delta))
+
+
+def check_terms(name: str, value: float, sample_size: int, population: int, rounds: int,
+                delta: float) -> None:
+    """Refuse terms the accountant would misread: a NaN multiplier gave a finite epsilon.
+
+    ``value`` (the noise multiplier or the target epsilon) finite and > 0, ``sample_size`` in
+    [1, ``population``], ``rounds`` >= 0 (integers), ``delta`` in (0, 1).
+    """
+    def number(x: object) -> bool:
+        return not isinstance(x, bool) and isinstance(x, numbers.Real) and math.isfinite(x)
+
+    def integer(x: object) -> bool:
+        return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+    if not number(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if not (integer(sample_size) and integer(population) and 1 <= sample_size <= population):
+        raise ValueError(f"sample_size must be in [1, population], got {sample_size!r} of "
+                         f"{population!r}")
+    if not integer(rounds) or rounds < 0:
+        raise ValueError(f"rounds must be an integer >= 0, got {rounds!r}")
+    if not number(delta) or not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
 
 
 def _round_event(noise_multiplier: float, sample_size: int, population: int) -> object:
@@ -67,6 +97,10 @@ def calibrate_noise(target_epsilon: float, delta: float, rounds: int, sample_siz
     """
     import dp_accounting
     from dp_accounting.rdp import RdpAccountant
+
+    check_terms("target_epsilon", target_epsilon, sample_size, population, rounds, delta)
+    if rounds == 0:
+        raise ValueError("rounds must be >= 1 to calibrate the noise for them")
 
     def fresh() -> RdpAccountant:
         return RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)

@@ -6,6 +6,7 @@ Dependencies point server -> sdk, so it lives here; the SDK never imports ``pflk
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 MAX_ID = 2**31 - 1  # client, run, token ids and round numbers fit a 32-bit signed column
@@ -50,14 +51,62 @@ def task_clip_norm(task: dict[str, Any]) -> float | None:
     return float(clip)
 
 
+MAX_DETAIL = 2000  # characters of a server's error message shown to a person
+
+
 def one_line_detail(body: Any) -> str:
     """An error answer's ``detail`` on one line, as an operator reads it.
 
     FastAPI's 422 lists are joined as ``key: msg``; the SDK client and pfl-admin both use it.
+    Whatever the server sent, the line is printable (no escape sequence reaches a terminal:
+    each unprintable character shows as ``?``) and at most ``MAX_DETAIL`` characters long.
     """
     detail = body.get("detail", body) if isinstance(body, dict) else body
     if isinstance(detail, list):  # request validation: [{"loc": [...], "msg": "..."}, ...]
         detail = "; ".join(
             f"{'.'.join(str(p) for p in item.get('loc', [])[1:])}: {item.get('msg', item)}"
             if isinstance(item, dict) else str(item) for item in detail)
-    return " ".join(str(detail).split())
+    line = "".join(c if c.isprintable() else "?" for c in " ".join(str(detail).split()))
+    return line if len(line) <= MAX_DETAIL else line[:MAX_DETAIL] + "..."
+
+
+# What a device accepts in a task (GET /v1/task): a server that sends anything else is broken
+# or hostile, and the device stops with one line instead of acting on it.
+TASK_STATUSES = ("train", "uploaded", "wait", "paused", "stopped", "finished")
+MAX_WAIT = 3600.0  # seconds: the longest wait a server may ask for (Retry-After, retry_after)
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def task_problem(task: dict[str, Any]) -> str | None:
+    """Why a task (a JSON object) cannot be acted on (None: it can); never echoes a value."""
+    if task.get("status") not in TASK_STATUSES:
+        return f"status must be one of {', '.join(TASK_STATUSES)}"
+    wait = task.get("retry_after")
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or \
+            not 0 <= wait <= MAX_WAIT:
+        return f"retry_after must be a number of seconds in [0, {MAX_WAIT:g}]"
+    for key in ("run_id", "round"):
+        value = task.get(key)
+        if value is not None and not (type(value) is int and 0 <= value <= MAX_ID):
+            return f"{key} must be an integer in [0, {MAX_ID}]"
+    acts = task["status"] == "train" or (task["status"] == "finished" and task.get("config"))
+    if acts:  # it trains or personalizes: everything that takes must be there
+        if task.get("run_id") is None or task.get("round") is None:
+            return "run_id and round are required"
+        if not isinstance(task.get("config"), dict):
+            return "config must be an object"
+        if not isinstance(task.get("global_hash"), str) or not _SHA256.match(task["global_hash"]):
+            return "global_hash must be 64 lowercase hex digits (a SHA-256)"
+    return None
+
+
+def preview_problem(preview: dict[str, Any]) -> str | None:
+    """Why a task preview (GET /v1/task/preview) cannot be used (None: it can)."""
+    run_id, config = preview.get("run_id"), preview.get("config")
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        return "config must be an object or null"
+    if not (type(run_id) is int and 0 <= run_id <= MAX_ID):
+        return f"run_id must be an integer in [0, {MAX_ID}]"
+    return None

@@ -17,8 +17,11 @@ from typing import Any
 import httpx
 import numpy as np
 
+from pflkit.sdk.aggregation_config import AggregationConfig
 from pflkit.sdk.algorithms.base import State
 from pflkit.sdk.secagg import dp, wire
+from pflkit.sdk.secagg.messages import SecAggError
+from pflkit.sdk.transport import json_answer
 
 
 def change_vector(update: State, global_state: State) -> np.ndarray:
@@ -31,8 +34,13 @@ def change_vector(update: State, global_state: State) -> np.ndarray:
 def private_change(secagg: dict[str, Any], threshold: int, change: np.ndarray) -> np.ndarray:
     """With DP: the change clipped to C plus this device's noise share (fresh OS randomness)."""
     c, z = secagg.get("dp_clip_norm"), secagg.get("dp_noise_multiplier")
-    if c is None or z is None:
+    if c is None and z is None:
         return change
+    try:  # a run config's ranges; never sent unclipped or unnoised on a bad setup
+        AggregationConfig(dp_clip_norm=c, dp_noise_multiplier=z)
+    except ValueError:
+        raise SecAggError("secagg: the task's dp_clip_norm and dp_noise_multiplier are not "
+                          "both in a run config's ranges (docs/privacy.md)") from None
     return dp.privatize(change, float(c), float(z), threshold, np.random.default_rng())
 
 
@@ -52,11 +60,15 @@ def take_part(request: Callable[..., httpx.Response], client_id: int, task: dict
     device = SecAggClient(client_id, setup)
     base = f"/v1/runs/{task['run_id']}/rounds/{task['round']}/secagg"
     r = setup.round_id
+
+    def answer(step: str) -> dict[str, Any]:  # bounded, and one line if not a JSON object
+        return json_answer(request("GET", f"{base}/{step}"), f"secagg {step}")
+
     request("POST", f"{base}/keys", json=wire.keys_to_wire(device.advertise_keys()))
-    directory = wire.directory_from_wire(r, request("GET", f"{base}/keys").json())
+    directory = wire.directory_from_wire(r, answer("keys"))
     request("POST", f"{base}/shares", json=wire.shares_to_wire(device.share_keys(directory)))
-    shares = wire.shares_in_from_wire(r, request("GET", f"{base}/shares").json())
+    shares = wire.shares_in_from_wire(r, answer("shares"))
     request("PUT", f"{base}/masked", content=device.masked_input(shares, change).vector,
             headers={"Content-Type": "application/octet-stream"})
-    ask = wire.request_from_wire(r, request("GET", f"{base}/unmask").json())
+    ask = wire.request_from_wire(r, answer("unmask"))
     request("POST", f"{base}/unmask", json=wire.unmask_to_wire(device.unmask(ask)))

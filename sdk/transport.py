@@ -9,24 +9,38 @@ A request that cannot be sent as it is (httpx's ``LocalProtocolError``: an illeg
 no network fault: it raises ``ValueError`` at once, without the error's text, which quotes the
 headers and so the secret. A secret is checked before any request for what a header can
 carry, so a token pasted with a stray carriage return is named as such, not sent.
+
+Every answer is read with a bound, as it streams in: a JSON answer up to ``MAX_JSON_ANSWER``
+bytes, a download up to the caller's ``max_bytes``; a server that sends more (or announces more
+in ``Content-Length``) gets :class:`AnswerTooLarge`, and the rest is never read. An error
+answer's message is read up to ``MAX_ERROR_ANSWER`` bytes and shown as one printable line.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import numpy as np
 
-from pflkit.sdk.protocol import RETRY_AFTER, one_line_detail, sendable
+from pflkit.sdk.protocol import MAX_WAIT, RETRY_AFTER, one_line_detail, sendable
 
 log = logging.getLogger(__name__)
 
+MAX_ELAPSED = 604800.0  # a week: RetryPolicy.max_elapsed's upper end
 _RETRYABLE = {429, 500, 502, 503, 504}
+MAX_JSON_ANSWER = 16 * 2**20  # a task, a secure-aggregation step's answer: well under 2 MiB
+MAX_ERROR_ANSWER = 64 * 2**10  # the body of a refusal: only its message is shown
+MAX_DOWNLOAD = 2**30  # a global state: FederatedClient(max_download_bytes=...) changes it
+
+
+class AnswerTooLarge(ValueError):
+    """The server's answer is over the bound the device reads (a broken or hostile server)."""
 
 
 class ServerRefused(RuntimeError):
@@ -50,6 +64,16 @@ class RetryPolicy:
     cap: float = 10.0  # longest single wait
     max_elapsed: float = 600.0  # give up (ServerUnavailable) after this many seconds
 
+    def __post_init__(self) -> None:
+        """Refuse a wait a loop cannot keep (NaN never gives up, a negative one cannot sleep)."""
+        for name, zero, high in (("base", False, MAX_WAIT), ("cap", False, MAX_WAIT),
+                                 ("max_elapsed", True, MAX_ELAPSED)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or \
+                    not (0 <= value if zero else 0 < value) or not value <= high:
+                raise ValueError(f"RetryPolicy.{name} must be in {'[' if zero else '('}0, "
+                                 f"{high:g}] seconds, got {value!r}")
+
 
 class ServerConnection:
     """One connection pool to a server; :meth:`request` retries by :class:`RetryPolicy`.
@@ -59,14 +83,24 @@ class ServerConnection:
     """
 
     def __init__(self, server: str, retry: RetryPolicy, timeout: float,
-                 jitter: np.random.Generator) -> None:
+                 jitter: np.random.Generator, max_download: int = MAX_DOWNLOAD) -> None:
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or \
+                not 0 < timeout <= MAX_WAIT:
+            raise ValueError(f"timeout must be in (0, {MAX_WAIT:g}] seconds, got {timeout!r}")
+        if type(max_download) is not int or not MAX_ERROR_ANSWER <= max_download <= 2**40:
+            raise ValueError(f"max_download_bytes must be an integer in [{MAX_ERROR_ANSWER}, "
+                             f"2**40], got {max_download!r}")
+        self.max_download = max_download  # the largest global state this device downloads
         self.retry = retry
         self.http = httpx.Client(base_url=server, timeout=timeout)
         self._jitter = jitter
 
     def request(self, method: str, path: str, *, secret: str | None = None,
-                **kwargs: Any) -> httpx.Response:
-        """Send until answered below 400; ``secret`` is sent as Bearer credentials."""
+                max_bytes: int = MAX_JSON_ANSWER, **kwargs: Any) -> httpx.Response:
+        """Send until answered with 2xx; ``secret`` is sent as Bearer credentials.
+
+        The answer's body is read up to ``max_bytes`` (:class:`AnswerTooLarge` beyond).
+        """
         headers = dict(kwargs.pop("headers", {}))
         if secret is not None:
             check_secret(secret)
@@ -75,18 +109,20 @@ class ServerConnection:
         while True:
             wait = None
             try:
-                response = self.http.request(method, path, headers=headers, **kwargs)
+                response = self._send(method, path, headers, max_bytes, kwargs)
                 problem = f"HTTP {response.status_code}"
-                if response.status_code < 400:
+                if 200 <= response.status_code < 300:
                     return response
                 wait = retry_after(response)
                 if response.status_code not in _RETRYABLE and wait is None:
-                    raise ServerRefused(response.status_code, _detail(response))
+                    detail = _detail(response)  # a server may quote the request: not its secret
+                    raise ServerRefused(response.status_code, detail if secret is None else
+                                        detail.replace(secret, "<secret>"))
             except httpx.LocalProtocolError:  # its text can hold the Authorization header
                 raise ValueError(f"{method} {path}: the request cannot be sent (an illegal "
                                  "header value)") from None
             except httpx.TransportError as err:
-                problem = f"{type(err).__name__}: {err}"
+                problem = one_line_detail(f"{type(err).__name__}: {err}")  # the server's bytes
             backoff = min(self.retry.cap, self.retry.base * 2**attempt) * \
                 (0.5 + float(self._jitter.random()))
             delay = backoff if wait is None else wait  # the server knows when to come back
@@ -96,6 +132,34 @@ class ServerConnection:
             log.info("%s %s failed (%s); retrying in %.2fs", method, path, problem, delay)
             time.sleep(delay)
             attempt += 1
+
+    def _send(self, method: str, path: str, headers: dict[str, str], max_bytes: int,
+              kwargs: dict[str, Any]) -> httpx.Response:
+        """One request; its answer read as it streams in, never past its bound."""
+        request = self.http.build_request(method, path, headers=headers, **kwargs)
+        streamed = self.http.send(request, stream=True)
+        try:
+            ok = 200 <= streamed.status_code < 300
+            limit = max_bytes if ok else MAX_ERROR_ANSWER  # a refusal: its message's start
+            declared = streamed.headers.get("Content-Length", "")
+            if ok and declared.isdigit() and int(declared) > limit:
+                raise AnswerTooLarge(f"{method} {path}: the server's answer is over {limit} "
+                                     f"bytes (its Content-Length); it was not read")
+            body = bytearray()
+            for chunk in streamed.iter_bytes():
+                body += chunk
+                if len(body) > limit and ok:
+                    raise AnswerTooLarge(f"{method} {path}: the server's answer is over "
+                                         f"{limit} bytes; the rest was not read")
+                if len(body) > limit:
+                    break
+        finally:
+            streamed.close()
+        # the body is decoded already: its encoding and length headers no longer describe it
+        kept = [(k, v) for k, v in streamed.headers.multi_items()
+                if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
+        return httpx.Response(streamed.status_code, headers=kept, content=bytes(body[:limit]),
+                              request=request)
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -114,17 +178,39 @@ def check_secret(secret: str) -> None:
 
 
 def retry_after(response: httpx.Response) -> float | None:
-    """The server's ``Retry-After`` in seconds (None: absent or an HTTP date, not honoured)."""
+    """The server's ``Retry-After`` in seconds, in [0, ``MAX_WAIT``].
+
+    None: absent, an HTTP date or a number out of that range (not honoured: backoff instead).
+    """
     value = response.headers.get(RETRY_AFTER, "")
     try:
         seconds = float(value)
     except ValueError:
         return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    return seconds if 0 <= seconds <= MAX_WAIT else None
+
+
+def json_answer(response: httpx.Response, what: str,
+                problem: Callable[[dict[str, Any]], str | None] | None = None
+                ) -> dict[str, Any]:
+    """The answer's JSON object, checked by ``problem`` (why it cannot be used, or None).
+
+    Anything else is a one-line ValueError that names ``what`` and echoes none of the answer.
+    """
+    try:
+        body = json.loads(response.content)
+    except (ValueError, RecursionError):
+        raise ValueError(f"{what}: the server's answer is not JSON") from None
+    if not isinstance(body, dict):
+        raise ValueError(f"{what}: the server's answer is a JSON {type(body).__name__}, not an "
+                         "object")
+    if problem is not None and (why := problem(body)) is not None:
+        raise ValueError(f"{what}: the server's answer cannot be used: {why}")
+    return body
 
 
 def _detail(response: httpx.Response) -> str:
     try:
-        return one_line_detail(response.json())
-    except ValueError:
-        return " ".join(response.text.split())
+        return one_line_detail(json.loads(response.content))
+    except (ValueError, RecursionError):
+        return one_line_detail(response.content.decode("utf-8", "replace"))

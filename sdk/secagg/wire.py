@@ -72,11 +72,31 @@ def setup_to_wire(setup: RoundSetup) -> dict[str, Any]:
             "graph_seed": _b64(setup.graph_seed)}
 
 
-def setup_from_wire(data: dict[str, Any]) -> RoundSetup:
-    """The setup a task carries (RoundSetup checks it)."""
-    return RoundSetup(data["round_id"], tuple(data["roster"]), data["threshold"],
-                      data["neighbours"], data["dimension"], float(data["clip_range"]),
-                      _bytes(data["graph_seed"], "graph_seed"))
+def setup_from_wire(data: object) -> RoundSetup:
+    """The setup a task carries, checked as a device must check what a server sends.
+
+    Integers must be JSON integers and the clip range a number (RoundSetup checks the rest);
+    anything else is a :class:`SecAggError` naming the field, never a TypeError or KeyError.
+    """
+    if not isinstance(data, dict):
+        raise SecAggError("secagg: the round's setup must be an object")
+    for key in ("round_id", "threshold", "neighbours", "dimension"):
+        if type(data.get(key)) is not int:
+            raise SecAggError(f"secagg: {key} must be an integer")
+    roster, clip = data.get("roster"), data.get("clip_range")
+    if not isinstance(roster, list) or len(roster) > MAX_CLIENTS or \
+            not all(type(v) is int for v in roster):
+        raise SecAggError(f"secagg: roster must be a list of at most {MAX_CLIENTS} client ids")
+    if isinstance(clip, bool) or not isinstance(clip, int | float):
+        raise SecAggError("secagg: clip_range must be a number")
+    try:
+        return RoundSetup(data["round_id"], tuple(roster), data["threshold"],
+                          data["neighbours"], data["dimension"], float(clip),
+                          _bytes(data.get("graph_seed"), "graph_seed"))
+    except SecAggError:
+        raise
+    except ValueError as err:
+        raise SecAggError(f"secagg: {err}") from None
 
 
 def _b64(raw: bytes) -> str:
