@@ -48,6 +48,10 @@ ROW_DEPENDENT = (_BatchNorm, _DropoutNd)  # training forward mixes rows or draws
 COMPILED_LOSS = Switch("compile_loss")
 compiled_loss = COMPILED_LOSS.turned
 COMPILED_WIDTHS = 4  # step shapes a compiled loss is traced for, per count of clients
+# torch's recompile limit (8) counts the shapes of every vmapped function of the process (one
+# code object): FedRep's two programs at 5 shapes each (4 widths + the first step's layout)
+# passed it in its first round, and every later step ran eagerly; raised while a loss compiles
+COMPILED_SHAPES = 64
 
 
 def compiled_width(active: int, count: int) -> int:
@@ -277,7 +281,8 @@ def train_together(loss_fn: ClientLoss, params: Stacked, grid: BatchGrid, lr: fl
 
     # clients are sorted: at step t the active ones are those with more than t steps
     actives = [sum(s > t for s in steps) for t in range(max(steps, default=0))]
-    with phase("steps"):
+    with phase("steps"), (torch._dynamo.config.patch(recompile_limit=COMPILED_SHAPES)
+                          if COMPILED_LOSS.on else contextlib.nullcontext()):
         run_steps(step, actives, rows.device)
     back = torch.empty_like(perm)
     back[perm] = torch.arange(count, device=perm.device)

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 
 from pflkit.sdk.algorithms.base import Algorithm, FitJob, FitResult, State
 from pflkit.sdk.batched_training import compiled_loss
+from pflkit.sdk.config_types import ConfigError
 from pflkit.sdk.conv_gemm import gemm_convolutions
 from pflkit.sdk.data.federation import Federation
 from pflkit.sdk.device import state_to
@@ -31,12 +32,30 @@ from pflkit.server.executors import (
 log = logging.getLogger(__name__)
 
 
+def check_cpp_compiler() -> None:
+    """Refuse ``compile_loss`` on the CPU without the C++ compiler inductor builds kernels with.
+
+    Found missing only at the first step's compile, it was torch's multi-line InductorError
+    after the data was loaded and the run folder written.
+    """
+    from torch._inductor import cpp_builder  # imported only when a loss is to be compiled
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except RuntimeError as err:
+        raise ConfigError("execution.compile_loss: torch.compile needs a C++ compiler on the "
+                          f"CPU and found none ({type(err).__name__}: install g++ or set CXX)"
+                          ) from None
+
+
 class BatchedExecutor(SequentialExecutor):
     """All of a round's clients in one batched fit; one by one where the method cannot batch."""
 
     def __init__(self, settings: ExecutionConfig, federation: Federation,
                  algorithm: Algorithm) -> None:
         super().__init__(settings, federation, algorithm)
+        if settings.compile_loss and self.device.type == "cpu":
+            check_cpp_compiler()
         self.blocker = self.algorithm.training.batching_blocker()
         if self.blocker is not None:
             log.warning("batched executor: %s; training clients one by one", self.blocker)

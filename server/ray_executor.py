@@ -14,21 +14,15 @@ at once (``ActorUnavailableError``), and on a loaded machine a restart outlasted
 Ray serializes the algorithm object and the data between our own processes with its own
 object store; nothing from outside the run is unpickled.
 
-Joining a cluster (``ray_address``): ``ray.init`` retries an address nobody answers at for
-minutes, inside C++ code that holds the main thread, so Python's Ctrl-C (KeyboardInterrupt)
-and Ray's SIGTERM handler wait until it returns (a run printed connection warnings for 854 s).
-The address is first checked with a plain TCP connection (``ray_connect_timeout``), before the
-simulator writes anything, and Ctrl-C ends the process at once while Ray connects.
+Joining a cluster (``ray_address``) and the count of workers its nodes can place are checked
+before any worker is asked for and before the simulator writes anything
+(:mod:`pflkit.server.ray_cluster`): either would otherwise wait forever.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
-import socket
-import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -38,6 +32,7 @@ import numpy as np
 import torch
 
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, FitResult, RoundContext, State
+from pflkit.sdk.config_types import ConfigError
 from pflkit.sdk.data.federation import Federation
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import data_to, metrics_to_host, resolve_device, state_to, use_device
@@ -48,6 +43,7 @@ from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
 from pflkit.sdk.training import autocast_training
 from pflkit.server.executors import ClientTask, Executor
 from pflkit.server.faults import crash_point, slow_point
+from pflkit.server.ray_cluster import check_reachable, ctrl_c_kills, worker_count
 
 log = logging.getLogger(__name__)
 
@@ -67,25 +63,6 @@ def _import_ray() -> Any:
     return ray
 
 
-def check_reachable(address: str, timeout: float) -> None:
-    """Refuse ``address`` (HOST:PORT or ray://HOST:PORT) if nothing accepts a connection there.
-
-    ``auto`` and ``local`` are left to Ray, which fails at once when it finds no cluster.
-    """
-    if address in ("auto", "local"):
-        return
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"execution.ray_address: expected HOST:PORT, ray://HOST:PORT or auto, "
-                         f"got {address!r}")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-    except OSError as err:
-        reason = "no answer" if isinstance(err, TimeoutError) else (err.strerror or str(err))
-        raise ConnectionError(f"execution.ray_address: no Ray cluster at {address} ({reason} "
-                              f"within execution.ray_connect_timeout = {timeout:g} s)") from None
-
-
 def largest_first(tasks: Sequence[ClientTask]) -> list[int]:
     """Task indices, most training rows first (ties in task order).
 
@@ -96,20 +73,6 @@ def largest_first(tasks: Sequence[ClientTask]) -> list[int]:
     Results are still folded in task order, so the run is unchanged.
     """
     return sorted(range(len(tasks)), key=lambda i: -len(tasks[i].data))
-
-
-@contextlib.contextmanager
-def _ctrl_c_kills() -> Iterator[None]:
-    """Ctrl-C ends the process at once (its default action) instead of waiting for Python."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield  # a handler of the caller's, or SIGINT ignored: left as it is
-        return
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class ClientWorker:
@@ -176,10 +139,16 @@ class RayExecutor(Executor):
         if self._owns_ray:
             if settings.ray_address:
                 check_reachable(settings.ray_address, settings.ray_connect_timeout)
-                with _ctrl_c_kills():  # nothing is written yet: nothing to clean up
+                with ctrl_c_kills():  # nothing is written yet: nothing to clean up
                     ray.init(address=settings.ray_address, log_to_driver=False)
             else:
                 ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        try:  # a worker no node can place would hold its clients forever
+            count = worker_count(ray.nodes(), settings)
+        except ConfigError:
+            if self._owns_ray:
+                ray.shutdown()
+            raise
         rows = {cid: (c.train.x.cpu().numpy(), c.train.y.cpu().numpy())
                 for cid, c in federation.all_clients.items()}
         self._rows = ray.put(rows)  # shipped to each worker once, not every round
@@ -194,17 +163,8 @@ class RayExecutor(Executor):
         self.workers = [self._actor.remote(self._algorithm, self._rows, settings.device, threads,
                                            settings.precision, settings.tf32,
                                            settings.cudnn_benchmark)
-                        for _ in range(self._worker_count())]
+                        for _ in range(count)]
         self._key = 0
-
-    def _worker_count(self) -> int:
-        if self.settings.workers is not None:
-            return self.settings.workers
-        resources = self._ray.cluster_resources()
-        fits = [int(resources.get("CPU", 1) // self.settings.num_cpus)]
-        if self.settings.num_gpus > 0:
-            fits.append(int(resources.get("GPU", 0) // self.settings.num_gpus))
-        return max(1, min(fits))
 
     def pids(self) -> list[int]:
         """Process ids of the workers (for tests and monitoring)."""
