@@ -1,4 +1,4 @@
-"""Joining and sizing a Ray cluster for the ray executor, before any worker is asked for.
+"""Joining, sizing and quieting a Ray cluster for the ray executor, before any worker is asked for.
 
 Two ways a Ray run could wait forever rather than fail: ``ray.init`` retries an address nobody
 answers at for minutes, inside C++ code that holds the main thread (Ctrl-C waited with it: a run
@@ -10,6 +10,7 @@ a word). Both are refused here in one line.
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import socket
 import threading
@@ -93,3 +94,15 @@ def _largest(nodes: list[dict[str, Any]]) -> str:
     cpus = max(r.get("CPU", 0.0) for r in live)
     gpus = max(r.get("GPU", 0.0) for r in live)
     return f"{cpus:g} CPUs, {gpus:g} GPUs"
+
+
+def quiet_ray() -> dict[str, Any]:
+    """``ray.init`` options that follow this process's log level (``pfl-sim --quiet``: errors).
+
+    Ray logs to its own handlers ("Started a local Ray instance", its token-auth notice), which
+    ``logging.basicConfig`` does not reach. (Its C++ notice that restartable workers take their
+    arguments from the object store stays: they do, kept referenced for the run, and
+    ``RAY_BACKEND_LOG_LEVEL`` only trades it for a notice of its own.)
+    """
+    return {"log_to_driver": False,
+            "logging_level": max(logging.getLogger().getEffectiveLevel(), logging.WARNING)}

@@ -43,7 +43,7 @@ from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
 from pflkit.sdk.training import autocast_training
 from pflkit.server.executors import ClientTask, Executor
 from pflkit.server.faults import crash_point, slow_point
-from pflkit.server.ray_cluster import check_reachable, ctrl_c_kills, worker_count
+from pflkit.server.ray_cluster import check_reachable, ctrl_c_kills, quiet_ray, worker_count
 
 log = logging.getLogger(__name__)
 
@@ -140,9 +140,9 @@ class RayExecutor(Executor):
             if settings.ray_address:
                 check_reachable(settings.ray_address, settings.ray_connect_timeout)
                 with ctrl_c_kills():  # nothing is written yet: nothing to clean up
-                    ray.init(address=settings.ray_address, log_to_driver=False)
+                    ray.init(address=settings.ray_address, **quiet_ray())
             else:
-                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, **quiet_ray())
         try:  # a worker no node can place would hold its clients forever
             count = worker_count(ray.nodes(), settings)
         except ConfigError:

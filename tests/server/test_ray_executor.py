@@ -182,3 +182,12 @@ def test_ctrl_c_stops_pfl_sim_while_ray_connects_at_once(tmp_path):
     assert after - before <= 1, f"{after - before} connections after Ctrl-C"
     assert not out.exists()
     assert sim.returncode == -signal.SIGINT  # the default action: nothing was written to undo
+
+
+def test_quiet_hides_rays_own_log_lines(tmp_path):
+    """Ray logs through its own handlers: --quiet printed its start and token-auth notices."""
+    done = subprocess.run([*PFL_SIM, "--out", str(tmp_path / "run")], capture_output=True,
+                          text=True, timeout=GUARD, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Started a local Ray instance" not in done.stderr, done.stderr[-2000:]
+    assert "Token authentication" not in done.stderr, done.stderr[-2000:]
