@@ -159,9 +159,15 @@ def dp_rounds(rules: AggregationConfig, population: int, sample_size: int,
     ``dp_target_epsilon`` calibrates the noise multiplier for the planned ``rounds`` before the
     run; otherwise ``dp_noise_multiplier`` is used as given. With adaptive clipping, ValueError
     if the clipped count's noise is too small for it (:func:`sum_noise_multiplier`).
+
+    Under secure aggregation the devices noise the sum against the server, which draws each
+    round's sample and sends it to the devices: sampling hides nobody from it, so the rounds
+    are accounted as if every client took part in every round (no amplification, q = 1).
     """
     if rules.dp_clip_norm is None:
         return None
+    if rules.secagg:
+        population = sample_size
     z = rules.dp_noise_multiplier
     if z is None:
         assert rules.dp_target_epsilon is not None  # AggregationConfig requires one of them

@@ -5,6 +5,8 @@ and of delta = 1 was 0; a sample larger than the population was an AssertionErro
 epsilon of 0 calibrated a multiplier instead of being refused. A task whose SecAgg setup
 carried ``dp_clip_norm`` without ``dp_noise_multiplier`` made the device send its change
 unclipped and unnoised, and a setup of the wrong types was a TypeError or KeyError traceback.
+DP under SecAgg was accounted with sampling amplification against the server that draws
+the sample: 10.7 shown where 166 is spent (50 rounds of 10 of 1000 clients, z = 1).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import math
 import numpy as np
 import pytest
 
-from pflkit.sdk.privacy_accounting import calibrate_noise, epsilon
+from pflkit.sdk.aggregation_config import AggregationConfig
+from pflkit.sdk.privacy_accounting import calibrate_noise, dp_rounds, epsilon
 from pflkit.sdk.secagg.messages import SecAggError
 from pflkit.sdk.secagg.wire import setup_from_wire
 from pflkit.sdk.secagg_device import private_change
@@ -90,3 +93,12 @@ def test_a_secagg_step_answer_that_is_not_a_json_object_is_one_line():
     task = {"run_id": 1, "round": 0, "secagg": SETUP}
     with pytest.raises(ValueError, match="^secagg keys: the server's answer is not JSON$"):
         take_part(request, 2, task, np.zeros(4))
+
+
+def test_secagg_dp_is_accounted_without_sampling_amplification():
+    """The server draws the sample and tells the devices: subsampling hides nobody from it."""
+    central = AggregationConfig(dp_clip_norm=0.5, dp_noise_multiplier=1.0)
+    secagg = AggregationConfig(secagg=True, dp_clip_norm=0.5, dp_noise_multiplier=1.0)
+    assert dp_rounds(central, 1000, 10, 50).epsilon(50) == epsilon(1.0, 10, 1000, 50, 1e-5)
+    # 50 rounds of 10 of 1000: 10.7 with amplification, 166 against the server
+    assert dp_rounds(secagg, 1000, 10, 50).epsilon(50) == epsilon(1.0, 10, 10, 50, 1e-5)
