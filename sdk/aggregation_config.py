@@ -67,6 +67,11 @@ class AggregationConfig:
     secagg_threshold: Annotated[float, Strict(), _SECAGG_T] = 0.6
     secagg_neighbours: Annotated[int, Strict(), _SECAGG_K] | None = None
     secagg_clip_range: Annotated[float, Strict(), _CLIP] = 1.0
+    # the seed of what DP hides from the devices: each round's sample and DP noise (the run
+    # seed is no secret: every task carries it). None: the run seed in pfl-sim; pfl-server
+    # draws a secret one for a DP run when it creates it. Give it only to reproduce a run:
+    # whoever knows it can subtract the noise (docs/privacy.md)
+    dp_seed: Annotated[int, Strict(), in_range(0, 2**63 - 1)] | None = None
 
     def __post_init__(self) -> None:
         if self.secagg_neighbours is not None and self.secagg_neighbours % 2:
@@ -100,7 +105,20 @@ class AggregationConfig:
             raise ValueError("dp_adaptive_quantile: adaptive clipping counts the norms before "
                              "clipping, so not with dp_clip_on_device (not yet)")
 
+    @property
+    def private(self) -> bool:
+        """Whether rounds are DP-FedAvg (their sample and noise must be hidden from devices)."""
+        return self.dp_clip_norm is not None
+
+    def hidden_seed(self, run_seed: int) -> int:
+        """The seed of each round's sample and DP noise: ``dp_seed``, else the run seed."""
+        return run_seed if self.dp_seed is None else self.dp_seed
+
     def at_least(self, floor: AggregationConfig) -> AggregationConfig:
+        """The stricter of this config and ``floor`` (:meth:`_stricter`), with this run's seed."""
+        return dataclasses.replace(self._stricter(floor), dp_seed=self.dp_seed)
+
+    def _stricter(self, floor: AggregationConfig) -> AggregationConfig:
         """The stricter of this config and ``floor`` (the server operator's), setting by setting.
 
         The more robust rule wins (mean < trimmed_mean < median), with the larger trim share

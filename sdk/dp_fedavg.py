@@ -7,8 +7,9 @@ coordinate of the sum, and the sum is divided by the fixed ``m`` clients of the 
 their sample counts (a weight would let one device's contribution exceed ``C / m``). What the
 paper leaves open, and what we chose: integer tensors (e.g. BatchNorm's batch counters) carry
 no gradient signal and cannot be noised, so they keep the global state's value. The noise is
-drawn from (run seed, "dp-noise", round): a seeded run is reproducible, and pfl-server's
-close of a round draws the same noise as the simulator's. With adaptive clipping
+drawn from (seed, "dp-noise", round) with the seed ``AggregationConfig.hidden_seed`` gives: a
+run is reproducible, and on pfl-server it is a secret (devices know the run seed, and could
+subtract noise drawn from it: docs/privacy.md). With adaptive clipping
 (:mod:`pflkit.sdk.adaptive_clipping`) the round's C comes from a :class:`ClipNorm` that the
 aggregator moves after the round; the sum's noise is then ``z_delta * C``.
 """

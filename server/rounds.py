@@ -60,10 +60,10 @@ class RoundKeeper:
             stored = db.get(RunClipNorm, run.id)
         factory = AggregatorFactory(setup.algorithm.aggregation.new_aggregator,
                                     setup.aggregation,
-                                    s.data_dir / "scratch", setup.schedule, setup.config.seed,
+                                    s.data_dir / "scratch", setup.schedule, setup.hidden_seed,
                                     None if stored is None else stored.clip_norm)
         return Coordinator(setup.algorithm, setup.schedule, rnd.roster,
-                           self.store.global_states.get(rnd.global_hash), setup.config.seed,
+                           self.store.global_states.get(rnd.global_hash), setup.hidden_seed,
                            rnd.index, aggregator_factory=factory), factory
 
     def recover(self) -> int:
@@ -118,7 +118,7 @@ class RoundKeeper:
             return None  # SecAgg masks between two devices at least
         index = run.rounds_done
         coord = Coordinator(setup.algorithm, setup.schedule, roster,
-                            self.store.global_states.get(run.global_hash), setup.config.seed,
+                            self.store.global_states.get(run.global_hash), setup.hidden_seed,
                             index)
         rnd = Round(run_id=run.id, index=index, status="open", roster=roster,
                     sampled=coord.sample(index), global_hash=run.global_hash,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import multiprocessing
+import secrets
 import sys
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 
 from pflkit.sdk.aggregation_config import AggregationConfig
+from pflkit.sdk.config_toml import dump_toml, parse_toml
 from pflkit.sdk.registry import ImportPolicy
 from pflkit.server.blobs import BlobStore
 from pflkit.server.errors import Conflict, Invalid
@@ -53,6 +55,11 @@ class RunSetup:
     schedule: Schedule
     spec: DatasetSpec  # the dataset's shapes and classes (its data is never read)
     aggregation: AggregationConfig  # the config's [aggregation], at least the server's floor
+
+    @property
+    def hidden_seed(self) -> int:
+        """The seed of each round's sample and DP noise (a DP run's is a server secret)."""
+        return self.aggregation.hidden_seed(self.config.seed)
 
 
 @dataclass(frozen=True)
@@ -159,12 +166,32 @@ def terms_of(setup: RunSetup, global_state: State) -> RunTerms:
                     dp.dp_clip_norm if dp.dp_clip_on_device else None, secagg)
 
 
-def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules) -> tuple[str, int, RunTerms]:
-    """Build a run's initial global state into the blob store; its hash, rounds and terms."""
+def with_secret_dp_seed(config_toml: str) -> str:
+    """The run config with a secret ``[aggregation] dp_seed`` (what its sample and noise use).
+
+    The run seed is in every task a device gets; noise drawn from it could be subtracted, and
+    the sample recomputed, by any device. The secret stays in the server's database: no
+    answer of the API shows a run's config.
+    """
+    raw = parse_toml(config_toml, "config_toml")
+    raw.setdefault("aggregation", {})["dp_seed"] = secrets.randbits(63)
+    return dump_toml(raw)
+
+
+def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules
+                ) -> tuple[str, int, RunTerms, str]:
+    """Build a run's initial global state into the blob store.
+
+    Returns its hash, the rounds, the run's terms and the config to store: a DP run's with
+    its secret ``dp_seed`` (:func:`with_secret_dp_seed`).
+    """
     from pflkit.sdk.aggregation_rules import refuse_unclippable
     from pflkit.sdk.tensorio import state_to_bytes
 
     setup = build_setup(config_toml, rules)
+    if setup.aggregation.private and setup.aggregation.dp_seed is None:
+        config_toml = with_secret_dp_seed(config_toml)  # devices get the run seed: not this
+        setup = build_setup(config_toml, rules)
     if setup.aggregation.secagg and setup.schedule.sampling.clients_per_round == 1:
         raise Invalid("run config: secagg needs at least 2 clients per round (it masks each "
                       "update with others')")
@@ -178,7 +205,7 @@ def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules) -> tuple[str,
     terms = terms_of(setup, state)
     rules.check_update_size(terms)
     digest = BlobStore(blob_dir).put(state_to_bytes(state, {"rounds_done": "0"}))
-    return digest, setup.config.rounds, terms
+    return digest, setup.config.rounds, terms, config_toml
 
 
 class Runs:
@@ -195,10 +222,11 @@ class Runs:
         """
         args = (config_toml, self.store.settings.blobs, RunRules.of(self.store.settings))
         if "torch" in sys.modules:
-            digest, rounds, terms = prepare_run(*args)
+            digest, rounds, terms, config_toml = prepare_run(*args)
         else:
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-                digest, rounds, terms = pool.submit(prepare_run, *args).result()
+                prepared = pool.submit(prepare_run, *args).result()
+            digest, rounds, terms, config_toml = prepared
         with self.store.transaction() as s:
             live = s.scalar(select(Run).where(Run.status.in_(LIVE)))
             if live is not None:

@@ -80,12 +80,13 @@ class Simulation:
         refuse_unclippable(config.aggregation,
                            self.algorithm.aggregation.update_schema(global_state), global_state)
         # DP's clip norm is state of the run: a resumed run continues with the stored one
+        hidden = config.aggregation.hidden_seed(config.seed)  # the sample's and noise's seed
         self.rules = AggregatorFactory(self.algorithm.aggregation.new_aggregator,
                                        config.aggregation, Path(tempfile.gettempdir()),
-                                       config.schedule(), config.seed,
+                                       config.schedule(), hidden,
                                        self.files.clip_norm() if start_round else None)
         self.coordinator = Coordinator(self.algorithm, config.schedule(),
-                                       list(self.federation.clients), global_state, config.seed,
+                                       list(self.federation.clients), global_state, hidden,
                                        start_round, aggregator_factory=self.rules)
         # built before any write: a Ray cluster that cannot be joined leaves the folder as it was
         self.executor = make_executor(config.execution, self.federation, self.algorithm)

@@ -167,6 +167,9 @@ def test_two_workers_serve_one_run_with_pfl_client_processes(database_url, make_
         assert torch.equal(got[key], expected[key]), key
 
 
+DP = "[aggregation]\ndp_clip_norm = 0.5\ndp_noise_multiplier = 1.0\n"
+
+
 @pytest.mark.parametrize("dp", [
     "",
     # adaptive clipping: the clip norm is state of the run, stored with each close
@@ -175,13 +178,25 @@ def test_two_workers_serve_one_run_with_pfl_client_processes(database_url, make_
     "dp_clip_on_device = true\n",
 ], ids=["fixed", "adaptive", "on_device"])
 def test_a_dp_run_over_http_equals_the_simulation(fleet, tmp_path, dp):
-    """Issue 24: DP-FedAvg is the same rule on both sides, its noise seeded by (seed, round)."""
+    """Issue 24: DP-FedAvg is the same rule on both sides; given the run's ``dp_seed`` (to
+    reproduce it), the server draws the simulation's sample and noise."""
     server, dirs, enrolled = fleet
     config = run_toml("fedavg", rounds=2) + \
-        "[aggregation]\ndp_clip_norm = 0.5\ndp_noise_multiplier = 1.0\n" + dp
+        f"{DP}dp_seed = 4242\n" + dp
     status = run_algorithm(server, dirs, enrolled, config)
     expected = simulated_global(config, tmp_path / "sim")
     plain = simulated_global(run_toml("fedavg", rounds=2), tmp_path / "plain")
     got = server_global(server, status["global_hash"])
     assert all(torch.equal(got[key], expected[key]) for key in expected)
     assert not torch.equal(got["head.weight"], plain["head.weight"])
+
+
+def test_a_dp_run_draws_its_sample_and_noise_from_a_server_secret(fleet, tmp_path):
+    """Every task carries the run seed: noise drawn from it, any device could subtract (the
+    simulation of the same config, which uses the run seed, is what a device could compute)."""
+    server, dirs, enrolled = fleet
+    config = run_toml("fedavg", rounds=2) + DP
+    status = run_algorithm(server, dirs, enrolled, config)
+    from_the_run_seed = simulated_global(config, tmp_path / "sim")
+    got = server_global(server, status["global_hash"])
+    assert not torch.equal(got["head.weight"], from_the_run_seed["head.weight"])
