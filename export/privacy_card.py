@@ -17,7 +17,7 @@ from typing import Any
 from pflkit.sdk.aggregation_config import AggregationConfig
 from pflkit.sdk.privacy_accounting import privacy_spent
 from pflkit.sdk.run_config import Schedule
-from pflkit.server.privacy_status import ACCOUNTANT, SERVER_KEYS
+from pflkit.server.privacy_status import SERVER_KEYS, accountant
 
 MECHANISM = "DP-FedAvg: user-level central DP, Gaussian noise on the sum of clipped updates"
 COVERS = ("the shared tensors (shared_tensors): every tensor a device uploads is clipped and "
@@ -35,9 +35,10 @@ def privacy_block(rules: AggregationConfig, rounds: int, spent: dict[str, float]
     return {"mechanism": MECHANISM, "epsilon": spent["dp_epsilon"], "delta": spent["dp_delta"],
             "rounds": rounds, "noise_multiplier": spent["dp_noise_multiplier"],
             "clip_norm": rules.dp_clip_norm,
-            "sampling": {"kind": "fixed-size without replacement",
+            "sampling": {"kind": "fixed-size without replacement" + (
+                             ", not amplifying (secure aggregation)" if rules.secagg else ""),
                          "clients_per_round": sample_size, "population": population},
-            "accountant": ACCOUNTANT, "covers": COVERS, "shared_tensors": sorted(shared),
+            "accountant": accountant(rules), "covers": COVERS, "shared_tensors": sorted(shared),
             "not_covered": NOT_COVERED}
 
 

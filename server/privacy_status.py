@@ -14,6 +14,14 @@ from typing import Any
 from pflkit.sdk.aggregation_config import AggregationConfig
 
 ACCOUNTANT = "RDP (dp-accounting), fixed-size sampling without replacement, replace-one"
+# under SecAgg the device noise guards against the server, which draws the sample
+SECAGG_ACCOUNTANT = ("RDP (dp-accounting), no amplification by sampling (secure aggregation: "
+                     "each round counts as if every client took part), replace-one")
+
+
+def accountant(rules: AggregationConfig) -> str:
+    """How epsilon was accounted for a run of ``rules`` (sdk/privacy_accounting.dp_rounds)."""
+    return SECAGG_ACCOUNTANT if rules.secagg else ACCOUNTANT
 SERVER_KEYS = ("dp_epsilon", "dp_delta", "dp_noise_multiplier", "dp_population",
                "dp_clients_per_round")  # a served global state's metadata (export reads it)
 
@@ -49,7 +57,7 @@ def privacy_status(rules: AggregationConfig, history: list[dict[str, Any]]
             "noise_multiplier": last.get("dp_noise_multiplier", rules.dp_noise_multiplier),
             "target_epsilon": rules.dp_target_epsilon, "clip_norm": rules.dp_clip_norm,
             "max_epsilon": budget, "epsilon_left": None if budget is None else budget - spent,
-            "accountant": ACCOUNTANT}
+            "accountant": accountant(rules)}
 
 
 def server_metadata(spent: dict[str, float], population: int, sample_size: int

@@ -102,3 +102,11 @@ def test_secagg_dp_is_accounted_without_sampling_amplification():
     assert dp_rounds(central, 1000, 10, 50).epsilon(50) == epsilon(1.0, 10, 1000, 50, 1e-5)
     # 50 rounds of 10 of 1000: 10.7 with amplification, 166 against the server
     assert dp_rounds(secagg, 1000, 10, 50).epsilon(50) == epsilon(1.0, 10, 10, 50, 1e-5)
+    # and the status and the model card say so
+    from pflkit.export.privacy_card import privacy_block
+    from pflkit.server.privacy_status import privacy_status
+    assert "no amplification" in privacy_status(secagg, [])["accountant"]
+    assert "fixed-size sampling" in privacy_status(central, [])["accountant"]
+    spent = {"dp_epsilon": 166.0, "dp_delta": 1e-5, "dp_noise_multiplier": 1.0}
+    card = privacy_block(secagg, 50, spent, 1000, 10, ["w"])
+    assert "not amplifying" in card["sampling"]["kind"] and "no amplification" in card["accountant"]
