@@ -93,7 +93,7 @@ class FederatedClient:
     def __init__(self, server: str, state_dir: Path, data: LabeledTensors, *,
                  token: str | None = None, retry: RetryPolicy | None = None,
                  timeout: float = 120.0, device: str = "cpu", precision: str = "fp32",
-                 allow_imports: Sequence[str] = (),
+                 allow_imports: Sequence[str] = (), answer_deadline: float | None = None,
                  max_download_bytes: int = transport.MAX_DOWNLOAD) -> None:
         self.server = server.rstrip("/")
         try:
@@ -102,8 +102,8 @@ class FederatedClient:
             raise ValueError(f"allow_imports: {err}") from None
         self.state_dir = Path(state_dir)
         self.connection = transport.ServerConnection(  # its limits are checked first
-            self.server, retry or RetryPolicy(), timeout,
-            numpy_rng(0, "retry-jitter", str(self.state_dir.resolve())), max_download_bytes)
+            self.server, retry or RetryPolicy(), timeout, numpy_rng(0, "retry-jitter", str(
+                self.state_dir.resolve())), max_download_bytes, answer_deadline)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.device = resolve_device(device)
         self.autocast = use_device(self.device, precision)
@@ -114,9 +114,9 @@ class FederatedClient:
         self.files = DeviceFiles(self.state_dir)
         self._algorithms: dict[str, Algorithm] = {}
         self._credentials = self.files.read_credentials()
-        if self._credentials.get("server") not in (None, self.server):
-            raise ValueError(f"{self.state_dir} is enrolled with {self._credentials['server']}, "
-                             f"not {self.server}")
+        if (enrolled := self._credentials.get("server")) not in (None, self.server):
+            raise ValueError(f"{self.state_dir} is enrolled with {transport.shown_url(enrolled)}"
+                             f", not {self.server}")  # printed: no user name or password
         if not self._credentials and token is not None:
             self.enroll(token)
 
@@ -127,10 +127,8 @@ class FederatedClient:
             raise RuntimeError("not enrolled: pass an enrollment token")
         return int(self._credentials["client_id"])
 
-    def _request(self, method: str, path: str, *, auth: bool = True,
-                 **kwargs: Any) -> httpx.Response:
-        secret = self._credentials["secret"] if auth else None
-        return self.connection.request(method, path, secret=secret, **kwargs)
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return self.connection.request(method, path, secret=self._credentials["secret"], **kwargs)
 
     def enroll(self, token: str) -> int:
         """Trade an enrollment token for credentials (stored with mode 0600); returns the id.
@@ -144,7 +142,8 @@ class FederatedClient:
         if preview.get("config") is not None:
             self._algorithm(preview["run_id"],
                             TaskConfig.from_wire(preview["config"], self.imports))
-        answer = self._request("POST", "/v1/clients/enroll", auth=False, json={"token": token})
+        answer = self.connection.request("POST", "/v1/clients/enroll", private=token,
+                                         json={"token": token})
         self._credentials = self.files.write_credentials(
             self.server, transport.json_answer(answer, "enrollment"))
         return self.client_id

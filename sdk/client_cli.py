@@ -83,6 +83,10 @@ def main(
     max_download_bytes: Annotated[int, typer.Option(
         callback=_in(MAX_ERROR_ANSWER, 2**40), help="largest global state to download")
                                   ] = MAX_DOWNLOAD,
+    answer_deadline: Annotated[float | None, typer.Option(
+        callback=_in(0, int(MAX_ELAPSED), open_low=True),
+        help="seconds an answer may take to arrive whole (default: timeout + bound at 64 KiB/s)")
+                               ] = None,
     allow_imports: Annotated[list[str] | None, typer.Option(
         callback=_allow_imports,
         help="a package (or package.module:attr) whose import paths a run may name; "
@@ -105,7 +109,8 @@ def main(
                                                          max_elapsed=give_up_after),
                                  device=device, precision=precision,
                                  allow_imports=allow_imports or (),
-                                 max_download_bytes=max_download_bytes)
+                                 max_download_bytes=max_download_bytes,
+                                 answer_deadline=answer_deadline)
         if not (client.state_dir / "credentials.json").is_file():
             raise typer.BadParameter("not enrolled yet: pass --token", param_hint="--token")
         trained = client.run(rounds)

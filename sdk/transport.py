@@ -14,6 +14,13 @@ Every answer is read with a bound, as it streams in: a JSON answer up to ``MAX_J
 bytes, a download up to the caller's ``max_bytes``; a server that sends more (or announces more
 in ``Content-Length``) gets :class:`AnswerTooLarge`, and the rest is never read. An error
 answer's message is read up to ``MAX_ERROR_ANSWER`` bytes and shown as one printable line.
+Answers are asked for unencoded (``Accept-Encoding: identity``; pfl-server compresses nothing):
+a server that encodes one anyway (a gzip bomb grows ~1000x in one read) gets a ValueError, its
+body unread. Every answer must arrive whole within its deadline
+(:meth:`ServerConnection.deadline`): httpx's timeout bounds each read only, so a server that
+trickles its answer is cut off then, as a network failure (retried).
+A server URL may not hold a user name or password: they would replace the device's Bearer
+credentials, and URLs are printed and logged.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import numpy as np
@@ -37,6 +45,7 @@ _RETRYABLE = {429, 500, 502, 503, 504}
 MAX_JSON_ANSWER = 16 * 2**20  # a task, a secure-aggregation step's answer: well under 2 MiB
 MAX_ERROR_ANSWER = 64 * 2**10  # the body of a refusal: only its message is shown
 MAX_DOWNLOAD = 2**30  # a global state: FederatedClient(max_download_bytes=...) changes it
+MIN_ANSWER_RATE = 64 * 2**10  # bytes/s (512 kbit/s, slow 3G): what a default deadline allows
 
 
 class AnswerTooLarge(ValueError):
@@ -83,23 +92,44 @@ class ServerConnection:
     """
 
     def __init__(self, server: str, retry: RetryPolicy, timeout: float,
-                 jitter: np.random.Generator, max_download: int = MAX_DOWNLOAD) -> None:
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or \
-                not 0 < timeout <= MAX_WAIT:
-            raise ValueError(f"timeout must be in (0, {MAX_WAIT:g}] seconds, got {timeout!r}")
+                 jitter: np.random.Generator, max_download: int = MAX_DOWNLOAD,
+                 answer_deadline: float | None = None) -> None:
+        split = urlsplit(server)  # a malformed URL is a ValueError too
+        if split.username is not None or split.password is not None:
+            raise ValueError("the server URL holds a user name or password (user:password@): "
+                             "the device sends its own credentials (Bearer), which they would "
+                             "replace; remove them")
+        for name, value, high in (("timeout", timeout, MAX_WAIT),
+                                  ("answer_deadline", answer_deadline, MAX_ELAPSED)):
+            if name == "timeout" or value is not None:
+                _check_seconds(name, value, high)
         if type(max_download) is not int or not MAX_ERROR_ANSWER <= max_download <= 2**40:
             raise ValueError(f"max_download_bytes must be an integer in [{MAX_ERROR_ANSWER}, "
                              f"2**40], got {max_download!r}")
         self.max_download = max_download  # the largest global state this device downloads
         self.retry = retry
-        self.http = httpx.Client(base_url=server, timeout=timeout)
+        self.timeout, self.answer_deadline = float(timeout), answer_deadline
+        self.http = httpx.Client(base_url=server, timeout=timeout,
+                                 headers={"Accept-Encoding": "identity"})
         self._jitter = jitter
 
+    def deadline(self, sent: int, max_bytes: int) -> float:
+        """Seconds an answer may take to arrive whole, from its request's start.
+
+        ``answer_deadline`` if set, else ``timeout`` plus the request's ``sent`` bytes and the
+        answer's bound at ``MIN_ANSWER_RATE`` (376 s for a JSON answer at the default timeout).
+        """
+        if self.answer_deadline is not None:
+            return float(self.answer_deadline)
+        return self.timeout + (sent + max_bytes) / MIN_ANSWER_RATE
+
     def request(self, method: str, path: str, *, secret: str | None = None,
-                max_bytes: int = MAX_JSON_ANSWER, **kwargs: Any) -> httpx.Response:
+                private: str | None = None, max_bytes: int = MAX_JSON_ANSWER,
+                **kwargs: Any) -> httpx.Response:
         """Send until answered with 2xx; ``secret`` is sent as Bearer credentials.
 
-        The answer's body is read up to ``max_bytes`` (:class:`AnswerTooLarge` beyond).
+        The answer's body is read up to ``max_bytes`` (:class:`AnswerTooLarge` beyond). A
+        refusal's message shows neither ``secret`` nor ``private`` (e.g. a token in the body).
         """
         headers = dict(kwargs.pop("headers", {}))
         if secret is not None:
@@ -115,9 +145,8 @@ class ServerConnection:
                     return response
                 wait = retry_after(response)
                 if response.status_code not in _RETRYABLE and wait is None:
-                    detail = _detail(response)  # a server may quote the request: not its secret
-                    raise ServerRefused(response.status_code, detail if secret is None else
-                                        detail.replace(secret, "<secret>"))
+                    # a server may quote the request: not its secrets
+                    raise ServerRefused(response.status_code, _detail(response, secret, private))
             except httpx.LocalProtocolError:  # its text can hold the Authorization header
                 raise ValueError(f"{method} {path}: the request cannot be sent (an illegal "
                                  "header value)") from None
@@ -135,31 +164,60 @@ class ServerConnection:
 
     def _send(self, method: str, path: str, headers: dict[str, str], max_bytes: int,
               kwargs: dict[str, Any]) -> httpx.Response:
-        """One request; its answer read as it streams in, never past its bound."""
+        """One request; its answer read as it streams in, never past its bound or deadline.
+
+        No single wait is longer than the deadline (httpx's timeout bounds each read, connect
+        and write); the whole answer's time is checked as each part of it arrives.
+        """
         request = self.http.build_request(method, path, headers=headers, **kwargs)
-        streamed = self.http.send(request, stream=True)
+        deadline = self.deadline(int(request.headers.get("Content-Length", "0")), max_bytes)
+        request.extensions["timeout"] = httpx.Timeout(min(self.timeout, deadline)).as_dict()
+        started = time.monotonic()
         try:
-            ok = 200 <= streamed.status_code < 300
-            limit = max_bytes if ok else MAX_ERROR_ANSWER  # a refusal: its message's start
-            declared = streamed.headers.get("Content-Length", "")
-            if ok and declared.isdigit() and int(declared) > limit:
-                raise AnswerTooLarge(f"{method} {path}: the server's answer is over {limit} "
-                                     f"bytes (its Content-Length); it was not read")
-            body = bytearray()
-            for chunk in streamed.iter_bytes():
-                body += chunk
-                if len(body) > limit and ok:
-                    raise AnswerTooLarge(f"{method} {path}: the server's answer is over "
-                                         f"{limit} bytes; the rest was not read")
-                if len(body) > limit:
-                    break
-        finally:
-            streamed.close()
+            streamed = self.http.send(request, stream=True)
+            try:
+                body, limit = self._read(streamed, method, path, max_bytes,
+                                         lambda: time.monotonic() - started > deadline)
+            finally:
+                streamed.close()
+        except httpx.TimeoutException:
+            if deadline < self.timeout or time.monotonic() - started >= deadline:
+                raise httpx.ReadTimeout(f"the answer did not arrive whole within {deadline:g} "
+                                        "s (its deadline)", request=request) from None
+            raise
         # the body is decoded already: its encoding and length headers no longer describe it
         kept = [(k, v) for k, v in streamed.headers.multi_items()
                 if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
         return httpx.Response(streamed.status_code, headers=kept, content=bytes(body[:limit]),
                               request=request)
+
+    @staticmethod
+    def _read(streamed: httpx.Response, method: str, path: str, max_bytes: int,
+              late: Callable[[], bool]) -> tuple[bytes | bytearray, int]:
+        """The answer's body up to its bound, and that bound; ``late``: past the deadline."""
+        ok = 200 <= streamed.status_code < 300
+        limit = max_bytes if ok else MAX_ERROR_ANSWER  # a refusal: its message's start
+        if streamed.headers.get("Content-Encoding", "").strip().lower() not in ("", "identity"):
+            if ok:  # only a broken or hostile server sends what was not asked for
+                raise ValueError(f"{method} {path}: the server's answer has a Content-Encoding "
+                                 "the device did not ask for (it asks for identity); it was "
+                                 "not read")
+            return b"(an encoded message: not read)", limit
+        declared = streamed.headers.get("Content-Length", "")
+        if ok and declared.isdigit() and int(declared) > limit:
+            raise AnswerTooLarge(f"{method} {path}: the server's answer is over {limit} "
+                                 f"bytes (its Content-Length); it was not read")
+        body = bytearray()
+        for chunk in streamed.iter_bytes():
+            body += chunk
+            if late():
+                raise httpx.ReadTimeout("past the deadline", request=streamed.request)
+            if len(body) > limit and ok:
+                raise AnswerTooLarge(f"{method} {path}: the server's answer is over "
+                                     f"{limit} bytes; the rest was not read")
+            if len(body) > limit:
+                break
+        return body, limit
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -209,8 +267,23 @@ def json_answer(response: httpx.Response, what: str,
     return body
 
 
-def _detail(response: httpx.Response) -> str:
+def shown_url(url: str) -> str:
+    """``url`` without a user name or password, as printed: "user:password@" never shows."""
+    split = urlsplit(url)
+    return urlunsplit(split._replace(netloc=split.netloc.rpartition("@")[2]))
+
+
+def _check_seconds(name: str, value: object, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= high:
+        raise ValueError(f"{name} must be in (0, {high:g}] seconds, got {value!r}")
+
+
+def _detail(response: httpx.Response, *hidden: str | None) -> str:
+    """The refusal's message; each of ``hidden`` masked before the message is cut to length."""
+    content = response.content
+    for secret in filter(None, hidden):
+        content = content.replace(secret.encode(), b"<secret>")
     try:
-        return one_line_detail(json.loads(response.content))
+        return one_line_detail(json.loads(content))
     except (ValueError, RecursionError):
-        return one_line_detail(response.content.decode("utf-8", "replace"))
+        return one_line_detail(content.decode("utf-8", "replace"))

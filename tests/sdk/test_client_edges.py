@@ -1,10 +1,11 @@
 """A device facing a broken or hostile server, bad numbers and a damaged state folder.
 
-Before: the device read any answer whole (an endless body filled its memory), acted on any
-task (``retry_after`` NaN, -1 or 1e300 crashed or froze the app's loop; a list or a missing key
-was a TypeError or KeyError traceback), printed a refusal's escape sequences to the terminal,
-stored whatever enrollment answered, trusted a damaged cached global state whose name matched,
-and named no file when its pending round was damaged.
+Before: the device acted on any task (``retry_after`` NaN, -1 or 1e300 crashed or froze the
+app's loop; a list or a missing key was a TypeError or KeyError traceback), printed a refusal's
+escape sequences to the terminal, stored whatever enrollment answered, trusted a damaged cached
+global state whose name matched, and named no file when its pending round was damaged. The
+server is a real one on loopback (hostile_harness.py); answers over their bounds, slow or
+encoded are test_client_answer_bounds.py's.
 """
 
 from __future__ import annotations
@@ -13,79 +14,19 @@ import hashlib
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
+from hostile_harness import ENDLESS, SECRET, answer, device, endless, json_answer, traced
 from waiting import GUARD
 
 from pflkit.sdk.client import FederatedClient, RetryPolicy, ServerRefused
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.pending_round import PendingRound
+from pflkit.sdk.protocol import MAX_DETAIL
 from pflkit.sdk.tensorio import CorruptStateError, state_to_bytes
-from pflkit.sdk.transport import MAX_JSON_ANSWER, AnswerTooLarge
-
-SECRET = "pfc_Zq3secret0123456789"
-CHUNK = 2**20
-NO_RETRY = RetryPolicy(base=0.01, cap=0.02, max_elapsed=0.0)  # retried never: no network here
-
-
-class Endless(httpx.SyncByteStream):
-    """A body that never ends; ``sent`` counts what the device pulled from it."""
-
-    def __init__(self) -> None:
-        self.sent = 0
-
-    def __iter__(self) -> Iterator[bytes]:
-        while True:
-            self.sent += CHUNK
-            yield b"x" * CHUNK
-
-
-def device(tmp_path: Path, handler: Callable[[httpx.Request], httpx.Response],
-           enrolled: bool = True, **options: object) -> FederatedClient:
-    """An enrolled FederatedClient whose server is ``handler``."""
-    if enrolled:
-        (tmp_path / "credentials.json").write_text(json.dumps(
-            {"server": "http://fl.test", "client_id": 3, "secret": SECRET}))
-    client = FederatedClient("http://fl.test", tmp_path, LabeledTensors(
-        torch.rand(4, 1, 8, 8), torch.arange(4)), retry=NO_RETRY, **options)
-    client.connection.http = httpx.Client(base_url="http://fl.test",
-                                          transport=httpx.MockTransport(handler))
-    return client
-
-
-def test_an_endless_answer_is_read_up_to_its_bound_only(tmp_path):
-    body = Endless()
-    client = device(tmp_path, lambda r: httpx.Response(200, stream=body))
-    with pytest.raises(AnswerTooLarge, match=r"^GET /v1/task: the server's answer is over "):
-        client.step()
-    assert MAX_JSON_ANSWER < body.sent <= MAX_JSON_ANSWER + CHUNK
-
-    announced = device(tmp_path, lambda r: httpx.Response(
-        200, headers={"Content-Length": str(2**40)}, stream=body))
-    sent = body.sent
-    with pytest.raises(AnswerTooLarge, match="Content-Length"):
-        announced.step()
-    assert body.sent == sent  # refused before reading any of it
-
-
-def test_a_global_state_is_downloaded_up_to_max_download_bytes(tmp_path):
-    body = Endless()
-    task = {"status": "train", "retry_after": 1, "run_id": 1, "round": 0, "config": {},
-            "global_hash": "ab" * 32}
-
-    def serve(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, stream=body) if "globals" in request.url.path else \
-            httpx.Response(200, json=task)
-
-    client = device(tmp_path, serve, max_download_bytes=2**21)
-    with pytest.raises(AnswerTooLarge, match="over 2097152 bytes"):
-        client.global_state(task["global_hash"])
-    assert body.sent <= 2**21 + CHUNK and not (tmp_path / "global.safetensors").exists()
-
+from pflkit.sdk.transport import MAX_ERROR_ANSWER
 
 MALFORMED_TASKS = {
     b"[1, 2]": "the server's answer is a JSON list, not an object",
@@ -103,37 +44,69 @@ MALFORMED_TASKS = {
 }
 
 
-@pytest.mark.parametrize("answer", list(MALFORMED_TASKS), ids=range(len(MALFORMED_TASKS)))
-def test_a_malformed_task_is_one_line_and_changes_nothing(tmp_path, answer):
-    client = device(tmp_path, lambda r: httpx.Response(200, content=answer))
+@pytest.mark.parametrize("body", list(MALFORMED_TASKS), ids=range(len(MALFORMED_TASKS)))
+def test_a_malformed_task_is_one_line_and_changes_nothing(tmp_path, hostile, body):
+    client = device(tmp_path, hostile)
+    hostile.add(answer(200, body))
     before = sorted(p.name for p in tmp_path.iterdir())
     with pytest.raises(ValueError, match="^task: ") as caught:
         client.step()
-    assert MALFORMED_TASKS[answer] in str(caught.value) and "\n" not in str(caught.value)
+    assert MALFORMED_TASKS[body] in str(caught.value) and "\n" not in str(caught.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
-def test_a_refusal_is_shown_printable_bounded_and_without_the_secret(tmp_path):
+def test_a_refusal_is_shown_printable_bounded_and_without_the_secret(tmp_path, hostile):
     quoted = f"\x1b[2J\x1b]0;owned\x07 revoked: Authorization: Bearer {SECRET} " + "x" * 10**4
-    client = device(tmp_path, lambda r: httpx.Response(403, json={"detail": quoted}))
+    client = device(tmp_path, hostile)
+    hostile.add(json_answer(403, {"detail": quoted}), endless(404, ENDLESS))
     with pytest.raises(ServerRefused) as caught:
         client.step()
     message = str(caught.value)
     assert message.isprintable() and len(message) < 2100 and SECRET not in message
     assert message.startswith("server refused (403): ?[2J?]0;owned? revoked: Authorization: "
                               "Bearer <secret> xxx")
+    assert hostile.served[0].headers["authorization"] == f"Bearer {SECRET}"
 
-    body = Endless()  # an endless refusal: only the start of its message is read
-    client = device(tmp_path, lambda r: httpx.Response(404, stream=body))
-    with pytest.raises(ServerRefused, match=r"^server refused \(404\): x+\.\.\.$"):
-        client.step()
-    assert body.sent <= CHUNK
+    with traced() as peak:  # an endless refusal: only the start of its message is read
+        with pytest.raises(ServerRefused, match=r"^server refused \(404\): x+\.\.\.$"):
+            client.step()
+    assert hostile.finished().written < ENDLESS and peak.bytes < MAX_ERROR_ANSWER + 2**21
 
 
-def test_an_enrollment_answer_without_usable_credentials_stores_nothing(tmp_path):
-    answers = iter([{"run_id": None, "config": None}, {"client_id": "7", "secret": "a\nb"}])
-    client = device(tmp_path, lambda r: httpx.Response(200, json=next(answers)),
-                    enrolled=False)
+def test_an_enrollment_refusal_that_quotes_the_token_does_not_show_it(tmp_path, hostile):
+    token = "pfe_Tok3n0123456789abcdef"
+    quoted = f"unknown token {token} "
+    quoted += "x" * (MAX_DETAIL - len(quoted) - 8) + token  # the cut at 2000 would halve it
+    client = device(tmp_path, hostile, enrolled=False)
+    hostile.add(json_answer(200, {"run_id": None, "config": None}),
+                json_answer(403, {"detail": quoted}))
+    with pytest.raises(ServerRefused, match=r"^server refused \(403\): unknown token <secret> x"
+                       ) as caught:
+        client.enroll(token)
+    assert token[:8] not in str(caught.value)
+    assert json.loads(hostile.served[1].body) == {"token": token}  # what the device sent
+
+
+def test_a_server_url_with_a_password_is_refused_and_never_printed(tmp_path, hostile):
+    """It would replace the device's Bearer credentials (httpx's Basic auth), and gets logged."""
+    url = hostile.url.replace("//", "//fl:pa55word@")
+    data = LabeledTensors(torch.rand(2, 1, 8, 8), torch.arange(2))
+    with pytest.raises(ValueError, match="user name or password") as caught:
+        FederatedClient(url, tmp_path / "state", data, token="pfe_x")
+    assert "pa55word" not in str(caught.value) and hostile.served == []
+    assert not (tmp_path / "state").exists()
+
+    (tmp_path / "credentials.json").write_text(json.dumps(  # an older version, a hand edit
+        {"server": "https://fl:pa55word@fl.example.org/", "client_id": 3, "secret": SECRET}))
+    with pytest.raises(ValueError, match=f"is enrolled with https://fl.example.org/, not "
+                       f"{hostile.url}$"):
+        device(tmp_path, hostile, enrolled=False)
+
+
+def test_an_enrollment_answer_without_usable_credentials_stores_nothing(tmp_path, hostile):
+    client = device(tmp_path, hostile, enrolled=False)
+    hostile.add(json_answer(200, {"run_id": None, "config": None}),
+                json_answer(200, {"client_id": "7", "secret": "a\nb"}))
     with pytest.raises(ValueError, match="^enrollment: the server's answer holds no client id"
                        ) as caught:
         client.enroll("pfe_token")
@@ -150,7 +123,9 @@ def test_a_retry_policy_out_of_range_is_refused(policy):
 
 
 @pytest.mark.parametrize("options", [{"timeout": float("nan")}, {"timeout": 0},
-                                     {"max_download_bytes": 5}, {"max_download_bytes": 2.0**30}])
+                                     {"max_download_bytes": 5}, {"max_download_bytes": 2.0**30},
+                                     {"answer_deadline": 0}, {"answer_deadline": float("inf")},
+                                     {"answer_deadline": "600"}])
 def test_client_limits_out_of_range_are_refused_before_the_state_folder_exists(tmp_path,
                                                                                options):
     with pytest.raises(ValueError, match=f"^{next(iter(options))}(_bytes)? must be "):
@@ -159,26 +134,26 @@ def test_client_limits_out_of_range_are_refused_before_the_state_folder_exists(t
     assert not (tmp_path / "state").exists()
 
 
-def test_a_damaged_cached_global_state_is_downloaded_again(tmp_path):
+def test_a_damaged_cached_global_state_is_downloaded_again(tmp_path, hostile):
     good = state_to_bytes({"w": torch.arange(6.0)})
     digest = hashlib.sha256(good).hexdigest()
-    downloads = []
-    client = device(tmp_path, lambda r: downloads.append(r.url.path) or httpx.Response(
-        200, content=good))
+    client = device(tmp_path, hostile)
+    hostile.add(answer(200, good))
     (tmp_path / "global.safetensors").write_bytes(good[: len(good) // 2])  # a crash, a bad disk
     (tmp_path / "cache.json").write_text(json.dumps({"global_hash": digest}))
     assert torch.equal(client.global_state(digest)["w"], torch.arange(6.0))
-    assert downloads == [f"/v1/globals/{digest}"]
+    assert [served.path for served in hostile.served] == [f"/v1/globals/{digest}"]
     assert (tmp_path / "global.safetensors").read_bytes() == good
     client.global_state(digest)  # intact now: served from the cache
-    assert len(downloads) == 1
+    assert len(hostile.served) == 1
 
 
-def test_a_damaged_pending_round_is_named_in_one_line_and_kept(tmp_path):
+def test_a_damaged_pending_round_is_named_in_one_line_and_kept(tmp_path, hostile):
     from pflkit.sdk.algorithms.base import ClientState
 
     task = {"status": "wait", "retry_after": 1, "run_id": 1, "round": 0}
-    client = device(tmp_path, lambda r: httpx.Response(200, json=task))
+    client = device(tmp_path, hostile)
+    hostile.add(*(json_answer(200, task) for _ in range(4)))
     path = tmp_path / "pending.safetensors"
     good = PendingRound(1, 0, 4, {}, b"upload", ClientState({"v": torch.ones(3)})).to_bytes()
     no_meta = state_to_bytes({"upload": torch.zeros(2, dtype=torch.uint8)})
@@ -197,6 +172,7 @@ def test_a_damaged_pending_round_is_named_in_one_line_and_kept(tmp_path):
     ("--threads", "0", "must be in [1, 4096], got 0"),  # was a RuntimeError traceback
     ("--max-backoff", "nan", "must be in (0, 3600], got nan"),  # was "Invalid value NaN"
     ("--rounds", "-1", "must be in [0, 2147483647], got -1"),  # trained 0 rounds, exit 0
+    ("--answer-deadline", "0", "must be in (0, 604800], got 0.0"),
 ])
 def test_pfl_client_refuses_numbers_out_of_range_in_one_line(tmp_path, flag, value, answer):
     exe = Path(sys.executable).parent / "pfl-client"
