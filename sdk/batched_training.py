@@ -38,7 +38,7 @@ from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.phases import phase
 from pflkit.sdk.step_capture import run_steps
 from pflkit.sdk.switches import Switch
-from pflkit.sdk.training import Batch, training_autocast
+from pflkit.sdk.training import Batch, forward_autocast
 
 Stacked = dict[str, torch.Tensor]  # name -> (K, ...) one slice per client
 ClientLoss = Callable[[dict[str, torch.Tensor], Batch, dict[str, torch.Tensor]], torch.Tensor]
@@ -244,9 +244,7 @@ def train_together(loss_fn: ClientLoss, params: Stacked, grid: BatchGrid, lr: fl
     losses_of = vmap(client_loss)
     if COMPILED_LOSS.on:  # compiled once per process and shape; later rounds reuse the code
         losses_of = torch.compile(losses_of, dynamic=False)  # static: the fast CPU kernels
-    dtype = training_autocast()  # bf16 forward passes, as run_epochs does
-    autocast = (torch.autocast(grid.x.device.type, dtype=dtype) if dtype is not None
-                else contextlib.nullcontext())
+    autocast = forward_autocast(grid.x.device)  # bf16 forward passes, as run_epochs has
     now = torch.zeros(1, dtype=torch.long, device=rows.device)  # the step, read on the device
     laid_out = False
 

@@ -4,7 +4,10 @@ At a paper's own learning rate some clients' local training blows up (issue 22: 
 Local-only on the SuPerFed TwoCNN setting ended in NaN on a GPU). Such a fit is dropped
 wherever it runs: the simulator leaves it out of its round (server/sim_divergence.py) and a
 device does not upload it and keeps its state (sdk/client.py), as the server would reject it.
-Finite weights are never judged, however large the loss.
+Finite weights are never judged, however large the loss. A NaN loss is not divergence: it is
+the undefined loss of a fit that took no step (``training.epochs = 0``, a client without rows;
+``run_epochs``' convention), whose weights are those it started from. A step on a NaN loss
+sends NaN into every weight the loss reaches, so the weight checks still catch such a fit.
 """
 
 from __future__ import annotations
@@ -23,11 +26,20 @@ def finite_state(state: State) -> bool:
 
 
 def finite_fit(result: FitResult) -> bool:
-    """Whether a fit's loss and the state it keeps are finite (its update is checked apart)."""
+    """Whether a fit's loss is not infinite and the state it keeps is finite.
+
+    Its update is checked apart; a NaN loss is a fit without a step (module doc).
+    """
     loss = result.metrics.get("train_loss", 0.0)
-    return math.isfinite(float(loss)) and finite_state(result.client_state.tensors)
+    return not math.isinf(float(loss)) and finite_state(result.client_state.tensors)
+
+
+def defined_loss(result: FitResult) -> float | None:
+    """A fit's training loss, None where it took no step (NaN) or reports none."""
+    loss = float(result.metrics.get("train_loss", math.nan))
+    return None if math.isnan(loss) else loss
 
 
 def diverged(result: FitResult) -> bool:
-    """Whether a fit left non-finite weights (update or state) or a non-finite loss."""
+    """Whether a fit left non-finite weights (update or state) or an infinite loss."""
     return not (finite_fit(result) and finite_state(result.update))

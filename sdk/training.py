@@ -3,7 +3,8 @@
 Written once so that FedAvg, FedProx, fine-tuning and the baselines differ only in the loss
 they pass in. A fresh optimizer per call (momentum does not carry across rounds), batches in
 an order fixed by the round's generator. Under :func:`autocast_training` the loss (the
-forward pass) runs in bf16 autocast; the backward pass and the SGD step stay in fp32.
+forward pass, :func:`forward_autocast`) runs in bf16 autocast; the backward pass and the SGD
+step stay in fp32.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _AUTOCAST: ContextVar[torch.dtype | None] = ContextVar("pflkit_autocast", defaul
 
 @contextlib.contextmanager
 def autocast_training(dtype: torch.dtype | None) -> Iterator[None]:
-    """Run the forward passes of :func:`run_epochs` in this block under autocast to ``dtype``.
+    """Run the training forward passes in this block under autocast to ``dtype``.
 
     ``None`` keeps fp32. On CPUs with AVX-512 BF16 / AMX and on GPUs, bf16 convolutions and
     matrix products are faster; results are no longer bit-identical to fp32.
@@ -40,9 +41,15 @@ def autocast_training(dtype: torch.dtype | None) -> Iterator[None]:
         _AUTOCAST.reset(token)
 
 
-def training_autocast() -> torch.dtype | None:
-    """The dtype :func:`autocast_training` set for the fit in progress (None: fp32)."""
-    return _AUTOCAST.get()
+def forward_autocast(device: torch.device) -> contextlib.AbstractContextManager[object]:
+    """The block a training loss runs in: autocast to the dtype of :func:`autocast_training`.
+
+    Every training loop enters it around its forward pass (:func:`run_epochs`, the batched
+    trainer, methods with their own loops), so a precision reaches every method alike;
+    outside :func:`autocast_training` (fp32) it does nothing.
+    """
+    dtype = _AUTOCAST.get()
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
 @dataclass(frozen=True)
@@ -87,16 +94,12 @@ def run_epochs(
     The mean is a float64 scalar on the data's device (NaN without a step): reading it waits
     for the device, so executors read a round's losses together (issue 22).
     """
-    dtype = _AUTOCAST.get()
     losses: list[torch.Tensor] = []  # no kernel and no host synchronization per step
     for _ in range(epochs):
         for xb, yb in data.batches(batch_size, generator):
             optimizer.zero_grad(set_to_none=True)
-            if dtype is None:
+            with forward_autocast(xb.device):
                 loss = loss_fn(xb, yb)
-            else:
-                with torch.autocast(xb.device.type, dtype=dtype):
-                    loss = loss_fn(xb, yb)
             loss.backward()
             optimizer.step()
             losses.append(loss.detach())

@@ -28,7 +28,7 @@ from pflkit.sdk.builder import build_algorithm, load_data, partition_of
 from pflkit.sdk.data.federation import ClientData, Partition, partition_table, plot_partition
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import federation_to
-from pflkit.sdk.divergence import diverged
+from pflkit.sdk.divergence import defined_loss, diverged
 from pflkit.sdk.phases import phase
 from pflkit.sdk.privacy_accounting import privacy_spent
 from pflkit.sdk.run_config import ExecutionConfig, SimConfig
@@ -199,8 +199,10 @@ class Simulation:
                 if before.tensors or before.meta or after.tensors or after.meta:
                     self.store.save(cid, current.index, after)  # stateless methods write nothing
                     saved.append(cid)
-                losses += result.metrics.get("train_loss", float("nan")) * result.num_samples
-                weights += result.num_samples
+                loss = defined_loss(result)  # None: no step taken (epochs = 0)
+                if loss is not None:
+                    losses += loss * result.num_samples
+                    weights += result.num_samples
         global_state = coord.close_round()
         row: dict[str, Any] = {
             "round": current.index, "lr": self.config.schedule().lr_at(current.index),

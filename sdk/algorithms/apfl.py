@@ -42,7 +42,7 @@ from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of
 from pflkit.sdk.batched_training import BatchGrid, PlainSGD, repeat, stack, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
-from pflkit.sdk.training import Batch, sgd
+from pflkit.sdk.training import Batch, forward_autocast, sgd
 
 ALPHA = ChoiceSpec("alpha", NUMBER, "the weight of v in alpha v + (1 - alpha) w_global, in "
                    "place of the client's learned alpha (to sweep the mixture, as SuPerFed's "
@@ -87,7 +87,8 @@ class APFLTraining(DeviceTraining):
             for xb, yb in data.batches(self.local.batch_size, generator):
                 w_now = {n: p.detach() for n, p in model.named_parameters()}
                 mixed = {n: alpha * v[n] + (1 - alpha) * w_now[n] for n in names}
-                mixed_loss = F.cross_entropy(functional_call(model, mixed, (xb,)), yb)
+                with forward_autocast(xb.device):
+                    mixed_loss = F.cross_entropy(functional_call(model, mixed, (xb,)), yb)
                 opt_v.zero_grad(set_to_none=True)
                 alpha.grad = None
                 mixed_loss.backward()
@@ -96,7 +97,8 @@ class APFLTraining(DeviceTraining):
                     with torch.no_grad():
                         alpha.sub_(alpha_lr * alpha.grad).clamp_(0.0, 1.0)
                 opt_w.zero_grad(set_to_none=True)
-                loss = F.cross_entropy(model(xb), yb)
+                with forward_autocast(xb.device):
+                    loss = F.cross_entropy(model(xb), yb)
                 loss.backward()
                 opt_w.step()
                 total += float(loss.detach())

@@ -28,7 +28,12 @@ from pflkit.sdk.algorithms.base import (
 )
 from pflkit.sdk.algorithms.device_training import DeviceTraining, shared_lr
 from pflkit.sdk.algorithms.inference_role import Inference
-from pflkit.sdk.algorithms.paramcheck import Epochs, LearningRate, Strength
+from pflkit.sdk.algorithms.paramcheck import (
+    Epochs,
+    LearningRate,
+    Strength,
+    require_unset_while_off,
+)
 from pflkit.sdk.algorithms.personalization import Personalization
 from pflkit.sdk.algorithms.state_layout import PERSONAL, add_prefix, personal_of
 from pflkit.sdk.batched_training import BatchGrid, Stacked, repeat, train_together
@@ -151,6 +156,9 @@ class FineTuneParams:
 
     ft_epochs: Epochs = 1  # local epochs of fine-tuning after federation
     ft_lr: LearningRate | None = None  # None: the learning rate of the round after the last
+
+    def __post_init__(self) -> None:
+        require_unset_while_off("fedavg_ft", self, "ft_epochs", "ft_lr")
 
 
 class FineTune(Personalization):

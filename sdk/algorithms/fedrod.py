@@ -67,7 +67,13 @@ from pflkit.sdk.algorithms.fedrod_objective import (  # noqa: F401 (re-exported 
     log_prior,
 )
 from pflkit.sdk.algorithms.fedrod_training import FedRoDTraining
-from pflkit.sdk.algorithms.paramcheck import Epochs, LearningRate, Steps, Strength
+from pflkit.sdk.algorithms.paramcheck import (
+    Epochs,
+    LearningRate,
+    Steps,
+    Strength,
+    require_unset_while_off,
+)
 from pflkit.sdk.algorithms.personal import EagerSession, PersonalTraining, personalize_with
 from pflkit.sdk.algorithms.personalization import Personalization
 from pflkit.sdk.algorithms.recipe import TRAIN_ROWS, Optimizer, Phase, Recipe
@@ -89,7 +95,10 @@ class FedRoDParams:
     gamma: Strength = 1.0  # BSM exponent on the class counts (fixed to 1 in the paper)
     ft_epochs: Epochs = 0  # epochs of the post-federation local pass (0: none, see module doc)
     ft_lr: LearningRate | None = None  # its lr (None: the lr of the round after the last)
-    ft_scope: FtScope = "model"  # model: eq. 14 on body, heads | personal_head: L_m on phi only
+    ft_scope: FtScope | None = None  # model (None) eq. 14 on body, heads | personal_head: phi
+
+    def __post_init__(self) -> None:
+        require_unset_while_off("fedrod", self, "ft_epochs", "ft_lr", "ft_scope")
 
 
 @dataclass(frozen=True)

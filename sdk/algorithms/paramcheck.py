@@ -57,6 +57,19 @@ def require(method: str, name: str, ok: bool, rule: str, value: object) -> None:
         )
 
 
+def require_unset_while_off(method: str, params: object, switch: str, *names: str) -> None:
+    """Refuse each of ``names`` given while the epochs setting ``switch`` is 0.
+
+    They set a stage only those epochs run (``ft_lr`` with ``ft_epochs = 0``): ignored, a value
+    given there would look used. Their default is None, so only a value given is refused.
+    """
+    if getattr(params, switch) == 0:
+        for name in names:
+            value = getattr(params, name)
+            require(method, name, value is None,
+                    f"unset while {switch} = 0 (it acts only with {switch} > 0)", value)
+
+
 @functools.cache
 def _adapter(hint: Any) -> TypeAdapter[Any]:
     """One validator per declaration, built once (building one takes milliseconds)."""

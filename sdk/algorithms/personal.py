@@ -31,6 +31,7 @@ from pflkit.sdk.algorithms.base import ClientState, State
 from pflkit.sdk.algorithms.recipe import LAMBDA_GRID, Optimizer, Recipe
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.metrics import Scores, scores_from_logits
+from pflkit.sdk.training import forward_autocast
 
 PREDICT_CHUNK = 64  # rows per logits call (the device program's largest batch)
 
@@ -96,7 +97,8 @@ class EagerSession:
         """Zero every gradient, backward the program's loss, step one optimizer."""
         for p in self._trainable:
             p.grad = None
-        loss = self.program(*inputs)[0]
+        with forward_autocast(inputs[0].device):  # bf16 as a fit's (the stage's precision)
+            loss = self.program(*inputs)[0]
         loss.backward()
         self.optimizers[optimizer].step()
         return float(loss.detach())

@@ -46,7 +46,7 @@ from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of
 from pflkit.sdk.batched_training import BatchGrid, PlainSGD, repeat, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
-from pflkit.sdk.training import Batch
+from pflkit.sdk.training import Batch, forward_autocast
 
 OUTER = "outer."  # w's names beside theta's in a batched trainer's parameters
 
@@ -91,7 +91,8 @@ class PFedMeTraining(DeviceTraining):
         for _ in range(self.local.epochs):
             for xb, yb in data.batches(self.local.batch_size, generator):
                 for _ in range(self.params.inner_steps):
-                    loss = F.cross_entropy(model(xb), yb)
+                    with forward_autocast(xb.device):
+                        loss = F.cross_entropy(model(xb), yb)
                     grads = torch.autograd.grad(loss, list(theta.values()))
                     with torch.no_grad():
                         for (n, p), g in zip(theta.items(), grads, strict=True):

@@ -58,7 +58,7 @@ from pflkit.sdk.algorithms.state_layout import strip_prefix
 from pflkit.sdk.batched_training import BatchGrid, repeat, stack, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
-from pflkit.sdk.training import Batch, cross_entropy_of, run_epochs, sgd
+from pflkit.sdk.training import Batch, cross_entropy_of, forward_autocast, run_epochs, sgd
 
 Option = Annotated[int, Strict(), in_range(1, 2)]  # the c_i+ rules of Algorithm 1
 CONTROL = "control."
@@ -145,8 +145,9 @@ class ScaffoldTraining(DeviceTraining):
         c_i = {n: client_state.tensors.get(CONTROL + n, torch.zeros_like(t))
                for n, t in c.items()}
         model = self.template(x)
-        if self.params.option == 1:
-            c_new = self.full_gradient(model, data)
+        steps = self.local.epochs * math.ceil(len(data) / self.local.batch_size)
+        if self.params.option == 1:  # no step (epochs = 0): no correction used, c_i stays
+            c_new = self.full_gradient(model, data) if steps else dict(c_i)
         correction = {n: c[n] - c_i[n] for n in c}
         optimizer = sgd(model.parameters(), ctx.lr, self.local.momentum, self.local.weight_decay)
         with added_gradient(model, lambda n, p: correction[n]):  # g(y) - c_i + c
@@ -154,7 +155,6 @@ class ScaffoldTraining(DeviceTraining):
                               self.local.batch_size, ctx.generator("batches"))
         y = float_state(model)
         if self.params.option == 2:  # c_i - c + (x - y_i) / (K lr), K momentum-corrected
-            steps = self.local.epochs * math.ceil(len(data) / self.local.batch_size)
             scale = option_two_scale(steps, ctx.lr, self.local.momentum)
             c_new = {n: c_i[n] - c[n] + (x[n] - y[n]) * scale for n in c} if scale \
                 else dict(c_i)  # no step taken: nothing new to learn about c_i
@@ -206,7 +206,9 @@ class ScaffoldTraining(DeviceTraining):
         """Compute the gradient of the mean cross-entropy over all of ``data`` (option I)."""
         model.zero_grad(set_to_none=True)
         for xb, yb in data.batches(self.local.batch_size, shuffle=False):
-            (F.cross_entropy(model(xb), yb, reduction="sum") / len(data)).backward()
+            with forward_autocast(xb.device):
+                loss = F.cross_entropy(model(xb), yb, reduction="sum") / len(data)
+            loss.backward()
         grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()
                  if p.grad is not None}
         model.zero_grad(set_to_none=True)

@@ -56,7 +56,14 @@ from pflkit.sdk.algorithms.base import (
     register,
 )
 from pflkit.sdk.algorithms.mixing import float_buffers
-from pflkit.sdk.algorithms.paramcheck import Epochs, Fraction, LearningRate, Strength, in_range
+from pflkit.sdk.algorithms.paramcheck import (
+    Epochs,
+    Fraction,
+    LearningRate,
+    Strength,
+    in_range,
+    require_unset_while_off,
+)
 from pflkit.sdk.algorithms.personal import (  # noqa: F401 (choose_lambda: API)
     EagerSession,
     PersonalTraining,
@@ -98,6 +105,9 @@ class SuPerFedParams:
     ft_epochs: Epochs = 0  # epochs of local-model training after federation (0: lambda choice only)
     ft_lr: LearningRate | None = None  # its lr (None: the lr of the round after the last)
     ft_lambda: Fraction | None = None  # its lambda: a fixed value, or None to draw as in fit
+
+    def __post_init__(self) -> None:
+        require_unset_while_off("superfed", self, "ft_epochs", "ft_lr", "ft_lambda")
 
 
 class LambdaChoice(Personalization):

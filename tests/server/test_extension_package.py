@@ -110,6 +110,21 @@ def test_pflkit_does_not_know_the_package():
     assert mentions == []
 
 
+@pytest.mark.parametrize(("name", "value", "rule"), [("bias_lr", -1, r"in \(0, 10\], got -1.0"),
+                                                     ("bias_steps", 0, r"in \[1, 10000\], got 0")])
+def test_the_example_method_declares_each_range_in_its_annotation(on_path, name, value, rule):
+    """docs/extending.md shows this file as the way to write a method: ranges declared once,
+    no range checks of its own in ``__post_init__``; the refusal is pflkit's one line."""
+    from sensorkit.methods import PriorShiftParams
+
+    from pflkit.sdk.algorithms.base import check_algorithm
+
+    assert "__post_init__" not in vars(PriorShiftParams)
+    with pytest.raises(ValueError, match=rf"^sensorkit.methods:PriorShift: hyperparameter "
+                                         rf"'{name}' must be {rule}$"):
+        check_algorithm("sensorkit.methods:PriorShift", {name: value})
+
+
 def test_pfl_sim_then_pfl_export_with_entry_point_names(on_path, tmp_path):
     (tmp_path / "run.toml").write_text(SIM_CONFIG)
     sim = subprocess.run([str(BIN / "pfl-sim"), "--config", "run.toml", "--out", "run",

@@ -21,11 +21,11 @@ from pflkit.sdk.algorithms import (
     ClientState,
     DeviceTraining,
     FitResult,
-    HyperparameterError,
     Inference,
     RoundContext,
     State,
 )
+from pflkit.sdk.algorithms.paramcheck import LearningRate, Steps
 from pflkit.sdk.data import LabeledTensors
 from pflkit.sdk.models import float_state
 from pflkit.sdk.training import cross_entropy_of, run_epochs, sgd
@@ -35,14 +35,10 @@ BIAS = "bias"  # client-state tensor: (num_classes,) logit bias
 
 @dataclass(frozen=True)
 class PriorShiftParams:
-    """How the bias is learned each round."""
+    """How the bias is learned each round: each setting's type and range declared once."""
 
-    bias_steps: int = 20  # full-batch gradient steps on the bias per round
-    bias_lr: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.bias_steps < 0 or self.bias_lr <= 0:
-            raise HyperparameterError("prior_shift: bias_steps must be >= 0 and bias_lr > 0")
+    bias_steps: Steps = 20  # [1, 10000]: full-batch gradient steps on the bias per round
+    bias_lr: LearningRate = 0.5  # (0, 10], as [training]'s lr
 
 
 class Biased(nn.Module):

@@ -126,9 +126,13 @@ def test_a_negative_learning_rate_is_refused_before_training(method: str) -> Non
 @pytest.mark.parametrize(("method", "name", "hint"), NUMBERS, ids=IDS)
 def test_params_built_in_python_meet_the_same_declaration(method: str, name: str,
                                                           hint: typing.Any) -> None:
-    """A Params made in code skips the config's parsing; the method refuses it all the same."""
+    """A Params made in code skips the config's parsing; the method refuses it all the same.
+
+    With a stage to act in (``ft_epochs``): an ``ft_*`` setting given with none is refused apart.
+    """
     cls = ALGORITHMS[method]
-    bad = cls.Params(**{name: -1.0 if float in kinds(hint) else -(2**70)})
+    stage = {"ft_epochs": 1} if "ft_epochs" in dict(fields(method)) and name != "ft_epochs" else {}
+    bad = cls.Params(**{name: -1.0 if float in kinds(hint) else -(2**70)}, **stage)
     with pytest.raises(HyperparameterError, match=rf"^{method}: hyperparameter '{name}' must be"):
         cls(FACTORY, LocalTraining(epochs=1), bad)
 
@@ -151,3 +155,24 @@ def test_pfl_sim_refuses_before_writing_anything(tmp_path: Path, method: str, pa
         "--epochs", "1", "--quiet"])
     assert result.exit_code == 2 and message in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize(("method", "given"), [
+    ("fedavg_ft", {"ft_epochs": 0, "ft_lr": 0.1}),
+    ("superfed_mm", {"ft_lr": 0.1}),
+    ("superfed_lm", {"ft_lambda": 0.5}),
+    ("fedrod_linear", {"ft_lr": 0.1}),
+    ("fedrod_hyper", {"ft_scope": "personal_head"}),
+])
+def test_a_post_federation_setting_given_without_its_epochs_is_refused(method: str,
+                                                                       given: dict) -> None:
+    """ft_lr, ft_lambda or ft_scope with ft_epochs = 0 cannot act: it was silently ignored."""
+    name = next(k for k in given if k != "ft_epochs")
+    with pytest.raises(HyperparameterError) as err:
+        check_algorithm(method, given)
+    text = str(err.value)
+    assert "\n" not in text and f"'{name}' must be unset while ft_epochs = 0" in text, text
+    with pytest.raises(HyperparameterError, match=f"'{name}'"):  # built in Python alike
+        ALGORITHMS[method].Params(**given)
+    check_algorithm(method, {**given, "ft_epochs": 2})  # with a stage to act in
+    check_algorithm(method, {"ft_epochs": 0})  # the defaults: nothing given, nothing refused
