@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 @pytest.fixture
 def hostile() -> Iterator[HostileServer]:
     """A hostile server on loopback (hostile_harness.py), closed after the test."""
-    from hostile_harness import HostileServer
+    from hostile_harness import serving
 
-    server = HostileServer()
-    yield server
-    server.close()
+    with serving() as server:
+        yield server

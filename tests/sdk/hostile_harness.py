@@ -2,9 +2,10 @@
 
 Why not ``httpx.MockTransport``: it skips what a device really runs (socket reads, HTTP
 framing, gzip decoding, httpx's header limits), and no server library sends these answers.
-Each connection gets one answer (``Connection: close``) from the script, in order; the server
-records every request and how many bytes of each answer it managed to write. An answer that
-stalls waits on ``release``, which only closing the server sets.
+Each connection gets one answer (``Connection: close``) from the script, in order, else from the
+server's handler (a small protocol, e.g. upload_harness.py's pfl-server); the server records
+every request and how many bytes of each answer it managed to write. An answer that stalls
+waits on ``release``, which only closing the server sets.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class Wire:
 
 
 Answer = Callable[[Wire], None]
+Handler = Callable[[Served], Answer]  # answers a request the script has no answer for
 
 
 def head(status: int, headers: Iterable[tuple[str, str]] = ()) -> bytes:
@@ -137,10 +139,17 @@ def traced() -> Iterator[Peak]:
         tracemalloc.stop()
 
 
-class HostileServer:
-    """Answers each connection's request with the next scripted answer (599 when none is)."""
+def unscripted(served: Served) -> Answer:
+    """The default handler: every request past the script is a 599."""
+    return json_answer(599, {"detail": "script exhausted"})
 
-    def __init__(self) -> None:
+
+class HostileServer:
+    """Answers each connection's request with the next scripted answer, else ``handler``'s."""
+
+    def __init__(self, handler: Handler = unscripted) -> None:
+        self.handler = handler
+        self.errors: list[Exception] = []  # the handler's: raised by :func:`serving`
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self.script: queue.SimpleQueue[Answer] = queue.SimpleQueue()
@@ -191,14 +200,29 @@ class HostileServer:
             if served is None:
                 return
             self.served.append(served)
-            scripted = json_answer(599, {"detail": "script exhausted"}) if \
-                self.script.empty() else self.script.get()
+            try:
+                scripted = self.handler(served) if self.script.empty() else self.script.get()
+            except Exception as err:  # a bug in the test's server: the device sees a 500
+                self.errors.append(err)
+                scripted = json_answer(500, {"detail": f"handler: {err!r}"})
             try:
                 scripted(Wire(conn, served, self.release))
             except OSError:  # the device hung up: what a bounded reader does
                 pass
             finally:
                 served.done.set()
+
+
+@contextmanager
+def serving(handler: Handler = unscripted) -> Iterator[HostileServer]:
+    """A server for the block, closed after it; then a handler's error is raised, not lost."""
+    server = HostileServer(handler)
+    try:
+        yield server
+    finally:
+        server.close()
+        if server.errors:
+            raise server.errors[0]
 
 
 def read_request(stream: BinaryIO) -> Served | None:
@@ -214,12 +238,14 @@ def read_request(stream: BinaryIO) -> Served | None:
     return Served(line[0], line[1], headers, body)
 
 
-def device(tmp_path: Path, server: HostileServer, enrolled: bool = True,
+def device(tmp_path: Path, server: HostileServer, enrolled: bool = True, client_id: int = 3,
+           secret: str = SECRET, data: LabeledTensors | None = None,
            **options: object) -> FederatedClient:
     """A FederatedClient (enrolled unless told) of ``server``, one attempt per request."""
     if enrolled:
+        tmp_path.mkdir(parents=True, exist_ok=True)
         (tmp_path / "credentials.json").write_text(json.dumps(
-            {"server": server.url, "client_id": 3, "secret": SECRET}))
-    return FederatedClient(server.url, tmp_path, LabeledTensors(
-        torch.rand(4, 1, 8, 8), torch.arange(4)), retry=options.pop("retry", NO_RETRY),
-        **options)  # type: ignore[arg-type]
+            {"server": server.url, "client_id": client_id, "secret": secret}))
+    data = LabeledTensors(torch.rand(4, 1, 8, 8), torch.arange(4)) if data is None else data
+    return FederatedClient(server.url, tmp_path, data, retry=options.pop("retry", NO_RETRY),
+                           **options)  # type: ignore[arg-type]

@@ -4,17 +4,16 @@ Before: a ``package.module:attr`` in a run config or a task was imported whereve
 (a server could make every device import any module), and anything callable it named was
 called as a model or a dataset (``model.name = "os:getcwd"``: a TypeError). Each probe module
 here records its import in a file, so "refused before importing anything" is observed, not
-assumed.
+assumed. The device's server is a real one on loopback (hostile_harness.py).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 
-import httpx
 import pytest
 import torch
+from hostile_harness import device, json_answer
 from pydantic import ValidationError
 
 from pflkit.sdk.client import FederatedClient
@@ -159,35 +158,27 @@ def task_wire(model: str) -> dict:
             "local": {"epochs": 1, "batch_size": 4, "momentum": 0.0, "weight_decay": 0.0}}
 
 
-def test_a_device_refuses_a_task_naming_an_import_path_it_was_not_allowed(probe, tmp_path):
+def test_a_device_refuses_a_task_naming_an_import_path_it_was_not_allowed(
+        probe, tmp_path, hostile):
     """Nothing imported, nothing downloaded, trained or uploaded: only the task was read."""
     name, imported = probe
-    (tmp_path / "state").mkdir()
-    (tmp_path / "state" / "credentials.json").write_text(json.dumps(
-        {"server": "http://fl.test", "client_id": 3, "secret": "pfc_s"}))
-    asked: list[str] = []
-
-    def server(request: httpx.Request) -> httpx.Response:
-        asked.append(f"{request.method} {request.url.path}")
-        return httpx.Response(200, json={"status": "train", "run_id": 1, "round": 0,
-                                         "retry_after": 1.0, "global_hash": "0" * 64,
-                                         "config": task_wire(f"{name}:net")})
-
-    data = LabeledTensors(torch.rand(4, 1, 8, 8), torch.tensor([0, 1, 2, 3]))
-    device = FederatedClient("http://fl.test", tmp_path / "state", data)
-    device.connection.http = httpx.Client(base_url="http://fl.test",
-                                          transport=httpx.MockTransport(server))
+    hostile.add(json_answer(200, {"status": "train", "run_id": 1, "round": 0,
+                                  "retry_after": 1.0, "global_hash": "0" * 64,
+                                  "config": task_wire(f"{name}:net")}))
+    phone = device(tmp_path / "state", hostile)
     with pytest.raises(ImportRefused) as refused:
-        device.step()
+        phone.step()
+    phone.close()
     assert str(refused.value) == (
         f"task config: model '{name}:net': not imported: package '{name}' is not in the "
         "device's allow_imports (FederatedClient(allow_imports=...), pfl-client "
         "--allow-imports)")
-    assert asked == ["GET /v1/task"]
+    assert [f"{asked.method} {asked.path}" for asked in hostile.served] == ["GET /v1/task"]
     assert name not in sys.modules and not imported.exists()
     assert not (tmp_path / "state" / "pending.safetensors").exists()
     # the owner allows it: the same task then resolves (and imports the probe)
-    allowed = FederatedClient("http://fl.test", tmp_path / "state", data, allow_imports=[name])
+    allowed = device(tmp_path / "state", hostile, allow_imports=[name])
     algorithm = TaskConfig.from_wire(task_wire(f"{name}:net"), allowed.imports).build()
     assert algorithm.new_model()(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
     assert imported.exists() and sys.modules[name].CALLS == ["net"]
+    allowed.close()

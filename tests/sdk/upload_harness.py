@@ -1,21 +1,23 @@
 """A federation of two devices per method over the real upload path, against a fake server.
 
-Each :class:`~pflkit.sdk.client.FederatedClient` trains and uploads as on a phone; an
-``httpx.MockTransport`` plays pfl-server (task, global state, upload) and keeps every upload's
-bytes. Between rounds the method's own aggregator makes the next global state. After the last
-round the devices run the post-federation stage, so every part a device ever keeps is seen.
+Each :class:`~pflkit.sdk.client.FederatedClient` trains and uploads as on a phone, over real
+HTTP on loopback: hostile_harness.py's server, with :class:`FakeServer` as its handler, plays
+pfl-server (task, global state, upload) and keeps every upload's bytes as they arrived. Between
+rounds the method's own aggregator makes the next global state. After the last round the
+devices run the post-federation stage, so every part a device ever keeps is seen.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
-import httpx
 import torch
+from hostile_harness import Answer, HostileServer, Served, answer, json_answer, serving
+from hostile_harness import device as hostile_device
 
 from pflkit.sdk.algorithms import ALGORITHMS, Algorithm
 from pflkit.sdk.client import FederatedClient
@@ -66,35 +68,29 @@ class FakeServer:
         self.blobs[self.digest] = data
         self.fed.globals.append(state)
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path
+    def __call__(self, request: Served) -> Answer:
+        """The answer to one request, as the real server's routes would give it."""
+        path = urlsplit(request.path).path
         if path == "/v1/task":
-            return httpx.Response(200, json={
+            return json_answer(200, {
                 "status": self.status, "run_id": 1, "round": self.round, "retry_after": 0.0,
                 "global_hash": self.digest, "config": self.config})
         if path.startswith("/v1/globals/"):
-            return httpx.Response(200, content=self.blobs[path.rsplit("/", 1)[1]])
+            return answer(200, self.blobs[path.rsplit("/", 1)[1]])
         if request.method == "PUT" and path == f"/v1/runs/1/rounds/{self.round}/update":
             client = int(request.headers["authorization"].rsplit("-", 1)[1])
-            self.fed.uploads[self.round][client] = request.content
-            return httpx.Response(200, json={"accepted": True})
-        return httpx.Response(404, json={"detail": f"no route {request.method} {path}"})
+            self.fed.uploads[self.round][client] = request.body
+            return json_answer(200, {"accepted": True})
+        return json_answer(404, {"detail": f"no route {request.method} {path}"})
 
 
-def device(root: Path, client: int, server: FakeServer) -> FederatedClient:
-    """An enrolled device with its own 24 seeded rows, talking to ``server``."""
-    state_dir = root / f"device-{client}"
-    state_dir.mkdir()
-    (state_dir / "credentials.json").write_text(json.dumps(
-        {"server": "http://fl.test", "client_id": client, "secret": f"pfc-{client}"}))
+def device(root: Path, client: int, server: HostileServer) -> FederatedClient:
+    """An enrolled device with its own 24 seeded rows (secret ``pfc-<id>``), of ``server``."""
     gen = torch.Generator().manual_seed(client)
     data = LabeledTensors(torch.rand(24, *SHAPE, generator=gen),
                           torch.randint(0, 10, (24,), generator=gen))
-    phone = FederatedClient("http://fl.test", state_dir, data)
-    phone.connection.http = httpx.Client(
-        base_url="http://fl.test", transport=httpx.MockTransport(server),
-        headers={"authorization": f"Bearer pfc-{client}"})
-    return phone
+    return hostile_device(root / f"device-{client}", server, client_id=client,
+                          secret=f"pfc-{client}", data=data)
 
 
 def federate(method: str, root: Path) -> Federation:
@@ -104,22 +100,23 @@ def federate(method: str, root: Path) -> Federation:
     server = FakeServer(fed, config)
     algorithm = TaskConfig.from_wire(config, ImportPolicy()).build()
     server.publish(algorithm.aggregation.init_global(config["seed"]))
-    phones = [device(root, c, server) for c in DEVICES]
-    for r in range(ROUNDS):
-        server.round = r
-        fed.uploads.append({})
+    with serving(server) as http:
+        phones = [device(root, c, http) for c in DEVICES]
+        for r in range(ROUNDS):
+            server.round = r
+            fed.uploads.append({})
+            for phone in phones:
+                assert phone.step().status == "trained"
+                keep(fed, phone, fed.kept)
+            aggregator = algorithm.aggregation.new_aggregator(fed.globals[-1], len(DEVICES))
+            for body in fed.uploads[r].values():
+                aggregator.add(1.0, state_from_bytes(body, "upload"))
+            server.publish(aggregator.result())
+        server.status = "finished"
         for phone in phones:
-            assert phone.step().status == "trained"
-            keep(fed, phone, fed.kept)
-        aggregator = algorithm.aggregation.new_aggregator(fed.globals[-1], len(DEVICES))
-        for body in fed.uploads[r].values():
-            aggregator.add(1.0, state_from_bytes(body, "upload"))
-        server.publish(aggregator.result())
-    server.status = "finished"
-    for phone in phones:
-        assert phone.step().status == "finished"
-        keep(fed, phone, fed.final)
-        phone.close()
+            assert phone.step().status == "finished"
+            keep(fed, phone, fed.final)
+            phone.close()
     return fed
 
 
