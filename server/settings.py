@@ -41,6 +41,7 @@ FLAGS = {"admin_token": "--admin-token-file"}  # settings whose pfl-server flag 
 # Every number has a range (docs/server.md): no setting may be infinite, NaN, or so large
 # that the server waits for ever or allocates without bound.
 WEEK = 7 * 24 * 3600.0
+MIN_ADMIN_TOKEN = 16  # characters
 Clients = Annotated[int, in_range(1, MAX_CLIENTS)]
 ALLOW_IMPORTS = f"the server's allow_imports (--allow-imports, {ENV_PREFIX}ALLOW_IMPORTS)"
 
@@ -58,7 +59,9 @@ class ServerSettings(BaseSettings):
     workers: Annotated[int, in_range(1, 64)] = 1  # uvicorn worker processes sharing the database
     tls_certfile: Path | None = None
     tls_keyfile: Path | None = None
-    admin_token: SecretStr = Field(min_length=16)  # required: Bearer token of the admin API
+    # required: Bearer token of the admin API, at least MIN_ADMIN_TOKEN characters (checked
+    # below, where an error cannot show it: pydantic's min_length quoted the token)
+    admin_token: SecretStr
     run_config: Path | None = None  # pfl-sim TOML; started as the first run if none exists
     # packages (or exact package.module:attr) whose import paths run configs may name: code
     # the server imports and calls. Built-in names and installed entry points need nothing.
@@ -105,7 +108,11 @@ class ServerSettings(BaseSettings):
     @classmethod
     def _sendable(cls, value: SecretStr) -> SecretStr:
         """A token no client can send in an HTTP header left the admin API unusable."""
-        if not sendable(value.get_secret_value()):
+        token = value.get_secret_value()
+        if len(token) < MIN_ADMIN_TOKEN:
+            raise ValueError(f"must be at least {MIN_ADMIN_TOKEN} characters, got {len(token)} "
+                             f"(not shown here)")
+        if not sendable(token):
             raise ValueError("must be printable ASCII without spaces: it travels in an HTTP "
                              "header (not shown here)")
         return value

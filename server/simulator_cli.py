@@ -84,7 +84,8 @@ def main(
     dataset: Annotated[str | None, typer.Option(help="fmnist, digits, mnist, ...")] = None,
     data_root: Annotated[str | None, typer.Option(help="folder with the dataset files")] = None,
     resize: Annotated[int | None, typer.Option(help="resize images to N x N")] = None,
-    partition: Annotated[str | None, typer.Option(help="iid | shards | dirichlet")] = None,
+    partition: Annotated[str | None, typer.Option(
+        help="iid | shards | dirichlet | natural")] = None,
     clients: Annotated[int | None, typer.Option(help="number of clients")] = None,
     alpha: Annotated[float | None, typer.Option(help="Dirichlet alpha")] = None,
     test_fraction: Annotated[float | None, typer.Option(help="clients' own test share")] = None,

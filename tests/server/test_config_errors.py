@@ -205,6 +205,10 @@ def test_the_admin_token_file_is_read_in_one_line_and_a_readable_one_is_warned_o
     ("PFL_SERVER_ADMIN_TOKEN", "pässwörd-1234567890",
      "--admin-token-file (or PFL_SERVER_ADMIN_TOKEN): must be printable ASCII without spaces: "
      "it travels in an HTTP header (not shown here)"),
+    # a short token was quoted whole in the error (pydantic's min_length shows its input)
+    ("PFL_SERVER_ADMIN_TOKEN", "short-token",
+     "--admin-token-file (or PFL_SERVER_ADMIN_TOKEN): must be at least 16 characters, got 11 "
+     "(not shown here)"),
 ])
 def test_pfl_server_settings_from_the_environment_are_checked_in_one_line(
         tmp_path, variable, value, message):
