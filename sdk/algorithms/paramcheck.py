@@ -43,7 +43,16 @@ Steps = Annotated[int, Strict(), in_range(1, MAX_INT)]  # inner steps, widths
 
 
 class HyperparameterError(ValueError):
-    """A hyperparameter is unknown, missing, of the wrong type or out of range."""
+    """A hyperparameter is unknown, missing, of the wrong type or out of range.
+
+    ``detail`` is a rule's message without the method's name: methods that share a ``Params``
+    (superfed_mm and superfed_lm) name their family there, and :func:`parse_params`, which
+    knows the registered name, puts that in front instead.
+    """
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 def require(method: str, name: str, ok: bool, rule: str, value: object) -> None:
@@ -52,9 +61,8 @@ def require(method: str, name: str, ok: bool, rule: str, value: object) -> None:
     For rules no annotation can state (one setting against another, or against the run).
     """
     if not ok:
-        raise HyperparameterError(
-            f"{method}: hyperparameter '{name}' must be {rule}, got {value!r}"
-        )
+        detail = f"hyperparameter '{name}' must be {rule}, got {value!r}"
+        raise HyperparameterError(f"{method}: {detail}", detail)
 
 
 def require_unset_while_off(method: str, params: object, switch: str, *names: str) -> None:
@@ -151,8 +159,10 @@ def parse_params(algorithm: str, params_type: type, values: Mapping[str, Any]) -
               for name, value in values.items()}
     try:
         params = params_type(**kwargs)
-    except HyperparameterError:
-        raise
+    except HyperparameterError as err:
+        if err.detail is None:
+            raise
+        raise HyperparameterError(f"{algorithm}: {err.detail}", err.detail) from None
     except (TypeError, ValueError) as err:
         raise HyperparameterError(f"{algorithm}: {err}") from err
     check_declared(algorithm, params)  # the defaults too: a declaration holds for every value

@@ -95,7 +95,7 @@ def test_the_docs_state_the_codes_range(method: str, name: str, hint: typing.Any
     shown = declared_range(method, name, hint).replace("e+0", "e")  # 1e+06 is written 1e6
     doc = (DOCS / f"{DOC_OF[method]}.md").read_text()
     rows = [line for line in doc.splitlines() if f"`{name}`" in line or
-            line.startswith(f"{name} =")]
+            line.lstrip("# ").startswith(f"{name} =")]  # a TOML key, or one commented out
     assert any(shown in row for row in rows), f"{DOC_OF[method]}.md states no {shown} for {name}"
 
 
@@ -172,6 +172,7 @@ def test_a_post_federation_setting_given_without_its_epochs_is_refused(method: s
         check_algorithm(method, given)
     text = str(err.value)
     assert "\n" not in text and f"'{name}' must be unset while ft_epochs = 0" in text, text
+    assert text.startswith(f"{method}: "), text  # the registered name, not the Params' family
     with pytest.raises(HyperparameterError, match=f"'{name}'"):  # built in Python alike
         ALGORITHMS[method].Params(**given)
     check_algorithm(method, {**given, "ft_epochs": 2})  # with a stage to act in
