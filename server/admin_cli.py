@@ -122,8 +122,9 @@ def create_tokens(
         min=0, max=MAX_ID, help="reserve client ids: the tokens enroll as CLIENT_ID, "
         "CLIENT_ID+1, ...",
         show_default=False)] = None,
-    ttl: Annotated[float | None, typer.Option(help="seconds until the tokens expire "
-                                              "(default: never)", show_default=False,
+    ttl: Annotated[float | None, typer.Option(help="seconds until the tokens expire, in "
+                                              f"(0, {MAX_TOKEN_TTL}] (default: never)",
+                                              show_default=False,
                                               callback=_ttl)] = None,
     as_json: JsonOpt = False,
 ) -> None:
