@@ -181,7 +181,7 @@ class SimConfig:
             except ExtensionError as err:
                 raise _KeyedError(key, str(err)) from None
         try:
-            check_algorithm(self.algorithm.name, self.algorithm.params)
+            check_algorithm(self.algorithm.name, self.algorithm.params, self.training.local())
         except ValueError as err:
             raise _KeyedError("algorithm.params", str(err)) from None
 

@@ -68,6 +68,7 @@ class Algorithm:
 
     def __init__(self, model: ModelFactory, local: LocalTraining, params: Any = None) -> None:
         check_declared(self.name, params)
+        self.check_local(params, local)
         self.model_factory = model
         self.local = local
         self.params = params
@@ -77,6 +78,14 @@ class Algorithm:
         self.aggregation = self.Aggregation(self)
         self.personalization = self.Personalization(self)
         self.inference = self.Inference(self)
+
+    @classmethod
+    def check_local(cls, params: Any, local: LocalTraining) -> None:
+        """Rules between the method's settings and the run's ``[training]`` (none by default).
+
+        Run with the config's other checks, so a run config breaking one is refused before
+        any data is loaded, naming ``algorithm.params``.
+        """
 
     def to(self, device: torch.device | str) -> Algorithm:
         """Train and build inference modules on ``device`` from now on (returns self).
@@ -133,9 +142,17 @@ def algorithm_names() -> list[str]:
     return known_names("algorithm", ALGORITHMS)
 
 
-def check_algorithm(name: str, params: Mapping[str, Any] | None = None) -> Any:
-    """Resolve an algorithm and validate its hyperparameters (before any data is loaded)."""
-    return parse_params(name, algorithm_class(name).Params, dict(params or {}))
+def check_algorithm(name: str, params: Mapping[str, Any] | None = None,
+                    local: LocalTraining | None = None) -> Any:
+    """Resolve an algorithm and validate its hyperparameters (before any data is loaded).
+
+    Given the run's ``local`` training, the method's rules against it too (``check_local``).
+    """
+    cls = algorithm_class(name)
+    parsed = parse_params(name, cls.Params, dict(params or {}))
+    if local is not None:
+        cls.check_local(parsed, local)
+    return parsed
 
 
 def make_algorithm(name: str, model: ModelFactory, local: LocalTraining,

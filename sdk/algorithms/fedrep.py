@@ -78,5 +78,10 @@ class FedRep(PartialSharing):
 
     def __init__(self, model: ModelFactory, local: LocalTraining, params: Any = None) -> None:
         super().__init__(model, local, params or FedRepParams())
-        require("fedrep", "body_epochs", self.params.body_epochs <= local.epochs,
-                f"<= the local epochs E ({local.epochs})", self.params.body_epochs)
+
+    @classmethod
+    def check_local(cls, params: Any, local: LocalTraining) -> None:
+        """The body's epochs are the last ``body_epochs`` of the E local ones."""
+        params = params or FedRepParams()
+        require("fedrep", "body_epochs", params.body_epochs <= local.epochs,
+                f"<= the local epochs E ({local.epochs})", params.body_epochs)

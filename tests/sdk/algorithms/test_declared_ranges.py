@@ -177,3 +177,17 @@ def test_a_post_federation_setting_given_without_its_epochs_is_refused(method: s
         ALGORITHMS[method].Params(**given)
     check_algorithm(method, {**given, "ft_epochs": 2})  # with a stage to act in
     check_algorithm(method, {"ft_epochs": 0})  # the defaults: nothing given, nothing refused
+
+
+def test_a_rule_against_training_is_checked_with_the_config():
+    """FedRep's body_epochs <= E was checked only when the method was built, after the data
+    was loaded, and without the config's key."""
+    from pflkit.sdk.run_config import ConfigError, SimConfig
+    toml = '[algorithm]\nname = "fedrep"\n[algorithm.params]\nbody_epochs = 2\n[training]\n'
+    assert SimConfig.from_toml(toml + "epochs = 2\n").training.epochs == 2
+    with pytest.raises(ConfigError, match=r"^algorithm\.params: fedrep: hyperparameter "
+                                          r"'body_epochs' must be <= the local epochs E \(1\)"):
+        SimConfig.from_toml(toml + "epochs = 1\n")
+    with pytest.raises(HyperparameterError, match="body_epochs"):  # built in Python alike
+        ALGORITHMS["fedrep"](ModelFactory("twonn", (1, 8, 8), 10), LocalTraining(epochs=1),
+                             ALGORITHMS["fedrep"].Params(body_epochs=2))
