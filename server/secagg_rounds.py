@@ -126,7 +126,11 @@ class SecAggRounds:
         """Check a device's message against the round and store it; True: a repeat of it."""
         ready = False
         vector = body if isinstance(body, bytes) else None
-        payload = {"blob": sha256(body)} if isinstance(body, bytes) else body
+        try:  # stored as re-encoded here, never as sent: no field a device adds is kept
+            payload = {"blob": sha256(body)} if isinstance(body, bytes) else \
+                wire.canonical(step, body)
+        except SecAggError as err:
+            raise Invalid(str(err)) from None
         with self.store.transaction() as s:
             # a write first: it waits for the round's other writers, then reads what they wrote
             s.execute(update(Round).where(Round.run_id == run_id, Round.index == round_index)

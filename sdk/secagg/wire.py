@@ -113,7 +113,9 @@ def _bytes(text: object, what: str) -> bytes:
 
 
 def _id(key: object, what: str) -> int:
-    if not isinstance(key, str) or not key.isdecimal() or len(key) > 10:
+    """A client id as JSON writes it: ASCII digits, no leading zero (one id, one spelling)."""
+    if not isinstance(key, str) or not (key.isascii() and key.isdigit()) or len(key) > 10 \
+            or (key[0] == "0" and key != "0"):
         raise SecAggError(f"{what}: {str(key)[:20]!r} is not a client id")
     return int(key)
 
@@ -128,6 +130,28 @@ def _ids(data: object, what: str) -> tuple[int, ...]:
     if not isinstance(data, list) or not all(isinstance(v, int) for v in data):
         raise SecAggError(f"{what} must be a list of client ids")
     return tuple(data)
+
+
+_FIELDS = {"keys": ("cipher_key", "mask_key"), "shares": ("shares",),
+           "unmask": ("seed_shares", "key_shares")}
+
+
+def canonical(step: str, data: dict[str, Any]) -> dict[str, Any]:
+    """A device's ``step`` message checked and written afresh: the one form the server keeps.
+
+    Only the step's fields (pfl-server stores what it accepts: nothing else may ride along);
+    ids and base64 re-encoded, so the same message always compares equal to its repeat.
+    """
+    fields = _FIELDS[step]
+    extra = sorted(str(k)[:20] for k in data if k not in fields)
+    if extra:
+        raise SecAggError(f"the {step} message has an unknown field {extra[0]!r} "
+                          f"(it takes {', '.join(fields)})")
+    if step == "keys":
+        return keys_to_wire(keys_from_wire(0, 0, data))
+    if step == "shares":
+        return shares_to_wire(share_keys_from_wire(0, 0, data))
+    return unmask_to_wire(unmask_from_wire(0, 0, data))
 
 
 def keys_to_wire(msg: AdvertiseKeys) -> dict[str, Any]:
