@@ -77,11 +77,7 @@ class RetryPolicy:
         """Refuse a wait a loop cannot keep (NaN never gives up, a negative one cannot sleep)."""
         for name, zero, high in (("base", False, MAX_WAIT), ("cap", False, MAX_WAIT),
                                  ("max_elapsed", True, MAX_ELAPSED)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or \
-                    not (0 <= value if zero else 0 < value) or not value <= high:
-                raise ValueError(f"RetryPolicy.{name} must be in {'[' if zero else '('}0, "
-                                 f"{high:g}] seconds, got {value!r}")
+            _check_seconds(f"RetryPolicy.{name}", getattr(self, name), high, zero_ok=zero)
 
 
 class ServerConnection:
@@ -273,9 +269,12 @@ def shown_url(url: str) -> str:
     return urlunsplit(split._replace(netloc=split.netloc.rpartition("@")[2]))
 
 
-def _check_seconds(name: str, value: object, high: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= high:
-        raise ValueError(f"{name} must be in (0, {high:g}] seconds, got {value!r}")
+def _check_seconds(name: str, value: object, high: float, zero_ok: bool = False) -> None:
+    """A wait in (0, high] seconds ([0, high] with ``zero_ok``): NaN, negative, bool refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or \
+            not (0 <= value if zero_ok else 0 < value) or not value <= high:
+        raise ValueError(f"{name} must be in {'[' if zero_ok else '('}0, {high:g}] seconds, "
+                         f"got {value!r}")
 
 
 def _detail(response: httpx.Response, *hidden: str | None) -> str:
