@@ -31,9 +31,9 @@ from pflkit.export.training_card import (
 from pflkit.sdk.algorithms.personal import PREDICT_CHUNK, RecipeResult, run_recipe
 from pflkit.sdk.algorithms.recipe import Recipe
 from pflkit.sdk.data.tensors import LabeledTensors
-from pflkit.sdk.tensorio import State, load_state, save_state
+from pflkit.sdk.tensorio import State, save_state, state_from_bytes
 
-TRAIN_METHOD = "train"
+TRAIN_METHOD = "train"  # the method names the writer gives a program (the card names them)
 PREPARE_METHOD = "prepare"
 __all__ = ["DeviceTrainer", "TrainingProgramError"]
 
@@ -43,6 +43,7 @@ class DeviceTrainer:
 
     def __init__(self, program: bytes | Path, section: dict[str, Any],
                  image_shape: tuple[int, ...], threads: int = 1) -> None:
+        """Load ``program`` as ``section`` (a checked card's ``training``) describes it."""
         from executorch.extension.training import (
             _load_for_executorch_for_training_from_buffer,
             get_sgd_optimizer,
@@ -58,13 +59,14 @@ class DeviceTrainer:
             raise TrainingProgramError(f"the card's training section is incomplete or malformed "
                                        f"({type(err).__name__}: {err})") from err
         self.image_shape = tuple(image_shape)
-        self.has_prepare = section.get("prepare_method") is not None
+        self.train_method = section["train_method"]
+        self.prepare_method = section.get("prepare_method")
         try:  # a damaged or foreign program fails here, in the runtime's own words
             with warnings.catch_warnings():  # the training API is marked experimental: known
                 warnings.filterwarnings("ignore", message="This API is experimental")
                 self.module = _load_for_executorch_for_training_from_buffer(self._buffer)
             warmup = self.prepare(torch.zeros(1, *self.image_shape))
-            self.module.forward_backward(TRAIN_METHOD, self._train_inputs(
+            self.module.forward_backward(self.train_method, self._train_inputs(
                 warmup, torch.zeros(1, dtype=torch.long)))
         except RuntimeError as err:
             raise TrainingProgramError(f"not a training program the ExecuTorch runtime can run "
@@ -88,33 +90,34 @@ class DeviceTrainer:
         """Load ``<export_dir>/personal_train.pte`` as its model card describes it.
 
         The card and both files are checked first (:func:`~.training_card.read_card`): a
-        program or weights of another export, or damaged ones, are one-line errors.
+        program or weights of another export, or damaged ones, are one-line errors; the checked
+        bytes are what loads.
         """
         folder = Path(export_dir)
-        card, section = read_card(folder)
-        trainer = cls(folder / section["program"], section,
-                      tuple(card["inputs"][0]["shape"][1:]), threads)
-        trainer.load_weights(load_state(folder / section["initial_weights"]))
+        section, files = read_card(folder)
+        trainer = cls(files["program"], section, tuple(section["image_shape"]), threads)
+        trainer.load_weights(state_from_bytes(files["initial_weights"],
+                                              str(folder / section["initial_weights"])))
         return trainer
 
     # -- the Session interface ------------------------------------------------------------------
     def prepare(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The ``prepare`` method over all rows in chunks (the images themselves without one)."""
-        if not self.has_prepare:
+        if self.prepare_method is None:
             return (images,)
-        parts = [self.module.model.run_method(PREPARE_METHOD, (chunk.contiguous(),))
+        parts = [self.module.model.run_method(self.prepare_method, (chunk.contiguous(),))
                  for chunk in images.split(PREDICT_CHUNK)]
         return tuple(torch.cat([p[k].clone() for p in parts]) for k in range(len(parts[0])))
 
     def step(self, optimizer: str, inputs: tuple[torch.Tensor, ...]) -> float:
         """One ``forward_backward`` of ``train`` and one SGD step of ``optimizer``."""
-        loss = self.module.forward_backward(TRAIN_METHOD, _contiguous(inputs))[0]
+        loss = self.module.forward_backward(self.train_method, _contiguous(inputs))[0]
         self.optimizers[optimizer].step(self.module.named_gradients())
         return float(loss)
 
     def logits(self, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """The ``logits`` output (the gradients computed on the way are dropped)."""
-        return self.module.forward_backward(TRAIN_METHOD, _contiguous(inputs))[1]
+        return self.module.forward_backward(self.train_method, _contiguous(inputs))[1]
 
     def weights(self) -> State:
         """Copies of the personal weights."""

@@ -2,35 +2,34 @@
 
 An export folder is input from outside the process (copied, pushed, edited): before
 :class:`~pflkit.export.device_trainer.DeviceTrainer` loads anything, the card must be a JSON
-object with a ``training`` section whose numbers are in their documented ranges
-(docs/model-card.md), its files plain names beside the card whose size and sha256 are the
-card's ``artifacts`` entries, and rows handed to a trainer must be what the program was built
-for. Each violation is one line (:class:`TrainingProgramError`), raised before any weight
-changes, the rules of the Android core's ``TrainingSection`` and ``LabeledSamples``.
+object with a ``training`` section the phone would read too (:mod:`.training_section`), its
+files plain names beside the card whose size and sha256 are the card's ``artifacts`` entries
+(a file of another size is not read), and rows handed to a trainer must be what the program
+was built for. Each violation is one line (:class:`TrainingProgramError`), raised before any
+weight changes, the rules of the Android core's ``TrainingSection`` and ``LabeledSamples``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from pflkit.export.output_folder import CARD_FILE
+from pflkit.export.training_section import TrainingProgramError, check_section
 
 FILE_KEYS = ("program", "initial_weights")
-OPTIMIZER_NUMBERS = ("lr", "momentum", "weight_decay", "dampening")
+__all__ = ["TrainingProgramError", "check_rows", "check_weights", "read_card"]
 
 
-class TrainingProgramError(ValueError):
-    """A training program and its description do not fit together (names, shapes, optimizers)."""
+def read_card(folder: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The folder's checked ``training`` section and its files' bytes, verified against the card.
 
-
-def read_card(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The folder's card and its checked ``training`` section; files verified against it."""
+    The bytes are what was hashed: a trainer loads them, never the files a second time.
+    """
     path = folder / CARD_FILE
     try:
         card = json.loads(path.read_text())
@@ -43,32 +42,8 @@ def read_card(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
                                    f"(export with --trainer)")
     check_section(section)
     artifacts = {a.get("file"): a for a in card.get("artifacts") or [] if isinstance(a, dict)}
-    for key in FILE_KEYS:
-        _check_file(folder, section[key], artifacts.get(section[key]))
-    return card, section
-
-
-def check_section(section: dict[str, Any]) -> None:
-    """The documented ranges of a ``training`` section's numbers and file names."""
-    for key in FILE_KEYS:
-        name = section.get(key)
-        if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
-            raise TrainingProgramError(f"training.{key}: must be a plain file name beside the "
-                                       f"card, found {name!r}")
-    schedule = section.get("schedule") or {}
-    max_batch = _positive_int(section.get("max_batch"), "training.max_batch")
-    _positive_int(schedule.get("epochs"), "training.schedule.epochs")
-    batch = _positive_int(schedule.get("batch_size"), "training.schedule.batch_size")
-    if batch > max_batch:
-        raise TrainingProgramError(f"training.schedule.batch_size: must be at most max_batch "
-                                   f"({max_batch}), found {batch}")
-    for i, opt in enumerate(section.get("optimizers") or []):
-        for key in OPTIMIZER_NUMBERS:
-            value = opt.get(key, 0.0)
-            if (isinstance(value, bool) or not isinstance(value, (int, float))
-                    or not math.isfinite(value) or value < 0):
-                raise TrainingProgramError(f"training.optimizers[{i}].{key}: must be a finite "
-                                           f"number >= 0, found {value!r}")
+    return section, {key: _checked_file(folder, section[key], artifacts.get(section[key]))
+                     for key in FILE_KEYS}
 
 
 def check_rows(section: dict[str, Any], image_shape: tuple[int, ...], images: torch.Tensor,
@@ -106,22 +81,17 @@ def check_weights(state: dict[str, torch.Tensor], expected: dict[str, torch.Tens
             raise TrainingProgramError(f"weight {name} is not all finite floating-point values")
 
 
-def _positive_int(value: Any, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise TrainingProgramError(f"{field}: must be a positive integer, found {value!r}")
-    return value
-
-
-def _check_file(folder: Path, name: str, artifact: dict[str, Any] | None) -> None:
-    """``name`` exists and is the file the card lists (size and sha256)."""
+def _checked_file(folder: Path, name: str, artifact: dict[str, Any] | None) -> bytes:
+    """The bytes of ``name``, the file the card lists (size and sha256)."""
     path = folder / name
     if artifact is None:
         raise TrainingProgramError(f"{path}: not listed in the card's artifacts")
     try:
-        data = path.read_bytes()
+        data = path.read_bytes() if path.stat().st_size == artifact.get("bytes") else b""
     except OSError as err:
         raise TrainingProgramError(f"{path}: cannot be read ({err.strerror or err})") from err
     if len(data) != artifact.get("bytes") or hashlib.sha256(data).hexdigest() != artifact.get(
             "sha256"):
         raise TrainingProgramError(f"{path}: does not match its model card (size or sha256): "
                                    f"a file of another export, or damaged")
+    return data

@@ -1,0 +1,91 @@
+"""A trainer card's ``training`` section is read by the same rules in Python and on the phone.
+
+The cases of android-demo's ``fixtures/trainer/refusals.json`` are hand edits of real trainer
+cards; the Android core's TrainingSectionRefusalsTest runs the same file, so a card one
+trainer refuses the other refuses too, naming the same field. Before, Python accepted most of
+them and failed later (a phase's unknown optimizer as a KeyError mid-personalization) or never
+(an unknown train_method, a lambda grid over 1).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pflkit.export import Choice, export_model, load_run_source
+from pflkit.export.device_trainer import DeviceTrainer, TrainingProgramError
+from pflkit.export.training_program import PROGRAM_FILE
+from pflkit.export.training_section import check_section
+
+FIXTURES = Path(__file__).resolve().parents[2] / \
+    "android-demo/core/src/test/resources/fixtures/trainer"
+CASES = json.loads((FIXTURES / "refusals.json").read_text())["cases"]
+CARDS = ("superfed_mm", "fedrod_linear", "pflmoe_mfe")
+
+
+def _training(card: str) -> dict[str, Any]:
+    return copy.deepcopy(json.loads((FIXTURES / card / "model_card.json").read_text())["training"])
+
+
+def _edit(section: dict[str, Any], case: dict[str, Any]) -> None:
+    *steps, last = case["path"]
+    parent: Any = section
+    for step in steps:
+        parent = parent[step]
+    if "value" in case:
+        parent[last] = case["value"]
+    else:
+        del parent[last]
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_real_trainer_sections_pass(card):
+    check_section(_training(card))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["case"] for c in CASES])
+def test_a_hand_edit_the_phone_refuses_is_refused_naming_its_field(case):
+    section = _training(case["card"])
+    _edit(section, case)
+    with pytest.raises(TrainingProgramError) as err:
+        check_section(section)
+    assert str(err.value).startswith(case["field"] + ": "), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def export(make_run, tmp_path_factory) -> Path:
+    """A SuPerFed trainer export (a lambda input, no prepare method)."""
+    out = tmp_path_factory.mktemp("section") / "out"
+    export_model(load_run_source(make_run("superfed_mm"), 1), Choice(), out, ["executorch"],
+                 trainer=True, trainer_params={"ft_epochs": 1})
+    return out
+
+
+def test_the_program_runs_the_method_its_card_names(export, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(export, folder)
+    card = json.loads((folder / "model_card.json").read_text())
+    card["training"]["train_method"] = "forward"  # a method this program does not have
+    (folder / "model_card.json").write_text(json.dumps(card))
+    with pytest.raises(TrainingProgramError, match="not a training program the ExecuTorch"):
+        DeviceTrainer.from_export(folder)
+
+
+def test_the_checked_bytes_are_what_loads(export, monkeypatch):
+    """The program is read once: hashed and loaded from the same bytes, not re-read."""
+    reads: list[str] = []
+    read_bytes = Path.read_bytes
+
+    def counted(path: Path) -> bytes:
+        reads.append(path.name)
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", counted)
+    DeviceTrainer.from_export(export)
+    assert reads.count(PROGRAM_FILE) == 1
