@@ -16,8 +16,9 @@ in ``Content-Length``) gets :class:`AnswerTooLarge`, and the rest is never read.
 answer's message is read up to ``MAX_ERROR_ANSWER`` bytes and shown as one printable line.
 Answers are asked for unencoded (``Accept-Encoding: identity``; pfl-server compresses nothing):
 a server that encodes one anyway (a gzip bomb grows ~1000x in one read) gets a ValueError, its
-body unread. Every answer must arrive whole within its deadline
-(:meth:`ServerConnection.deadline`): httpx's timeout bounds each read only, so a server that
+body unread. Every answer must arrive whole, headers and body, within its deadline
+(:meth:`ServerConnection.deadline`; every socket operation is cut to it by
+:mod:`~pflkit.sdk.answer_deadline`): httpx's timeout bounds each read only, so a server that
 trickles its answer is cut off then, as a network failure (retried).
 A server URL may not hold a user name or password: they would replace the device's Bearer
 credentials, and URLs are printed and logged.
@@ -36,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import numpy as np
 
+from pflkit.sdk.answer_deadline import Deadline, bound_by
 from pflkit.sdk.protocol import MAX_WAIT, RETRY_AFTER, one_line_detail, sendable
 
 log = logging.getLogger(__name__)
@@ -107,6 +109,8 @@ class ServerConnection:
         self.timeout, self.answer_deadline = float(timeout), answer_deadline
         self.http = httpx.Client(base_url=server, timeout=timeout,
                                  headers={"Accept-Encoding": "identity"})
+        self._deadline = Deadline()
+        bound_by(self.http, self._deadline)
         self._jitter = jitter
 
     def deadline(self, sent: int, max_bytes: int) -> float:
@@ -162,25 +166,25 @@ class ServerConnection:
               kwargs: dict[str, Any]) -> httpx.Response:
         """One request; its answer read as it streams in, never past its bound or deadline.
 
-        No single wait is longer than the deadline (httpx's timeout bounds each read, connect
-        and write); the whole answer's time is checked as each part of it arrives.
+        Each connect, read and write waits at most httpx's timeout and never past the
+        deadline: a server that trickles its headers or its body is cut off at the deadline.
         """
         request = self.http.build_request(method, path, headers=headers, **kwargs)
         deadline = self.deadline(int(request.headers.get("Content-Length", "0")), max_bytes)
-        request.extensions["timeout"] = httpx.Timeout(min(self.timeout, deadline)).as_dict()
-        started = time.monotonic()
+        self._deadline.start(deadline)
         try:
             streamed = self.http.send(request, stream=True)
             try:
-                body, limit = self._read(streamed, method, path, max_bytes,
-                                         lambda: time.monotonic() - started > deadline)
+                body, limit = self._read(streamed, method, path, max_bytes)
             finally:
                 streamed.close()
         except httpx.TimeoutException:
-            if deadline < self.timeout or time.monotonic() - started >= deadline:
+            if self._deadline.passed():
                 raise httpx.ReadTimeout(f"the answer did not arrive whole within {deadline:g} "
                                         "s (its deadline)", request=request) from None
             raise
+        finally:
+            self._deadline.start(None)
         # the body is decoded already: its encoding and length headers no longer describe it
         kept = [(k, v) for k, v in streamed.headers.multi_items()
                 if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
@@ -188,9 +192,9 @@ class ServerConnection:
                               request=request)
 
     @staticmethod
-    def _read(streamed: httpx.Response, method: str, path: str, max_bytes: int,
-              late: Callable[[], bool]) -> tuple[bytes | bytearray, int]:
-        """The answer's body up to its bound, and that bound; ``late``: past the deadline."""
+    def _read(streamed: httpx.Response, method: str, path: str, max_bytes: int
+              ) -> tuple[bytes | bytearray, int]:
+        """The answer's body up to its bound, and that bound."""
         ok = 200 <= streamed.status_code < 300
         limit = max_bytes if ok else MAX_ERROR_ANSWER  # a refusal: its message's start
         if streamed.headers.get("Content-Encoding", "").strip().lower() not in ("", "identity"):
@@ -206,8 +210,6 @@ class ServerConnection:
         body = bytearray()
         for chunk in streamed.iter_bytes():
             body += chunk
-            if late():
-                raise httpx.ReadTimeout("past the deadline", request=streamed.request)
             if len(body) > limit and ok:
                 raise AnswerTooLarge(f"{method} {path}: the server's answer is over "
                                      f"{limit} bytes; the rest was not read")

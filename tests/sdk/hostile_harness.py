@@ -114,6 +114,19 @@ def stalled(first: bytes) -> Answer:
     return send
 
 
+def trickled(data: bytes, pause: float = 0.01) -> Answer:
+    """``data`` one byte at a time, ``pause`` seconds apart, until the device hangs up.
+
+    The pause paces the attacker, not the test: each byte comes well within any read timeout.
+    """
+    def send(wire: Wire) -> None:
+        for i in range(len(data)):
+            wire.write(data[i:i + 1])
+            if wire.release.wait(pause):
+                return
+    return send
+
+
 def gzip_bomb(size: int) -> bytes:
     """``size`` zero bytes, gzip-compressed (~1000x smaller), made without holding them."""
     squeeze, zeros = zlib.compressobj(9, zlib.DEFLATED, 31), bytes(CHUNK)

@@ -1,7 +1,7 @@
 """What a device reads of a server's answer: bounded in size, in time and in decoding.
 
-Before: an endless body filled the device's memory; a body sent slowly held it for ever
-(httpx's timeout bounds each read, not the answer); a gzip answer was checked against its bound
+Before: an endless body filled the device's memory; a body or headers sent slowly held it for
+ever (httpx's timeout bounds each read, not the answer); a gzip answer was checked against its bound
 only after each read was decompressed (~1000x: 64 KiB read, 64 MiB held). The server is a real
 one on loopback (hostile_harness.py); what the device held is measured with tracemalloc, and
 what it read by what the server managed to write before the device hung up.
@@ -26,10 +26,11 @@ from hostile_harness import (
     raw,
     stalled,
     traced,
+    trickled,
 )
 from waiting import GUARD
 
-from pflkit.sdk import transport
+from pflkit.sdk import answer_deadline, transport
 from pflkit.sdk.client import RetryPolicy, ServerRefused, ServerUnavailable
 from pflkit.sdk.transport import MAX_JSON_ANSWER, AnswerTooLarge
 
@@ -112,11 +113,17 @@ def test_an_answer_that_stalls_is_cut_off_at_its_deadline_and_retried(tmp_path, 
     assert client.step().status == "wait" and len(hostile.served) == 3
 
 
+def fake_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One second passes per look at the clock (the deadline's and the retry loop's)."""
+    ticks = itertools.count()
+    clock = SimpleNamespace(monotonic=lambda: float(next(ticks)), sleep=lambda seconds: None)
+    monkeypatch.setattr(transport, "time", clock)
+    monkeypatch.setattr(answer_deadline, "time", clock)
+
+
 def test_an_answer_that_trickles_is_cut_off_at_its_deadline(tmp_path, hostile, monkeypatch):
     """Each piece arrives well within httpx's timeout; the clock says the deadline passed."""
-    ticks = itertools.count()  # fake clock: one second per look at it
-    monkeypatch.setattr(transport, "time", SimpleNamespace(
-        monotonic=lambda: float(next(ticks)), sleep=lambda seconds: None))
+    fake_clock(monkeypatch)
     client = device(tmp_path, hostile, answer_deadline=30)
     hostile.add(chunked(200, b" " * 2**10, ENDLESS))  # JSON's whitespace, 1 KiB at a time
     with traced() as peak:
@@ -124,6 +131,20 @@ def test_an_answer_that_trickles_is_cut_off_at_its_deadline(tmp_path, hostile, m
                            r"whole within 30 s \(its deadline\)\)$"):
             client.step()
     assert peak.bytes < HELD
+
+
+def test_headers_that_trickle_are_cut_off_at_the_deadline(tmp_path, hostile, monkeypatch):
+    """Before, only the body was timed: a header byte per read held the device up to 100 KiB reads.
+
+    The server paces its bytes (``trickled``); the clock says when the deadline passed.
+    """
+    fake_clock(monkeypatch)
+    client = device(tmp_path, hostile, answer_deadline=30)
+    hostile.add(trickled(b"HTTP/1.1 200 X\r\nX-Slow: " + b"a" * 2**12))
+    with pytest.raises(ServerUnavailable, match=r"\(ReadTimeout: the answer did not arrive "
+                       r"whole within 30 s \(its deadline\)\)$"):
+        client.step()
+    assert hostile.finished().written < 2**10  # cut off long before the trickle ends
 
 
 def test_an_answer_deadline_grows_with_what_the_answer_may_hold(tmp_path, hostile):

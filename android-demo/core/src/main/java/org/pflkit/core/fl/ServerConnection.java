@@ -2,6 +2,7 @@ package org.pflkit.core.fl;
 
 import java.io.IOException;
 import java.io.InterruptedIOException;
+import java.net.SocketTimeoutException;
 import java.nio.charset.Charset;
 import java.util.LinkedHashMap;
 import java.util.Map;
@@ -72,9 +73,10 @@ final class ServerConnection {
         throw refused;
       } catch (UrlConnectionTransport.AnswerTooLarge tooLarge) {
         throw tooLarge;
-      } catch (InterruptedIOException interrupted) {
-        throw interrupted;
       } catch (IOException e) {
+        if (e instanceof InterruptedIOException && !(e instanceof SocketTimeoutException)) {
+          throw e;  // the app interrupted this thread: a timeout is a network failure
+        }
         problem = e.getClass().getSimpleName() + ": " + e.getMessage();
         wait = retry.backoffMillis(attempt, jitter);
       }

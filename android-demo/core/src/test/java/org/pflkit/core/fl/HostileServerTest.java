@@ -28,7 +28,8 @@ import org.pflkit.core.AtomicFiles;
 /**
  * The client facing a malicious or broken server, over raw sockets (answers no well-behaved
  * HTTP server library would send): bodies over the transport's bound, with or without a
- * Content-Length, redirects, error messages of megabytes over many lines, out-of-range waits.
+ * Content-Length, redirects, error messages of megabytes over many lines, out-of-range waits,
+ * headers or bodies sent a byte at a time.
  * Each gives one bounded, one-line error and leaves the device's files as they were.
  */
 public class HostileServerTest {
@@ -128,10 +129,28 @@ public class HostileServerTest {
     };
   }
 
+  /** {@code head}'s bytes one at a time, each well within any read timeout, then nothing. */
+  static Raw trickled(String head) {
+    return out -> {
+      for (byte b : head.getBytes(StandardCharsets.ISO_8859_1)) {
+        out.write(b);
+        out.flush();
+        try {
+          Thread.sleep(10);  // the attacker's pace, not a wait of the test
+        } catch (InterruptedException e) {
+          return;
+        }
+      }
+    };
+  }
+
   FederatedClient enrolled() throws IOException {
+    return enrolled(new UrlConnectionTransport(2_000, 5_000, LIMIT));
+  }
+
+  FederatedClient enrolled(UrlConnectionTransport transport) throws IOException {
     FederatedClient c = new FederatedClient("http://127.0.0.1:" + socket.getLocalPort(),
-        tmp.getRoot(), new UrlConnectionTransport(2_000, 5_000, LIMIT),
-        new RetryPolicy(1, 1, 0), millis -> { });
+        tmp.getRoot(), transport, new RetryPolicy(1, 1, 0), millis -> { });
     script.add(text(200, "{\"client_id\": 7, \"secret\": \"s3cret\"}"));
     assertEquals(7, c.enroll("tok"));
     requests.clear();
@@ -163,6 +182,25 @@ public class HostileServerTest {
     pollFails(c, "over the limit of " + LIMIT + " bytes");
     script.add(text(200, "{\"status\": \"wait\", \"retry_after\": 1.0}"));
     assertEquals("wait", c.poll().status);  // and the client goes on
+  }
+
+  @Test
+  public void headersOrABodyThatTrickleAreCutOffAtTheDeadlineAsANetworkFailure()
+      throws Exception {
+    FederatedClient c = enrolled(new UrlConnectionTransport(2_000, 5_000, LIMIT, 300));
+    StringBuilder header = new StringBuilder("HTTP/1.1 200 OK\r\nX-Slow: ");
+    for (int i = 0; i < 4096; i++) {
+      header.append('a');  // 41 s at the server's pace: the read timeout never fires
+    }
+    script.add(trickled(header.toString()));
+    pollFails(c, "gave up after 1 attempts (SocketTimeoutException: GET ");
+    script.add(trickled("HTTP/1.1 200 OK\r\nContent-Length: 4096\r\n\r\n"
+        + header.substring(0, 4096)));
+    pollFails(c, "did not arrive whole within 0.3 s (its deadline)");
+    script.add(text(200, "{\"status\": \"wait\", \"retry_after\": 1.0}"));
+    assertEquals("wait", c.poll().status);  // and the client goes on
+    assertEquals(4000 + LIMIT * 1000L / UrlConnectionTransport.MIN_ANSWER_RATE,
+        new UrlConnectionTransport(2_000, 4_000, LIMIT).deadlineMillis(0));
   }
 
   @Test
