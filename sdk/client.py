@@ -10,7 +10,7 @@
 Everything the device keeps lives in ``state_dir`` and survives restarts:
 
     credentials.json            server URL, client id, secret (mode 0600)
-    cache.json                  hash of the cached global state, run of the client state
+    cache.json                  cached global state's hash, client state's run, SecAgg round begun
     global.safetensors          the newest downloaded global state (skipped if the hash matches)
     client_state.safetensors    the algorithm's private state (DeviceStateStore)
     pending.safetensors         a trained, not yet acknowledged round: the exact upload bytes
@@ -148,7 +148,6 @@ class FederatedClient:
             self.server, transport.json_answer(answer, "enrollment"))
         return self.client_id
 
-    # -- the round --------------------------------------------------------------------------------
     def global_state(self, digest: str) -> State:
         """Return the global state with this hash: cached, else downloaded and verified."""
         cache = self.files.read_json(CACHE)
@@ -231,8 +230,10 @@ class FederatedClient:
         status = "trained"
         try:
             if task.get(TASK_KEY):  # secure aggregation: the update leaves masked (docs/privacy.md)
-                take_part(self._request, self.client_id, task, change_vector(
-                    state_from_bytes(pending.upload), self.global_state(task["global_hash"])))
+                if not take_part(self._request, self.client_id, task, change_vector(
+                        state_from_bytes(pending.upload), self.global_state(task["global_hash"])),
+                        self.files):
+                    return StepResult("wait", retry, pending.round)  # it never masks twice
             else:
                 self._request("PUT", f"/v1/runs/{pending.run_id}/rounds/{pending.round}/update",
                               params={"num_samples": pending.num_samples}, content=pending.upload,

@@ -11,6 +11,7 @@ task then says ``uploaded``) and the others recover the round without it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -19,9 +20,13 @@ import numpy as np
 
 from pflkit.sdk.aggregation_config import AggregationConfig
 from pflkit.sdk.algorithms.base import State
+from pflkit.sdk.device_files import CACHE, DeviceFiles
 from pflkit.sdk.secagg import dp, wire
 from pflkit.sdk.secagg.messages import SecAggError
 from pflkit.sdk.transport import json_answer
+
+log = logging.getLogger(__name__)
+SECAGG_ROUND = "secagg_round"  # cache.json: [run, round] of the last SecAgg this device began
 
 
 def change_vector(update: State, global_state: State) -> np.ndarray:
@@ -44,10 +49,28 @@ def private_change(secagg: dict[str, Any], threshold: int, change: np.ndarray) -
     return dp.privatize(change, float(c), float(z), threshold, np.random.default_rng())
 
 
+def first_attempt(files: DeviceFiles, run_id: int, round_number: int) -> bool:
+    """Record that this device starts the round's SecAgg; False if it started it before.
+
+    Called before the first message: a second run of the protocol over the same change (fresh
+    masks and DP noise) would give the server two sums to difference or noise to average away,
+    so a device takes part once per round, even across restarts.
+    """
+    cache, this_round = files.read_json(CACHE), [run_id, round_number]
+    if cache.get(SECAGG_ROUND) == this_round:
+        log.warning("round %s: this device already took part in its secure aggregation and "
+                    "never masks the same change twice: waiting for the next round",
+                    round_number)
+        return False
+    files.write_json(CACHE, {**cache, SECAGG_ROUND: this_round})
+    return True
+
+
 def take_part(request: Callable[..., httpx.Response], client_id: int, task: dict[str, Any],
-              change: np.ndarray) -> None:
+              change: np.ndarray, files: DeviceFiles) -> bool:
     """Run the round's four steps for this device (``request``: its authenticated HTTP call).
 
+    False, with nothing sent, if it began this round's before (``files`` keeps the mark).
     Needs ``cryptography`` (the ``secagg`` extra), imported only by devices in SecAgg runs.
     """
     from pflkit.sdk.secagg.client import SecAggClient
@@ -58,6 +81,8 @@ def take_part(request: Callable[..., httpx.Response], client_id: int, task: dict
                          f"masks {setup.dimension}")
     change = private_change(task[wire.TASK_KEY], setup.threshold, change)
     device = SecAggClient(client_id, setup)
+    if not first_attempt(files, task["run_id"], task["round"]):
+        return False
     base = f"/v1/runs/{task['run_id']}/rounds/{task['round']}/secagg"
     r = setup.round_id
 
@@ -72,3 +97,4 @@ def take_part(request: Callable[..., httpx.Response], client_id: int, task: dict
             headers={"Content-Type": "application/octet-stream"})
     ask = wire.request_from_wire(r, answer("unmask"))
     request("POST", f"{base}/unmask", json=wire.unmask_to_wire(device.unmask(ask)))
+    return True

@@ -6,6 +6,8 @@ The server learns the sum of the round's quantized updates and nothing about any
 dataclasses of :mod:`~pflkit.sdk.secagg.messages` in four steps (advertise keys, share keys,
 masked input, unmask); whoever carries the messages (a test, pfl-server's HTTP API, the Java
 client) authenticates their senders. The threat model is an honest-but-curious server and
-devices that may drop out at any step; a server that lies to devices differently (the papers'
-active-adversary consistency round) is not covered.
+devices that may drop out at any step. A device refuses what only a lying server sends (see
+:class:`~pflkit.sdk.secagg.client.SecAggClient`), but an active server is not covered: keys
+are not signed, and one that tells devices different survivor lists (the papers'
+consistency round) can unmask an update.
 """

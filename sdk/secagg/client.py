@@ -2,18 +2,21 @@
 
 1. :meth:`advertise_keys`: two fresh X25519 key pairs, one to encrypt shares, one for masks.
 2. :meth:`share_keys`: a fresh 16-byte self-mask seed ``b`` and the mask private key are each
-   split t-of-K among the device's neighbourhood and sealed for each neighbour.
+   split t-of-K among the device's neighbourhood and sealed for each neighbour (whose public
+   keys must be usable, canonical and distinct).
 3. :meth:`masked_input`: ``quantize(x) + PRG(b) + sum_v ±PRG(s_uv)`` modulo 2^32, with ``+``
    towards peers of larger id and ``-`` towards smaller ones, over the peers whose shares
    arrived (exactly the peers that will mask with this device).
 4. :meth:`unmask`: shares of survivors' seeds and of dropped peers' mask keys, never both for
-   one peer: a request naming a device as both is refused.
+   one peer; a request naming a device as both, an id twice or from outside the roster, or
+   fewer than t survivors among this device's share holders is refused.
 Each step runs once and in order; anything else is a :class:`SecAggError` (a replay).
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import numpy as np
 
@@ -48,7 +51,7 @@ class SecAggClient:
         self._cipher_key = crypto.new_key()
         self._mask_key = crypto.new_key()
         self._step = 0
-        self._directory: dict[int, tuple[bytes, bytes]] = {}
+        self._agreed: dict[int, tuple[bytes, bytes]] = {}  # peer -> (envelope key, mask seed)
         self._own: tuple[bytes, bytes] = (b"", b"")  # this device's shares of its own secrets
         self._seed = b""
         self._held: dict[int, tuple[bytes, bytes]] = {}  # peer -> (seed share, key share)
@@ -62,10 +65,21 @@ class SecAggClient:
             raise SecAggError(f"client {self.id}: {step} now is out of order (next is "
                               f"{STEPS[self._step]}): refused as a replay")
 
-    def _envelope_key(self, peer: int) -> bytes:
-        """The AES-256-GCM key this device and ``peer`` share (both derive it alike)."""
-        return crypto.agree(self._cipher_key, self._directory[peer][0], b"share",
-                            self.setup.round_id, 32)
+    def _agree(self, peer: int, cipher_key: bytes, mask_key: bytes) -> tuple[bytes, bytes]:
+        """The AES-256-GCM key and the pairwise mask seed this device and ``peer`` share.
+
+        Both ends derive them alike. SecAggError for a key that is malformed, non-canonical or
+        low-order (cryptography refuses the all-zero secret such a point gives).
+        """
+        r = self.setup.round_id
+        try:
+            crypto.check_encoding(cipher_key)
+            crypto.check_encoding(mask_key)
+            return (crypto.agree(self._cipher_key, cipher_key, b"share", r, 32),
+                    crypto.agree(self._mask_key, mask_key, b"mask", r, crypto.SEED_BYTES))
+        except ValueError:
+            raise SecAggError(f"client {self.id}: client {peer}'s advertised key is not a "
+                              f"usable X25519 public key") from None
 
     def advertise_keys(self) -> AdvertiseKeys:
         """Step 1: the two public keys."""
@@ -80,6 +94,7 @@ class SecAggClient:
         unknown = set(directory.keys) - set(self._neighbours)
         if unknown:
             raise SecAggError(f"client {self.id}: keys of {sorted(unknown)}, not neighbours")
+        agreed = {peer: self._agree(peer, *pair) for peer, pair in sorted(directory.keys.items())}
         mine = {crypto.public_bytes(self._cipher_key), crypto.public_bytes(self._mask_key)}
         flat = [k for pair in directory.keys.values() for k in pair]
         if len(set(flat)) != len(flat) or mine & set(flat):
@@ -88,7 +103,7 @@ class SecAggClient:
             raise SecAggError(f"client {self.id}: {len(directory.keys)} neighbours advertised "
                               f"keys, fewer than threshold {self.setup.threshold} - 1")
         self._step += 1
-        self._directory = dict(directory.keys)
+        self._agreed = agreed
         self._seed = os.urandom(crypto.SEED_BYTES)
         group = holders(neighbourhoods(self.setup), self.id)
         t, k = self.setup.threshold, len(group)
@@ -98,8 +113,8 @@ class SecAggClient:
         for x, peer in enumerate(group):
             if peer == self.id:
                 self._own = (seed_shares[x], key_shares[x])
-            elif peer in self._directory:
-                sealed[peer] = crypto.seal(self._envelope_key(peer), self.setup.round_id,
+            elif peer in agreed:
+                sealed[peer] = crypto.seal(agreed[peer][0], self.setup.round_id,
                                            self.id, peer, seed_shares[x] + key_shares[x])
         return ShareKeys(self.id, self.setup.round_id, sealed)
 
@@ -109,7 +124,7 @@ class SecAggClient:
         if np.shape(update) != (setup.dimension,):
             raise ValueError(f"update must have shape ({setup.dimension},)")
         self._check("masked_input", shares.round_id)
-        strangers = set(shares.shares) - set(self._directory)
+        strangers = set(shares.shares) - set(self._agreed)
         if strangers:
             raise SecAggError(f"client {self.id}: shares from {sorted(strangers)}, "
                               f"who advertised no keys to it")
@@ -118,7 +133,7 @@ class SecAggClient:
                               f"fewer than threshold {setup.threshold} - 1: not masking")
         held = {}
         for peer, blob in shares.shares.items():
-            plain = crypto.open_sealed(self._envelope_key(peer), shares.round_id, peer, self.id,
+            plain = crypto.open_sealed(self._agreed[peer][0], shares.round_id, peer, self.id,
                                        blob)
             if len(plain) != SHARE_PAIR:
                 raise SecAggError(f"client {self.id}: a malformed share from client {peer}")
@@ -129,24 +144,41 @@ class SecAggClient:
         total = quantize.quantize(update, setup.clip_range, n)
         crypto.add_mask(total, self._seed, +1)
         for peer in sorted(held):
-            seed = crypto.agree(self._mask_key, self._directory[peer][1], b"mask",
-                                setup.round_id, crypto.SEED_BYTES)
-            crypto.add_mask(total, seed, +1 if self.id < peer else -1)
+            crypto.add_mask(total, self._agreed[peer][1], +1 if self.id < peer else -1)
         return MaskedInput(self.id, setup.round_id, total.astype("<u4").tobytes())
 
     def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
         """Step 4: seed shares for survivors, mask-key shares for the dropped; never both."""
         self._check("unmask", request.round_id)
-        both = set(request.survivors) & set(request.dropped)
-        if both:
-            raise SecAggError(f"client {self.id}: the request names {sorted(both)} as both "
-                              f"survivor and dropped, which would unmask an individual update")
-        if self.id not in request.survivors or len(request.survivors) < self.setup.threshold:
-            raise SecAggError(f"client {self.id}: an unmask request that does not list it "
-                              f"among at least {self.setup.threshold} survivors is refused")
+        self._check_request(request)
         self._step += 1
         held = {**self._held, self.id: self._own}
         return UnmaskResponse(
             self.id, request.round_id,
             seed_shares={u: held[u][0] for u in request.survivors if u in held},
             key_shares={u: held[u][1] for u in request.dropped if u in held})
+
+    def _check_request(self, request: UnmaskRequest) -> None:
+        """SecAggError unless an honest server could have sent ``request``.
+
+        No peer both survivor and dropped; every id named once and from the roster; this
+        device and at least t of its share holders among the survivors (an honest server fails
+        the round otherwise). Counting repeats or strangers as survivors would let a server
+        that tells each device a different story collect one device's seed and its neighbours'
+        mask keys, and so unmask that device's update alone.
+        """
+        both = set(request.survivors) & set(request.dropped)
+        if both:
+            raise SecAggError(f"client {self.id}: the request names {sorted(both)} as both "
+                              f"survivor and dropped, which would unmask an individual update")
+        named = Counter((*request.survivors, *request.dropped))
+        odd = sorted(set(named) - set(self.setup.roster)) or sorted(
+            u for u, times in named.items() if times > 1)
+        if odd:
+            raise SecAggError(f"client {self.id}: the unmask request names {odd[:5]} twice or "
+                              f"from outside the roster: refused")
+        alive = set(request.survivors) & {self.id, *self._held}
+        if self.id not in alive or len(alive) < self.setup.threshold:
+            raise SecAggError(f"client {self.id}: an unmask request that does not list it and "
+                              f"at least {self.setup.threshold} of its share holders among the "
+                              f"survivors is refused")

@@ -24,6 +24,7 @@ KEY_BYTES = 32  # X25519 public and private keys
 SEED_BYTES = 16  # an AES-128 key: the PRG's seed
 NONCE_BYTES = 12
 TAG_BYTES = 16
+FIELD_PRIME = 2**255 - 19  # Curve25519's field: canonical u-coordinates are below it
 
 
 def new_key() -> X25519PrivateKey:
@@ -36,10 +37,25 @@ def public_bytes(key: X25519PrivateKey) -> bytes:
     return key.public_key().public_bytes_raw()
 
 
-def check_public_key(raw: object) -> None:
-    """ValueError unless ``raw`` is a usable X25519 public key (low-order points are not)."""
+def check_encoding(raw: object) -> None:
+    """ValueError unless ``raw`` is 32 bytes in a point's one encoding.
+
+    A non-canonical encoding (the top bit set, or a value >= 2^255 - 19) is another spelling
+    of a point, which would slip past a check that compares bytes (a key reused, or one
+    device's key handed out for two peers).
+    """
     if not isinstance(raw, bytes) or len(raw) != KEY_BYTES:
         raise ValueError(f"a public key is {KEY_BYTES} bytes")
+    if int.from_bytes(raw, "little") >= FIELD_PRIME:
+        raise ValueError("a public key must be a canonical encoding (below 2^255 - 19)")
+
+
+def check_public_key(raw: object) -> None:
+    """ValueError unless ``raw`` is a usable X25519 public key in its one encoding.
+
+    A low-order point is not: every exchange with it gives the all-zero secret.
+    """
+    check_encoding(raw)
     X25519PrivateKey.generate().exchange(X25519PublicKey.from_public_bytes(raw))
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from pflkit.sdk.protocol import MAX_ID
+
 MAX_CLIENTS = 10_000  # Shamir's x-coordinates and the quantization's headroom stay small
 
 
@@ -47,8 +49,9 @@ class RoundSetup:
         n = len(self.roster)
         if tuple(sorted(set(self.roster))) != self.roster or not 2 <= n <= MAX_CLIENTS:
             raise ValueError(f"roster must be 2..{MAX_CLIENTS} distinct sorted client ids")
-        if min(self.roster) < 0 or self.round_id < 0:
-            raise ValueError("client ids and round_id must be >= 0")
+        if not 0 <= min(self.roster) <= max(self.roster) <= MAX_ID or \
+                not 0 <= self.round_id <= MAX_ID:
+            raise ValueError(f"client ids and round_id must be in [0, {MAX_ID}]")
         if self.neighbours < n - 1 and (self.neighbours < 2 or self.neighbours % 2):
             raise ValueError(f"neighbours = {self.neighbours}: even and >= 2, or >= {n - 1}")
         holders = self.holders_per_client

@@ -12,6 +12,7 @@ import base64
 import binascii
 import hashlib
 import math
+import sys
 from typing import Any
 
 from pflkit.sdk.secagg import dp
@@ -87,8 +88,9 @@ def setup_from_wire(data: object) -> RoundSetup:
     if not isinstance(roster, list) or len(roster) > MAX_CLIENTS or \
             not all(type(v) is int for v in roster):
         raise SecAggError(f"secagg: roster must be a list of at most {MAX_CLIENTS} client ids")
-    if isinstance(clip, bool) or not isinstance(clip, int | float):
-        raise SecAggError("secagg: clip_range must be a number")
+    if isinstance(clip, bool) or not isinstance(clip, int | float) or \
+            not 0 < clip <= sys.float_info.max:  # exact for ints: 10**400 is no float
+        raise SecAggError("secagg: clip_range must be a number in (0, inf)")
     try:
         return RoundSetup(data["round_id"], tuple(roster), data["threshold"],
                           data["neighbours"], data["dimension"], float(clip),
@@ -127,8 +129,9 @@ def _by_id(data: object, what: str) -> dict[int, bytes]:
 
 
 def _ids(data: object, what: str) -> tuple[int, ...]:
-    if not isinstance(data, list) or not all(isinstance(v, int) for v in data):
-        raise SecAggError(f"{what} must be a list of client ids")
+    if not isinstance(data, list) or len(data) > MAX_CLIENTS or \
+            not all(type(v) is int for v in data):  # true is not client 1
+        raise SecAggError(f"{what} must be a list of at most {MAX_CLIENTS} client ids")
     return tuple(data)
 
 

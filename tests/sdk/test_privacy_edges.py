@@ -80,10 +80,11 @@ def test_half_or_out_of_range_dp_in_a_secagg_task_is_refused_not_skipped(clip, n
     assert abs(float(np.linalg.norm(clipped)) - 1.0) < 1e-3
 
 
-def test_a_secagg_step_answer_that_is_not_a_json_object_is_one_line():
+def test_a_secagg_step_answer_that_is_not_a_json_object_is_one_line(tmp_path):
     """A key directory nested 100,000 deep was a RecursionError traceback."""
     import httpx
 
+    from pflkit.sdk.device_files import DeviceFiles
     from pflkit.sdk.secagg_device import take_part
 
     def request(method: str, path: str, **_: object) -> httpx.Response:
@@ -92,7 +93,7 @@ def test_a_secagg_step_answer_that_is_not_a_json_object_is_one_line():
 
     task = {"run_id": 1, "round": 0, "secagg": SETUP}
     with pytest.raises(ValueError, match="^secagg keys: the server's answer is not JSON$"):
-        take_part(request, 2, task, np.zeros(4))
+        take_part(request, 2, task, np.zeros(4), DeviceFiles(tmp_path))
 
 
 def test_secagg_dp_is_accounted_without_sampling_amplification():

@@ -19,6 +19,7 @@ from test_secagg_service import assert_uniform
 from waiting import GUARD, wait_until
 
 from pflkit.sdk.client import FederatedClient, RetryPolicy, load_client_data
+from pflkit.sdk.device_files import DeviceFiles
 from pflkit.sdk.secagg import wire
 from pflkit.sdk.secagg.client import SecAggClient
 from pflkit.sdk.secagg_device import take_part
@@ -85,7 +86,8 @@ def test_a_secagg_run_with_a_device_gone_mid_protocol(tmp_path):
                                           GUARD, numpy_rng(0, "test"))
             try:
                 take_part(partial(connection.request, secret=secret), last, task,
-                          np.zeros(wire.setup_from_wire(task["secagg"]).dimension))
+                          np.zeros(wire.setup_from_wire(task["secagg"]).dimension),
+                          DeviceFiles(tmp_path))
             except ServerRefused as late:  # t others answered the unmask request first
                 assert late.status == 410, late
         status = server.wait_for(lambda s: s["status"] == "finished")
