@@ -16,7 +16,13 @@ from typing import Any
 
 from pflkit.export.contract import Exportable, ExportError, TensorSpec
 from pflkit.export.source import Source
-from pflkit.sdk.algorithms.inference import RUNTIME, Choice, ChoiceSpec, RuntimeInput
+from pflkit.sdk.algorithms.inference import (
+    DISTRIBUTION,
+    RUNTIME,
+    Choice,
+    ChoiceSpec,
+    RuntimeInput,
+)
 
 
 def _declared(method: str, specs: Sequence[ChoiceSpec]) -> str:
@@ -89,6 +95,8 @@ def without_client(source: Source, choice: Choice) -> Choice:
 def build_exportable(source: Source, choice: Choice
                      ) -> tuple[Exportable, dict[str, Any] | None]:
     """The module to export for ``choice`` and the card's ``mixture`` (None: plain model)."""
+    _check_distribution_lengths(source.algorithm.inference.choices, choice,
+                                source.spec.num_classes, source.spec.name)
     try:
         built = source.algorithm.inference.inference_model(source.global_state,
                                                            source.client_state, choice)
@@ -111,6 +119,21 @@ def build_exportable(source: Source, choice: Choice
                for name in built.outputs]
     exportable = Exportable(built.module.eval(), inputs, outputs, runtime, built.quantizable)
     return exportable, mixture
+
+
+def _check_distribution_lengths(specs: Sequence[ChoiceSpec], choice: Choice, num_classes: int,
+                                dataset: str) -> None:
+    """A distribution choice has one entry per class of the run's dataset.
+
+    Checked here, where the class count is known, so that the error names the user's options
+    rather than blaming the checkpoint the model is built from.
+    """
+    for spec in specs:
+        value = choice.get(spec.name)
+        if spec.kind == DISTRIBUTION and value is not None and len(value) != num_classes:
+            options = ", ".join([f"--choice {spec.name}", *(a for a, _ in spec.aliases)])
+            raise ExportError(f"{spec.name} ({options}) must have {num_classes} entries, one "
+                              f"per class of {dataset}, got {len(value)}")
 
 
 def _check_runtime_input(method: str, specs: Sequence[ChoiceSpec], runtime: RuntimeInput | None,

@@ -103,7 +103,10 @@ def make_head(state: State, distribution: tuple[float, ...], proportions: bool) 
         raise HeadError("this global state has no hypernetwork (hyper.* tensors): zero-shot "
                         "heads need a fedrod_hyper run (fedrod_linear's is the zero head)")
     num_classes = int(state[f"{HYPER}fc1.weight"].shape[1])
-    a = class_proportions(distribution, num_classes)
+    try:
+        a = class_proportions(distribution, num_classes)
+    except ClassDistributionError as err:  # the length: name the option, not a tensor shape
+        raise HeadError(f"{'--proportions' if proportions else '--class-counts'}: {err}") from err
     phi = head_query(state, {CLASS_DISTRIBUTION.name: a.tolist()})
     meta = {"class_proportions": a.tolist(), "zero_shot": True}
     if not proportions:

@@ -89,7 +89,12 @@ def head_query(global_state: State, body: Any) -> State:
         raise ValueError(f'the body must be {{"{CLASS_DISTRIBUTION.name}": '
                          f'[{CLASS_DISTRIBUTION.accepted}]}}')
     choice = check_choice("the head query", (CLASS_DISTRIBUTION,), Choice(body))
-    return zero_shot_head(global_state, choice.values[CLASS_DISTRIBUTION.name])
+    phi = zero_shot_head(global_state, choice.values[CLASS_DISTRIBUTION.name])
+    if not all(bool(torch.isfinite(v).all()) for v in phi.values()):  # never send a NaN head
+        raise ValueError(f"the hypernetwork gives a head with NaN or infinite entries: the "
+                         f"global state's {HYPER}* tensors are not finite or too large (did "
+                         f"the run diverge?)")
+    return phi
 
 
 def head_classes(head: State) -> int:

@@ -67,7 +67,10 @@ class FedRoDInference(Inference):
         (given, or a hyper client's own counts), so a new client's card names it.
         """
         choice = self.check_choice(choice)
-        counts = self.method.counts(client_state)
+        # A given distribution builds a new client's model: the client state, counts included,
+        # is not used, so the card must not name its counts beside the given ones.
+        counts = None if choice.get(CLASS_DISTRIBUTION.name) is not None \
+            else self.method.counts(client_state)
         details = {"variant": "hyper" if self.method.uses_hypernetwork else "linear",
                    "class_counts": counts}
         if choice.head == "generic":

@@ -88,14 +88,17 @@ class ChoiceSpec:
         """A value of this choice, normalized (float, word, tuple of floats); else ValueError."""
         if self.kind == DISTRIBUTION:
             try:
+                if _has_bool(value):  # JSON true/false are not counts
+                    raise TypeError("booleans are not numbers")
                 values = torch.as_tensor(value, dtype=torch.float64)
             except (TypeError, ValueError, RuntimeError, OverflowError) as err:
                 raise ValueError(f"{self.name} must be {self.accepted}, got "
                                  f"{reprlib.repr(value)}") from err
             if values.dim() != 1 or not bool(torch.isfinite(values).all()) or \
                     bool((values < 0).any()) or float(values.sum()) <= 0:
+                # reprlib: a query body may hold a million entries; the error stays one line
                 raise ValueError(f"{self.name} must be {self.accepted}, finite, >= 0 and not "
-                                 f"all zero, got {values.tolist()}")
+                                 f"all zero, got {reprlib.repr(values.tolist())}")
             return tuple(float(v) for v in values.tolist())
         if isinstance(value, str) and (value in self.words or self.runtime and value == RUNTIME):
             return value
@@ -103,6 +106,14 @@ class ChoiceSpec:
                 not self.low <= value <= self.high:
             raise ValueError(f"{self.name} must be {self.accepted}, got {reprlib.repr(value)}")
         return float(value)
+
+
+def _has_bool(value: Any) -> bool:
+    """Whether a distribution holds booleans (torch would read True as the count 1)."""
+    if isinstance(value, torch.Tensor):
+        return value.dtype == torch.bool
+    return isinstance(value, bool) or isinstance(value, list | tuple) and any(
+        isinstance(v, bool) for v in value)
 
 
 def check_choice(method: str, specs: Sequence[ChoiceSpec], choice: Choice | None
