@@ -3,6 +3,7 @@ package org.pflkit.core.fl;
 import java.io.File;
 import java.io.IOException;
 import java.nio.charset.Charset;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.Map;
@@ -12,6 +13,8 @@ import org.pflkit.core.Json;
 import org.pflkit.core.JsonWriter;
 import org.pflkit.core.Safetensors;
 import org.pflkit.core.Sha256;
+import org.pflkit.core.TensorData;
+import org.pflkit.core.secagg.RoundSetup;
 
 /**
  * A phone (or any JVM) as a federated client of {@code pfl-server}, speaking the Python SDK's
@@ -21,7 +24,7 @@ import org.pflkit.core.Sha256;
  *
  * <pre>
  *   credentials.json            server URL, client id, secret (owner-only)
- *   cache.json                  hash of the cached global state, run of the client state
+ *   cache.json                  cached global state's hash, client state's run, SecAgg round begun
  *   global.safetensors          the newest downloaded global state
  *   client_state.safetensors    the private state (never uploaded)
  *   pending.safetensors         a trained, unacknowledged round: the exact upload bytes
@@ -40,6 +43,8 @@ public final class FederatedClient {
   static final String CACHE = "cache.json";
   static final String GLOBAL = "global.safetensors";
   static final String CLIENT_STATE = "client_state.safetensors";
+  /** cache.json: [run, round] of the last SecAgg round this device began (Python's name). */
+  static final String SECAGG_ROUND = "secagg_round";
   private static final Charset UTF8 = Charset.forName("UTF-8");
 
   /** Waits between retries (a seam so tests can record the waits). */
@@ -177,9 +182,15 @@ public final class FederatedClient {
     boolean duplicate;
     String status = StepResult.TRAINED;
     try {
-      if (task.secagg != null) {  // secure aggregation: the update leaves masked
-        SecAggRound.takePart(this, task, globalState(task.globalHash).tensors,
-            Safetensors.parse(pending.upload, PendingRound.FILE).tensors);
+      if (task.secagg != null) {  // secure aggregation: the update leaves masked, once a round
+        Map<String, TensorData> global = globalState(task.globalHash).tensors;
+        Map<String, TensorData> update = Safetensors.parse(pending.upload, PendingRound.FILE)
+            .tensors;
+        RoundSetup.fromTask(task.secagg);  // a setup the device refuses marks no round begun
+        if (!firstSecAggAttempt(task)) {  // it never masks the same change twice
+          return new StepResult(Wire.WAIT, task.retryAfterSeconds, pending.round, false);
+        }
+        SecAggRound.takePart(this, task, global, update);
         duplicate = false;
       } else {
         duplicate = Boolean.TRUE.equals(ServerConnection.json(request("PUT", path,
@@ -246,6 +257,23 @@ public final class FederatedClient {
         result.state);
     AtomicFiles.write(new File(dir, PendingRound.FILE), pending.toBytes());
     return pending;
+  }
+
+  /**
+   * Record, before its first message, that this device starts the round's secure aggregation;
+   * false if it began it before, in this process or an earlier one. Running the protocol again
+   * over the same change (fresh masks, fresh DP noise) would give a server that asks it to
+   * start over two sums that differ by this device, or noise to average away.
+   */
+  private boolean firstSecAggAttempt(Task task) throws IOException {
+    Map<String, Object> cache = readJson(CACHE);
+    if (Arrays.asList((double) task.runId, (double) task.round).equals(
+        cache.get(SECAGG_ROUND))) {
+      return false;
+    }
+    cache.put(SECAGG_ROUND, Arrays.asList(task.runId, task.round));
+    writeJson(CACHE, cache);
+    return true;
   }
 
   /** The server has answered for this round: its state becomes the device's state. */

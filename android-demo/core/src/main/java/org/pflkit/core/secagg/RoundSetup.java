@@ -10,6 +10,11 @@ import java.util.Map;
  * DP's C and z), checked as Python's {@code RoundSetup} checks it.
  */
 public final class RoundSetup {
+  /** Client ids and the round fit the server's 32-bit integers, as Python's MAX_ID. */
+  public static final long MAX_ID = Integer.MAX_VALUE;
+  /** Shamir's x-coordinates and the quantization's headroom stay small (Python's MAX_CLIENTS). */
+  public static final int MAX_CLIENTS = 10_000;
+
   public final long roundId;
   public final long[] roster; // sorted client ids
   public final int threshold; // t
@@ -34,13 +39,16 @@ public final class RoundSetup {
     int n = roster.length;
     long[] sorted = roster.clone();
     Arrays.sort(sorted);
+    boolean distinct = true;
     for (int i = 1; i < n; i++) {
-      if (sorted[i] == sorted[i - 1]) {
-        throw new SecAggException("roster must be distinct sorted client ids");
-      }
+      distinct &= sorted[i] != sorted[i - 1];
     }
-    if (n < 2 || !Arrays.equals(sorted, roster) || roster[0] < 0 || roundId < 0) {
-      throw new SecAggException("roster must be >= 2 distinct sorted client ids >= 0");
+    if (n < 2 || n > MAX_CLIENTS || !distinct || !Arrays.equals(sorted, roster)) {
+      throw new SecAggException("roster must be 2.." + MAX_CLIENTS
+          + " distinct sorted client ids");
+    }
+    if (roster[0] < 0 || roster[n - 1] > MAX_ID || roundId < 0 || roundId > MAX_ID) {
+      throw new SecAggException("client ids and round_id must be in [0, " + MAX_ID + "]");
     }
     if (neighbours < n - 1 && (neighbours < 2 || neighbours % 2 != 0)) {
       throw new SecAggException("neighbours = " + neighbours + ": even and >= 2, or >= "
@@ -70,8 +78,8 @@ public final class RoundSetup {
         roster[i] = whole(ids.get(i));
       }
       return new RoundSetup(whole(data.get("round_id")), roster,
-          (int) whole(data.get("threshold")), (int) whole(data.get("neighbours")),
-          (int) whole(data.get("dimension")), ((Number) data.get("clip_range")).doubleValue(),
+          count(data.get("threshold")), count(data.get("neighbours")),
+          count(data.get("dimension")), ((Number) data.get("clip_range")).doubleValue(),
           Base64.getDecoder().decode((String) data.get("graph_seed")),
           optional(data.get("dp_clip_norm")), optional(data.get("dp_noise_multiplier")));
     } catch (ClassCastException | NullPointerException | IllegalArgumentException e) {
@@ -89,6 +97,15 @@ public final class RoundSetup {
       throw new SecAggException(value + " is not a whole number");
     }
     return (long) d;
+  }
+
+  /** A whole number an int holds (a cast would wrap 2^32 + 3 to 3). */
+  private static int count(Object value) {
+    long n = whole(value);
+    if (n < 0 || n > Integer.MAX_VALUE) {
+      throw new SecAggException(value + " is not a count in [0, " + Integer.MAX_VALUE + "]");
+    }
+    return (int) n;
   }
 
   private static Double optional(Object value) {

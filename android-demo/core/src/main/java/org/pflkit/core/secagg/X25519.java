@@ -1,5 +1,6 @@
 package org.pflkit.core.secagg;
 
+import java.math.BigInteger;
 import java.security.GeneralSecurityException;
 import java.security.KeyFactory;
 import java.security.KeyPair;
@@ -17,6 +18,9 @@ import javax.crypto.KeyAgreement;
  */
 public final class X25519 {
   public static final int KEY_BYTES = 32;
+  /** Curve25519's field: a canonical u-coordinate is below it. */
+  private static final BigInteger FIELD_PRIME = BigInteger.ONE.shiftLeft(255)
+      .subtract(BigInteger.valueOf(19));
   private static final byte[] PUBLIC_PREFIX = hex("302a300506032b656e032100");
   private static final byte[] PRIVATE_PREFIX = hex("302e020100300506032b656e04220420");
 
@@ -45,13 +49,21 @@ public final class X25519 {
     return tail(pair.getPrivate().getEncoded(), PRIVATE_PREFIX.length);
   }
 
-  /** The X25519 shared secret with {@code peer}'s raw public key. */
+  /**
+   * The X25519 shared secret with {@code peer}'s raw public key. SecAggException for a key that
+   * is not in its canonical encoding or is low-order: the all-zero secret, which OpenJDK refuses
+   * itself and which is checked here for providers that might not.
+   */
   public byte[] exchange(byte[] peer) {
     try {
       KeyAgreement agreement = KeyAgreement.getInstance("X25519");
       agreement.init(pair.getPrivate());
       agreement.doPhase(publicKey(check(peer)), true);
-      return agreement.generateSecret();
+      byte[] secret = agreement.generateSecret();
+      if (Arrays.equals(secret, new byte[secret.length])) {
+        throw new SecAggException("not a usable X25519 public key: a low-order point");
+      }
+      return secret;
     } catch (GeneralSecurityException e) {
       throw new SecAggException("not a usable X25519 public key: " + e.getMessage());
     }
@@ -62,9 +74,22 @@ public final class X25519 {
         new X509EncodedKeySpec(concat(PUBLIC_PREFIX, raw)));
   }
 
+  /**
+   * {@code raw} if it is 32 bytes in a point's one encoding. The JCA, as RFC 7748 says, ignores
+   * the top bit and reduces values >= 2^255 - 19, so another spelling of a point would slip
+   * past a check that compares bytes (a key reused, or one device's key handed out for two).
+   */
   private static byte[] check(byte[] raw) {
     if (raw == null || raw.length != KEY_BYTES) {
       throw new SecAggException("an X25519 key is " + KEY_BYTES + " bytes");
+    }
+    byte[] bigEndian = new byte[KEY_BYTES];
+    for (int i = 0; i < KEY_BYTES; i++) {
+      bigEndian[i] = raw[KEY_BYTES - 1 - i];
+    }
+    if (new BigInteger(1, bigEndian).compareTo(FIELD_PRIME) >= 0) {
+      throw new SecAggException("an X25519 public key must be a canonical encoding (below "
+          + "2^255 - 19)");
     }
     return raw;
   }
