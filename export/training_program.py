@@ -199,8 +199,18 @@ def program_bytes(trainer: TrainerExport, images: torch.Tensor, labels: torch.Te
                           f"{str(err).splitlines()[0] if str(err) else ''}") from err
 
 
+def _first_non_finite(weights: State) -> str | None:
+    """The name of the first tensor holding NaN or Inf, or None."""
+    return next((n for n, w in weights.items() if not torch.isfinite(w).all()), None)
+
+
 def relative_difference(got: State, want: State) -> float:
-    """The largest per-tensor max|got - want| / max|want| (absolute for an all-zero ``want``)."""
+    """The largest per-tensor max|got - want| / max|want| (absolute for an all-zero ``want``).
+
+    Infinite when either side holds NaN or Inf: no such weights are within any tolerance.
+    """
+    if _first_non_finite(got) is not None or _first_non_finite(want) is not None:
+        return float("inf")
     worst = 0.0
     for name, w in want.items():
         diff, scale = float((got[name] - w).abs().max()), float(w.abs().max())
@@ -216,6 +226,12 @@ def verify_trainer(trainer: TrainerExport, path: Path, source: Source) -> dict[s
     endless = dataclasses.replace(part.recipe, epochs=VERIFY_STEPS)  # >= VERIFY_STEPS steps
     runs = [run_recipe(endless, s, source.train, part.rows, part.generator,
                        max_steps=VERIFY_STEPS) for s in (eager, device)]
+    for engine, session in (("eager PyTorch", eager), ("the ExecuTorch runtime", device)):
+        bad = _first_non_finite(session.weights())
+        if bad is not None:
+            raise ExportError(f"{PROGRAM_FILE}: after {runs[0].steps} steps in {engine} the "
+                              f"personal weight {bad} is not finite: the recipe diverges on "
+                              f"these rows (a lower learning rate: --trainer-param)")
     diff = relative_difference(device.weights(), eager.weights())
     entry = {"file": PROGRAM_FILE, "kind": "training", "precision": "fp32",
              "steps": runs[0].steps, "rows": len(source.train), "max_rel_weight_diff": diff,

@@ -16,11 +16,11 @@ import org.pytorch.executorch.training.TrainingModule
 /**
  * The core's [TrainingSession] on ExecuTorch's training runtime: the card's `train` method
  * through [TrainingModule] (forward + backward in one call), one [SGD] per optimizer of the
- * recipe, `prepare` (frozen, inference) through a [Module] on the same file. Everything else
- * (schedule, splits, lambda, accuracy) is the host-tested core's [RecipeRunner]. [open] closes
- * what it loaded when a later step fails; [close] closes both modules (an [SGD] has no close
- * in ExecuTorch 1.5: its native optimizer is freed when it is garbage-collected with this
- * session).
+ * recipe (new ones for each walk of the recipe, [newOptimizers]), `prepare` (frozen,
+ * inference) through a [Module] on the same file. Everything else (schedule, splits, lambda,
+ * accuracy) is the host-tested core's [RecipeRunner]. [open] closes what it loaded when a later
+ * step fails; [close] closes both modules (an [SGD] has no close in ExecuTorch 1.5: its native
+ * optimizer is freed when it is garbage-collected).
  */
 class ExecuTorchTrainingSession private constructor(
     private val module: TrainingModule,
@@ -29,7 +29,7 @@ class ExecuTorchTrainingSession private constructor(
     private val imageShape: LongArray,
 ) : TrainingSession, Closeable {
     private val parameters: Map<String, Tensor>
-    private val optimizers: Map<String, SGD>
+    private var optimizers: Map<String, SGD>  // new ones per walk: momentum starts at zero
     private val writer: SGD
 
     init {
@@ -44,10 +44,7 @@ class ExecuTorchTrainingSession private constructor(
             "the program's parameters ${parameters.keys.sorted()} differ from the card's " +
                 "${recipe.parameterNames().sorted()}"
         }
-        optimizers = recipe.optimizers.associate { o ->
-            o.name to SGD.create(o.parameters.associateWith { parameters.getValue(it) },
-                o.lr, o.momentum, o.dampening, o.weightDecay, o.nesterov)
-        }
+        optimizers = createOptimizers()
         writer = SGD.create(parameters, 1.0)  // ParameterWriter's lr-1 steps
     }
 
@@ -86,6 +83,16 @@ class ExecuTorchTrainingSession private constructor(
         val input = Tensor.fromBlob(images, longArrayOf(rows.toLong(), *imageShape))
         return checkNotNull(prepareModule).execute(method, EValue.from(input))
             .map { it.toTensor().dataAsFloatArray }
+    }
+
+    /** One [SGD] per optimizer of the recipe, over its parameters. */
+    private fun createOptimizers(): Map<String, SGD> = recipe.optimizers.associate { o ->
+        o.name to SGD.create(o.parameters.associateWith { parameters.getValue(it) },
+            o.lr, o.momentum, o.dampening, o.weightDecay, o.nesterov)
+    }
+
+    override fun newOptimizers() {
+        optimizers = createOptimizers()
     }
 
     override fun step(optimizer: String, inputs: List<ProgramInput>): Float {

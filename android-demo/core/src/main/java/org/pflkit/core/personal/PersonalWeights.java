@@ -90,14 +90,23 @@ public final class PersonalWeights {
             + (t == null ? "missing" : t + ", expected F32" + Arrays.toString(p.shape)));
       }
       float[] values = t.floats();
-      for (float v : values) {
-        if (Float.isNaN(v) || Float.isInfinite(v)) {
-          throw new IOException(source + ": parameter " + p.name + " holds " + v);
-        }
+      Float bad = nonFinite(values);
+      if (bad != null) {
+        throw new IOException(source + ": parameter " + p.name + " holds " + bad);
       }
       out.put(p.name, values);
     }
     return out;
+  }
+
+  /** The first NaN or infinite value of {@code values}, or null when all are finite. */
+  static Float nonFinite(float[] values) {
+    for (float v : values) {
+      if (Float.isNaN(v) || Float.isInfinite(v)) {
+        return v;
+      }
+    }
+    return null;
   }
 
   /** The export's initial personal weights ({@code training.initial_weights}). */

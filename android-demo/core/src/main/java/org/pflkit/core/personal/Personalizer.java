@@ -48,10 +48,36 @@ public final class Personalizer {
   /**
    * Personalize {@code session} (already holding the weights to start from) on labelled
    * preprocessed {@code images}; {@code lambda} is the model's current lambda (ignored without
-   * a lambda input). Deterministic in {@code seed}.
+   * a lambda input). Deterministic in {@code seed}. A run that fails or diverges (a trained
+   * weight not finite: {@link IllegalStateException}) puts the starting weights back first, so
+   * the session and the weights the caller would save are never a broken run's.
    */
   public static Report run(TrainingSection recipe, TrainingSession session, long[] imageShape,
       float[] images, long[] labels, float lambda, long seed) throws Exception {
+    Map<String, float[]> start = session.weights();
+    try {
+      Report report = train(recipe, session, imageShape, images, labels, lambda, seed);
+      for (Map.Entry<String, float[]> w : report.weights.entrySet()) {
+        Float bad = PersonalWeights.nonFinite(w.getValue());
+        if (bad != null) {
+          throw new IllegalStateException("training diverged: parameter " + w.getKey()
+              + " is not finite (" + bad + "); the personal weights are kept as they were");
+        }
+      }
+      return report;
+    } catch (Exception e) {
+      try {
+        session.loadWeights(start);
+      } catch (Exception restore) {
+        e.addSuppressed(restore);
+      }
+      throw e;
+    }
+  }
+
+  private static Report train(TrainingSection recipe, TrainingSession session,
+      long[] imageShape, float[] images, long[] labels, float lambda, long seed)
+      throws Exception {
     RecipeRunner runner = new RecipeRunner(recipe, session, imageShape);
     RecipeRunner.Data data = runner.prepare(images, labels);
     Random rng = new Random(seed);

@@ -99,17 +99,18 @@ public final class RecipeRunner {
 
   /**
    * Row indices per row set for {@code n} labelled rows: each split takes a random
-   * floor(fraction * n), the rest are {@value TrainingSection#TRAIN_ROWS} (pflkit's
-   * {@code Recipe.split_rows}); an empty split with {@code if_empty = all} uses every row.
+   * floor(fraction * n) (fewer if the splits before it left fewer), the rest are
+   * {@value TrainingSection#TRAIN_ROWS} (pflkit's {@code Recipe.split_rows}); an empty split
+   * with {@code if_empty = all} uses every row.
    */
   public Map<String, int[]> splitRows(int n, Random rng) {
     int[] order = permutation(n, rng);
     Map<String, int[]> rows = new LinkedHashMap<String, int[]>();
     int start = 0;
     for (TrainingSection.Split split : recipe.splits) {
-      int count = (int) Math.floor(split.fraction * n);
-      rows.put(split.name, sorted(Arrays.copyOfRange(order, start, start + count)));
-      start += count;
+      int end = Math.min(n, start + (int) Math.floor(split.fraction * n));
+      rows.put(split.name, sorted(Arrays.copyOfRange(order, start, end)));
+      start = end;
     }
     rows.put(TrainingSection.TRAIN_ROWS, sorted(Arrays.copyOfRange(order, start, n)));
     for (TrainingSection.Split split : recipe.splits) {
@@ -124,8 +125,12 @@ public final class RecipeRunner {
     return rows;
   }
 
-  /** The whole schedule: every epoch, every phase, shuffled mini-batches, one step each. */
+  /**
+   * The whole schedule: every epoch, every phase, shuffled mini-batches, one step each; the
+   * optimizers start fresh (no momentum from an earlier walk on the same session).
+   */
   public Result train(Data data, Map<String, int[]> rows, Random rng) throws Exception {
+    session.newOptimizers();
     int steps = 0;
     Map<String, Float> losses = new LinkedHashMap<String, Float>();
     for (int epoch = 0; epoch < recipe.epochs; epoch++) {

@@ -15,6 +15,13 @@ public interface TrainingSession {
    */
   List<float[]> prepare(float[] images, int rows) throws Exception;
 
+  /**
+   * Fresh optimizers (no momentum buffers) for a new walk of the recipe, as pflkit's Python
+   * stage makes a new {@code torch.optim.SGD} per stage and per round; steps within one walk
+   * share them. Called by {@link RecipeRunner#train} before its first step.
+   */
+  void newOptimizers() throws Exception;
+
   /** One forward/backward of the train method and one SGD step of {@code optimizer}; the loss. */
   float step(String optimizer, List<ProgramInput> inputs) throws Exception;
 

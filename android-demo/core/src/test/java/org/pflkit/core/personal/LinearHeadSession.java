@@ -81,6 +81,11 @@ final class LinearHeadSession implements TrainingSession {
   }
 
   @Override
+  public void newOptimizers() {
+    momentum.clear();
+  }
+
+  @Override
   public float step(String optimizer, List<ProgramInput> inputs) {
     Map<String, float[]> grads = new LinkedHashMap<>();
     for (Map.Entry<String, float[]> e : params.entrySet()) {

@@ -26,16 +26,22 @@ public class ProgramRoundTrainerTest {
     return Safetensors.parse(Safetensors.write(tensors, null), "global");
   }
 
-  @Test
-  public void theProgramTrainsFromTheGlobalStateAndUploadsItsParameters() throws Exception {
-    TrainingSection recipe = PersonalizationTest.parse(PersonalizationTest.section(null, null));
-    LinearHeadSession session = new LinearHeadSession(recipe, 4, 3, new float[12]);
-    long[] y = PersonalizationTest.labels(12);
+  /** A round's global state for the linear head program. */
+  static Map<String, TensorData> startState() {
     Map<String, TensorData> start = new LinkedHashMap<>();
     float[] w = new float[12];
     w[0] = 0.25f;
     start.put("head.weight", TensorData.ofFloats(new long[] {3, 4}, w));
     start.put("head.bias", TensorData.ofFloats(new long[] {3}, new float[] {0, 0, 1}));
+    return start;
+  }
+
+  @Test
+  public void theProgramTrainsFromTheGlobalStateAndUploadsItsParameters() throws Exception {
+    TrainingSection recipe = PersonalizationTest.parse(PersonalizationTest.section(null, null));
+    LinearHeadSession session = new LinearHeadSession(recipe, 4, 3, new float[12]);
+    long[] y = PersonalizationTest.labels(12);
+    Map<String, TensorData> start = startState();
     RoundTrainer.Result r = new ProgramRoundTrainer(recipe, session, new long[] {4},
         PersonalizationTest.images(y, 2), y, 9).train(task(), global(start), null);
     assertEquals(12, r.numSamples);
