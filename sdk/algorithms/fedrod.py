@@ -25,9 +25,13 @@ hypernetwork and zero-shot heads in :mod:`~pflkit.sdk.algorithms.fedrod_hypernet
 in :mod:`~pflkit.sdk.algorithms.fedrod_modules`; each records the choices it makes. Choices where
 the paper is silent, made here (as ALGORITHMS.md asks):
 
-* phi_m of ``fedrod_linear`` starts at zero, so a client's personalized model starts equal to
-  the generic one (h_P is an "add-on" to h_G). The zero-shot head of ``fedrod_linear`` is that
-  zero head: a new client gets the generic model, as in Table 4's protocol for non-hyper methods.
+* phi_m of ``fedrod_linear`` starts with h_P(z) = 0, so a client's personalized model starts
+  equal to the generic one (h_P is an "add-on" to h_G): a one-layer head (the paper's FC) starts
+  at zero; a deeper head (lenet5's) keeps its seeded init and only its output layer starts at
+  zero, since zeros throughout would let it learn nothing but its last bias
+  (:func:`~pflkit.sdk.algorithms.fedrod_modules.initial_phi`). The zero-shot head of
+  ``fedrod_linear`` gives that same h_P = 0: a new client gets the generic model, as in Table
+  4's protocol for non-hyper methods.
 * Evaluation of training clients, without a post-federation pass (``ft_epochs = 0``): the final
   theta-bar and psi-bar with phi_m* (linear, App. B "plug them into eq. 13") or with
   H(a_m; nu-bar) (hyper). With ``ft_epochs > 0`` every client (new ones too) first runs one more
@@ -59,7 +63,12 @@ from pflkit.sdk.algorithms.fedrod_hypernet import (
 )
 from pflkit.sdk.algorithms.fedrod_hypernet import zero_shot_head as zero_shot_head
 from pflkit.sdk.algorithms.fedrod_inference import COUNTS, LOCAL, PHI, FedRoDInference
-from pflkit.sdk.algorithms.fedrod_modules import FrozenFeatures, PersonalHeadProgram, TwoHeadNet
+from pflkit.sdk.algorithms.fedrod_modules import (
+    FrozenFeatures,
+    PersonalHeadProgram,
+    TwoHeadNet,
+    initial_phi,
+)
 from pflkit.sdk.algorithms.fedrod_objective import (  # noqa: F401 (re-exported as FedRoD's API)
     ZERO_COUNT_LOG_PRIOR,
     balanced_softmax_loss,
@@ -160,7 +169,7 @@ class FedRoDFinalPass(Personalization):
                           data: LabeledTensors, ctx: RoundContext) -> PersonalTraining | None:
         """``ft_scope = "personal_head"``: L_m on phi alone, body and generic head frozen.
 
-        phi starts from the client's own (linear), else H(a_m; nu-bar) (hyper), else zero.
+        phi starts from the client's own (linear), else H(a_m; nu-bar) (hyper), else h_P = 0.
         """
         p = self.params
         if p.ft_epochs == 0 or p.ft_scope != "personal_head":
@@ -204,12 +213,14 @@ class FedRoD(Algorithm):
 
     def net(self, global_state: State, phi: State | None = None,
             local: State | None = None) -> TwoHeadNet:
-        """Build a two-head net: body and generic head from ``local`` (else global), and phi."""
+        """Build a two-head net: body and generic head from ``local`` (else global), and phi.
+
+        No phi: :func:`initial_phi` (h_P(z) = 0, the personalized model is the generic one).
+        """
         split = self.model_factory.build()
         net = TwoHeadNet(split, self.hypernetwork(split)).to(self.device)
         state = {**global_state, **(local or {})}
-        phi = phi if phi is not None else {k: torch.zeros_like(v)
-                                           for k, v in net.phead.state_dict().items()}
+        phi = phi if phi is not None else initial_phi(net.phead)
         net.load_state_dict({**state, **add_prefix(phi, "phead.")})
         return net
 
@@ -218,7 +229,7 @@ class FedRoD(Algorithm):
         return client_state.meta.get(COUNTS)
 
     def phi(self, global_state: State, client_state: ClientState) -> State | None:
-        """Return a trained client's phi (linear: its own; hyper: H(a_m; nu-bar)); None: zero."""
+        """A trained client's phi (linear: its own; hyper: H(a_m; nu-bar)); None: h_P = 0."""
         phi = strip_prefix(client_state.tensors, PHI)
         if phi or not self.uses_hypernetwork:
             return phi or None

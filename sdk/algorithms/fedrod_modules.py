@@ -13,8 +13,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pflkit.sdk.algorithms.base import State
 from pflkit.sdk.algorithms.fedrod_hypernet import HyperNetwork
 from pflkit.sdk.models import SplitModel
+
+
+def initial_phi(phead: nn.Module) -> State:
+    """phi_m before any training: ``phead``'s own init with its output layer zeroed.
+
+    h_P(z) is then 0, so the personalized model starts equal to the generic one. Only the
+    output layer (the last submodule owning parameters) is zeroed: in a head of several layers
+    (lenet5's 400-120-84-C) zeroed throughout, ReLU(0) = 0 hides every weight from the
+    gradient and h_P could only ever learn its last bias. A one-layer head starts at zero.
+    """
+    owners = [name for name, module in phead.named_modules()
+              if any(True for _ in module.parameters(recurse=False))]
+    output = f"{owners[-1]}." if owners and owners[-1] else ""
+    return {name: torch.zeros_like(value) if name.startswith(output) else value.detach().clone()
+            for name, value in phead.state_dict().items()}
 
 
 class TwoHeadNet(nn.Module):

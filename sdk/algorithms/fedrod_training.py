@@ -140,5 +140,5 @@ class FedRoDTraining(DeviceTraining):
         return results
 
     def init_client(self, client_id: int, seed: int, data: LabeledTensors) -> ClientState:
-        """No tensors yet (phi starts at zero / comes from the hypernetwork); the class counts."""
+        """No tensors yet (phi: h_P = 0 at first, or from the hypernetwork); the class counts."""
         return ClientState({}, {COUNTS: data.class_counts(self.model_factory.num_classes).tolist()})

@@ -1,4 +1,4 @@
-"""SuPerFed (Hong et al., KDD'22): a connected low-loss subspace between federated and local.
+"""SuPerFed (Hahn, Jeong & Lee, KDD'22): a connected low-loss subspace between federated and local.
 
 Each client holds a federated model w_f (reset to the global model every round, the only thing
 sent to the server) and a local model w_l (its own seeded random init, never leaves the device).
