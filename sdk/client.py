@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 from torch import nn
 
-from pflkit.sdk import protocol, transport
+from pflkit.sdk import client_data, protocol, transport
 from pflkit.sdk.aggregation_rules import clip_update
 from pflkit.sdk.algorithms.base import Algorithm, Choice, ClientState, State
 from pflkit.sdk.client_data import DATA_FILE, data_problem, load_client_data, save_client_data
@@ -166,9 +166,9 @@ class FederatedClient:
     def _algorithm(self, run_id: int, config: TaskConfig) -> Algorithm:
         key = json.dumps([run_id, config.algorithm, config.params, config.model])
         if key not in self._algorithms:
-            if tuple(self.data.x.shape[1:]) != config.input_shape:
-                raise ValueError(f"local data has inputs {tuple(self.data.x.shape[1:])}, the "
-                                 f"run's model expects {config.input_shape}")
+            if problem := client_data.task_problem(self.data, config.input_shape,
+                                                   config.num_classes):
+                raise ValueError(problem)
             self._algorithms[key] = config.build().to(self.device)
         return self._algorithms[key]
 

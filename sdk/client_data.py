@@ -30,12 +30,36 @@ def save_client_data(path: Path, data: LabeledTensors) -> None:
 
 
 def data_problem(x: torch.Tensor, y: torch.Tensor) -> str | None:
-    """Why these rows cannot be a device's training data (None: they can)."""
+    """Why these rows cannot be a device's training data (None: they can).
+
+    The rows pfl-sim would refuse as a client's: no rows (pfl-sim never deals an empty
+    client; a device would upload a 0-sample update every round), a label below 0 (no class).
+    """
     if not (x.dtype == torch.float32 and x.dim() >= 2 and y.dtype == torch.int64
-            and y.dim() == 1):
+            and y.dim() == 1 and len(x) == len(y)):
         return (f"need x float32 (N, *input_shape) and y int64 (N,), got x {x.dtype} "
                 f"{tuple(x.shape)}, y {y.dtype} {tuple(y.shape)}")
+    if not len(y):
+        return "holds no rows (N = 0): a device needs at least one row to train on"
+    if (negative := (y < 0).nonzero().flatten()).numel():
+        row = int(negative[0])
+        return f"label {int(y[row])} at row {row} is below 0 (labels are 0..C-1)"
     return nonfinite_problem(x)
+
+
+def task_problem(data: LabeledTensors, input_shape: tuple[int, ...], classes: int
+                 ) -> str | None:
+    """Why a device's rows cannot train a run's model (None: they can).
+
+    Checked when a task's model is built, before enrolling or training: a label at or above
+    the run's class count failed inside the first fit, after the device had enrolled.
+    """
+    if tuple(data.x.shape[1:]) != tuple(input_shape):
+        return (f"local data has inputs {tuple(data.x.shape[1:])}, the run's model expects "
+                f"{tuple(input_shape)}")
+    if (top := int(data.y.max())) >= classes:
+        return f"local data has label {top}, the run's model has classes 0..{classes - 1}"
+    return None
 
 
 def load_client_data(folder: Path) -> LabeledTensors:

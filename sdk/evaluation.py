@@ -8,6 +8,7 @@ on the global test set (PFL-MoE "global test").
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -83,9 +84,15 @@ def _finite(logits: torch.Tensor, client_id: int) -> torch.Tensor:
 
 
 def summarize(reports: Iterable[ClientReport]) -> dict[str, float]:
-    """Mean and std across clients of every field: ``<field>_mean`` / ``<field>_std``."""
+    """Mean and std across clients of every field: ``<field>_mean`` / ``<field>_std``.
+
+    Each client counts once (not by its rows). A client without own test rows (a user too
+    small for one) has no ``own_*`` scores: ``own_clients`` says how many clients those means
+    are over, so 406 scored users of 1,000 do not read as 1,000.
+    """
     reports = list(reports)
-    out: dict[str, float] = {"clients": float(len(reports))}
+    scored = sum(not math.isnan(r.own_top1) for r in reports)
+    out: dict[str, float] = {"clients": float(len(reports)), "own_clients": float(scored)}
     if not reports:
         return out
     for name in ClientReport.__dataclass_fields__:

@@ -24,6 +24,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from pflkit.sdk.data.federation import Partition
 from pflkit.sdk.phases import phase
 from pflkit.sdk.run_config import ConfigError, SimConfig
@@ -195,3 +197,21 @@ class RunDir:
         if not self.partition_file.is_file():
             return None
         return Partition.from_state(load_state(self.partition_file))
+
+    def refuse_another_deal(self, partition: Partition) -> None:
+        """A resumed run deals each client id the rows it began with, or is refused.
+
+        The data is dealt again on resume; a dataset changed meanwhile (a user added to a
+        folder's users file) moved every later id to another user's rows, silently, while
+        pfl-export kept reading the stored deal. Compared in the current stored form, on the
+        keys the stored deal has (one stored before a key existed lacks it).
+        """
+        stored = self.load_partition()
+        if stored is None:
+            return
+        before, now = stored.to_state(), partition.to_state()
+        if any(k not in now or not torch.equal(v, now[k]) for k, v in before.items()):
+            raise ConfigError(f"--resume {self.path}: the data deals the clients other rows "
+                              "than when the run began (did the dataset change?), so a client "
+                              "id would continue on another user's data: restore the data, or "
+                              "start a new run")

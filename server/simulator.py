@@ -93,6 +93,7 @@ class Simulation:
         # everything is built: only now does the run directory change
         try:
             if resume:
+                self.files.refuse_another_deal(partition)  # the data may have changed since
                 if self.files.config() != config:  # continued on another executor or device
                     self.files.config_file.write_text(config.to_toml())
                 self.store.prune(start_round - 1)
@@ -128,8 +129,7 @@ class Simulation:
     def resume(cls, run_dir: Path, progress: bool = True,
                execution: ExecutionConfig | None = None) -> Simulation:
         """Continue a stopped run; ``execution`` replaces its executor and device settings."""
-        files = RunDir(run_dir)
-        config = files.config()
+        config = RunDir(run_dir).config()
         if execution is not None:
             config = config.replace(execution=execution)  # written back once it is built
         return cls(config, run_dir, resume=True, progress=progress)

@@ -214,7 +214,8 @@ def build_federation(dataset: Dataset, config: PartitionConfig, seed: int) -> Fe
 def partition_table(federation: Federation, max_rows: int = 20) -> str:
     """A plain-text per-client class histogram (first ``max_rows`` clients).
 
-    A natural partition adds the user id of each client and a line on the users left out.
+    A natural partition adds the user id of each client, a first line on the users left out
+    and a last one on where the dataset's rows went.
     """
     hist = federation.class_histogram()
     new = set(federation.new_clients)
@@ -232,6 +233,8 @@ def partition_table(federation: Federation, max_rows: int = 20) -> str:
         lines.append(f"... {len(hist) - max_rows} more clients")
     if new:
         lines.append("* = new client (never trains)")
+    if users and users.rows:
+        lines.append(users.rows.describe())
     return "\n".join(lines)
 
 

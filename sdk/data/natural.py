@@ -14,12 +14,32 @@ random keys shuffles inside every user at once, and offsets cut the result into 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import numpy as np
 import torch
 
 from pflkit.sdk.data.partition import PartitionError
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Where the dataset's train rows went: so a report accounts for every row it was given."""
+
+    total: int  # train rows in the dataset
+    too_small: int  # rows of the users dropped by min_size
+    over_cap: int  # rows of the users left out by the num_clients cap
+    test: int  # rows kept as the clients' own test rows
+    untested: int  # clients too small for an own test row although test_fraction > 0
+
+    def describe(self) -> str:
+        """One line for the partition table: every row is kept, dropped or left out."""
+        kept = self.total - self.too_small - self.over_cap
+        line = (f"rows: {kept} of the dataset's {self.total} train rows are the clients' "
+                f"({kept - self.test} train, {self.test} own test); {self.too_small} dropped "
+                f"with the users below min_size, {self.over_cap} left out by the cap")
+        return line + (f"; {self.untested} clients have too few rows for an own test row "
+                       "(their own-test scores are null)" if self.untested else "")
 
 
 @dataclass(frozen=True)
@@ -31,6 +51,7 @@ class Users:
     too_small: int  # users with fewer than min_size rows: dropped
     over_cap: int  # users that qualified beyond the num_clients cap: not drawn
     min_size: int
+    rows: Rows | None = None  # None: read from a partition stored before rows were counted
 
     def describe(self) -> str:
         """One line for the partition table."""
@@ -41,10 +62,13 @@ class Users:
                        else "")
 
     def to_state(self) -> dict[str, torch.Tensor]:
-        """Tensors stored beside the partition's rows (``users``, ``users.summary``)."""
+        """Tensors stored beside the partition's rows (``users``, ``users.summary``, ...)."""
         summary = [self.total, self.too_small, self.over_cap, self.min_size]
-        return {"users": torch.from_numpy(self.ids.astype(np.int64)),
-                "users.summary": torch.tensor(summary, dtype=torch.int64)}
+        out = {"users": torch.from_numpy(self.ids.astype(np.int64)),
+               "users.summary": torch.tensor(summary, dtype=torch.int64)}
+        if self.rows is not None:
+            out["users.rows"] = torch.tensor(astuple(self.rows), dtype=torch.int64)
+        return out
 
     @classmethod
     def from_state(cls, state: dict[str, torch.Tensor]) -> Users | None:
@@ -52,7 +76,8 @@ class Users:
         if "users" not in state:
             return None
         total, too_small, over_cap, min_size = state["users.summary"].tolist()
-        return cls(state["users"].numpy(), total, too_small, over_cap, min_size)
+        rows = Rows(*state["users.rows"].tolist()) if "users.rows" in state else None
+        return cls(state["users"].numpy(), total, too_small, over_cap, min_size, rows)
 
 
 @dataclass(frozen=True)
@@ -105,7 +130,9 @@ def natural(users: np.ndarray, min_size: int, max_clients: int, test_fraction: f
     kept = counts[keep]
     is_test, n_test = split_each(rows, kept, test_fraction, split_rng)
     cut_train, cut_test = np.cumsum(kept - n_test)[:-1], np.cumsum(n_test)[:-1]
+    rows_of = Rows(len(order), int(counts[~big].sum()), int(counts[big & ~keep].sum()),
+                   int(n_test.sum()), int((n_test == 0).sum()) if test_fraction > 0 else 0)
     who = Users(ids[keep].astype(np.int64), len(ids), int((~big).sum()),
-                int(big.sum() - keep.sum()), min_size)
+                int(big.sum() - keep.sum()), min_size, rows_of)
     return NaturalDeal(np.split(rows[~is_test], cut_train), np.split(rows[is_test], cut_test),
                        who)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -178,7 +179,7 @@ class Dataset:
             return LabeledTensors(pre.apply(torch.as_tensor(x)),
                                   torch.as_tensor(y).to(torch.int64))
 
-        ids = None if users is None else torch.as_tensor(users).to(torch.int64)
+        ids = None if users is None else _user_column(name, users, len(train[1]))
         return cls(DatasetSpec(name, tuple(classes), pre), split(train), split(test), ids)
 
     @classmethod
@@ -189,11 +190,48 @@ class Dataset:
         """Build from one raw (x, y) pair per user id: the train split is their concatenation."""
         if not per_user:
             raise DatasetError(f"dataset '{name}': from_users needs at least one user")
-        pairs = [(torch.as_tensor(x), torch.as_tensor(y)) for x, y in per_user.values()]
-        users = torch.repeat_interleave(torch.tensor([int(u) for u in per_user]),
+        pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for user, (x, y) in per_user.items():
+            pairs.append(_user_rows(name, user, x, y, pairs[0][0] if pairs else None))
+        users = torch.repeat_interleave(torch.tensor(list(per_user), dtype=torch.int64),
                                         torch.tensor([len(y) for _, y in pairs]))
         train = (torch.cat([x for x, _ in pairs]), torch.cat([y for _, y in pairs]))
         return cls.from_raw(name, classes, train, test, preprocessing, users)
+
+
+def _user_column(name: str, users: object, rows: int) -> torch.Tensor:
+    """A user column as int64: ids that are not integers are refused, never rounded or cast.
+
+    Rounding would deal two users' rows to one client (1.2 and 1.7 are both 1; a missing id,
+    NaN, would make every row without a user one user).
+    """
+    wanted = f"dataset '{name}': users must be int64 ({rows},), one per train row"
+    try:
+        column = torch.as_tensor(users)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise DatasetError(f"{wanted} ({' '.join(str(err).split())})") from None
+    if column.is_floating_point() or column.is_complex():
+        raise DatasetError(f"{wanted}, got {column.dtype} {tuple(column.shape)}: ids are never "
+                           "rounded (1.2 and 1.7 would be one user)")
+    return column.to(torch.int64)
+
+
+def _user_rows(name: str, user: object, x: object, y: object, first: torch.Tensor | None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One user's raw (x, y) for ``from_users``: int64 id, paired rows, ``first``'s shape."""
+    if isinstance(user, bool) or not isinstance(user, int | np.integer) or \
+            not -2**63 <= int(user) < 2**63:
+        raise DatasetError(f"dataset '{name}': from_users takes int64 user ids, got {user!r}: "
+                           "number the users, e.g. dict(enumerate(per_name.values())), so no "
+                           "two ids ('007' and '7') become one user")
+    x, y = torch.as_tensor(x), torch.as_tensor(y)
+    if x.dim() < 1 or y.dim() != 1 or len(x) != len(y):
+        raise DatasetError(f"dataset '{name}': user {user} has x {tuple(x.shape)} and y "
+                           f"{tuple(y.shape)}: one label per row of x")
+    if first is not None and x.shape[1:] != first.shape[1:]:
+        raise DatasetError(f"dataset '{name}': user {user}'s inputs are {tuple(x.shape[1:])}, "
+                           f"the first user's {tuple(first.shape[1:])}")
+    return x, y
 
 
 def check_dataset(ref: str, dataset: object) -> Dataset:

@@ -81,6 +81,14 @@ def test_a_device_that_cannot_train_the_run_refuses_before_spending_its_token(ma
     assert done.returncode == 1 and done.stderr.splitlines() == [
         "pfl-client: local data has inputs (1, 8, 8), the run's model expects (1, 28, 28)"]
     assert server.status()["enrolled_clients"] == 0  # neither enrolled nor sampled
+    save_client_data(folder / "data.safetensors",  # labels 0..10: the run has 10 classes
+                     LabeledTensors(torch.rand(11, 1, 28, 28), torch.arange(11)))
+    done = subprocess.run([str(BIN / "pfl-client"), "--server", server.url, "--data",
+                           str(folder), "--token", token, "--threads", "1"],
+                          capture_output=True, text=True, timeout=GUARD)
+    assert done.returncode == 1 and done.stderr.splitlines() == [  # was an IndexError in fit
+        "pfl-client: local data has label 10, the run's model has classes 0..9"]
+    assert server.status()["enrolled_clients"] == 0
     assert device(server, tmp_path, "good", token) == 0  # the token is still valid
     with server.admin() as http:  # a used token previews as enrollment would answer
         assert httpx.get(f"{server.url}/v1/task/preview",
