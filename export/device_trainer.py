@@ -76,14 +76,14 @@ class DeviceTrainer:
         if sorted(self.parameters) != sorted(declared):
             raise TrainingProgramError(f"program parameters {sorted(self.parameters)} differ "
                                        f"from the card's {sorted(declared)}")
-        self.optimizers = {}
-        for spec in self.recipe.optimizers:
-            if spec.kind != "sgd":
-                raise TrainingProgramError(f"optimizer '{spec.name}' is {spec.kind}: ExecuTorch's "
-                                           f"training runtime offers SGD only")
-            self.optimizers[spec.name] = get_sgd_optimizer(
-                {n: self.parameters[n] for n in spec.parameters}, spec.lr, spec.momentum,
-                spec.dampening, spec.weight_decay, spec.nesterov)
+        self._sgd = get_sgd_optimizer
+        self.new_optimizers()
+
+    def new_optimizers(self) -> None:
+        """One fresh ExecuTorch SGD per recipe optimizer: no momentum from an earlier stage."""
+        self.optimizers = {spec.name: self._sgd(
+            {n: self.parameters[n] for n in spec.parameters}, spec.lr, spec.momentum,
+            spec.dampening, spec.weight_decay, spec.nesterov) for spec in self.recipe.optimizers}
 
     @classmethod
     def from_export(cls, export_dir: str | Path, threads: int = 1) -> DeviceTrainer:
@@ -143,15 +143,26 @@ class DeviceTrainer:
         """Run the card's stage on labelled rows: split them, train, choose lambda if asked.
 
         What an app does with the user's samples; rows are split by the card's ``splits``
-        with a generator seeded by ``seed``. Rows of another shape, non-finite images and labels
-        outside the program's classes are refused before any weight changes; float64 or
-        float16 images are trained on as float32, the program's input type.
+        with a generator seeded by ``seed``, and the optimizers start fresh (no momentum from
+        an earlier call). Rows of another shape, non-finite images and labels outside the
+        program's classes are refused before any weight changes; float64 or float16 images are
+        trained on as float32, the program's input type. A stage that diverges puts the
+        weights back and raises.
         """
         check_rows(self.section, self.image_shape, images, labels)
         data = LabeledTensors(images.float(), labels.long())  # the program's dtypes
         gen = torch.Generator().manual_seed(seed)
         rows = self.recipe.split_rows(len(data), gen)
-        return run_recipe(self.recipe, self, data, rows, lambda _purpose: gen)
+        start = self.weights()
+        self.new_optimizers()  # each stage starts as the eager one does, as the app's does
+        result = run_recipe(self.recipe, self, data, rows, lambda _purpose: gen)
+        for name, weight in self.parameters.items():
+            if not bool(torch.isfinite(weight).all()):
+                self.load_weights(start)
+                raise TrainingProgramError(f"training diverged: parameter {name} is not finite; "
+                                           "the personal weights are kept as they were (a lower "
+                                           "learning rate)")
+        return result
 
     def _train_inputs(self, prepared: tuple[torch.Tensor, ...], labels: torch.Tensor
                       ) -> tuple[torch.Tensor, ...]:

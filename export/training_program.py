@@ -35,12 +35,12 @@ from pflkit.export.device_trainer import PREPARE_METHOD, TRAIN_METHOD, DeviceTra
 from pflkit.export.formats import CARD_METHOD, PTE_MAX_BATCH
 from pflkit.export.portable_kernels import convolutions_as_matmul, joint_decompositions
 from pflkit.export.source import Source
+from pflkit.export.training_section import SCHEMA
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, RoundContext, make_algorithm
 from pflkit.sdk.algorithms.personal import EagerSession, PersonalTraining, run_recipe
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.tensorio import State, atomic_write_bytes, save_state
 
-SCHEMA = "pflkit.training/1"
 PROGRAM_FILE = "personal_train.pte"
 WEIGHTS_FILE = "personal_init.safetensors"
 PROGRAM_FORMAT = "executorch-training"

@@ -55,9 +55,7 @@ def check_section(section: Any) -> None:
               for i, v in enumerate(_list(schedule, "phases", "training.schedule"))]
     splits = [] if t.get("splits") is None else [
         _split(v, f"training.splits[{i}]") for i, v in enumerate(_list(t, "splits"))]
-    has_lambda = t.get("lambda") is not None
-    if has_lambda:
-        _lambda(t["lambda"], "training.lambda")
+    lam_size = None if t.get("lambda") is None else _lambda(t["lambda"], "training.lambda")
     choose = t.get("choose_lambda_on")
     if choose is not None:
         _string(choose, "training.choose_lambda_on")
@@ -68,13 +66,15 @@ def check_section(section: Any) -> None:
         _in_unit("training.lambda_grid", grid)
     _dims(_required(t, "image_shape", "training"), "training.image_shape", batched=False)
     _classes(t)
-    _check_references(t, inputs, params, optimizers, phases, splits, has_lambda, choose)
+    _check_references(t, inputs, params, optimizers, phases, splits, lam_size, choose)
 
 
-def _check_references(t: dict[str, Any], inputs: list[str], params: list[str],
-                      optimizers: list[tuple[str, list[str]]], phases: list[tuple[str, str]],
-                      splits: list[str], has_lambda: bool, choose: str | None) -> None:
+def _check_references(t: dict[str, Any], inputs: list[tuple[str, list[int]]],
+                      params: list[str], optimizers: list[tuple[str, list[str]]],
+                      phases: list[tuple[str, str]], splits: list[str], lam_size: int | None,
+                      choose: str | None) -> None:
     """What one field names exists in another (the Java reader's ``checkConsistency``)."""
+    has_lambda = lam_size is not None
     if len(set(params)) != len(params):
         raise _fail("training.parameters", "duplicate parameter names")
     for i, (_name, names) in enumerate(optimizers):
@@ -92,23 +92,27 @@ def _check_references(t: dict[str, Any], inputs: list[str], params: list[str],
     if choose is not None and (not has_lambda or choose not in rows):
         raise _fail("training.choose_lambda_on", f"needs a lambda input and a split named "
                     f"{choose!r}")
-    if "prepare" in inputs and t.get("prepare_method") is None:
+    sources = [source for source, _ in inputs]
+    if "prepare" in sources and t.get("prepare_method") is None:
         raise _fail("training.inputs", "an input comes from prepare, but there is no "
                     "prepare_method")
-    if inputs.count("label") != 1 or inputs.count("lambda") != int(has_lambda):
+    if sources.count("label") != 1 or sources.count("lambda") != int(has_lambda):
         raise _fail("training.inputs", "expected one label input and a lambda input exactly "
                     "when training.lambda is set")
+    if has_lambda and inputs[sources.index("lambda")][1] != [lam_size]:
+        raise _fail("training.inputs", f"the lambda input's shape must be [{lam_size}] "
+                    "(training.lambda.size)")
 
 
-def _input(node: Any, path: str) -> str:
-    """One program input; returns where it comes from."""
+def _input(node: Any, path: str) -> tuple[str, list[int]]:
+    """One program input: where it comes from and its dimensions (after ``batch``)."""
     m = _object(node, path)
     _string(_required(m, "name", path), f"{path}.name")
     source = _one_of(_required(m, "from", path), f"{path}.from", SOURCES)
-    _dims(_required(m, "shape", path), f"{path}.shape", batched=source != "lambda")
+    dims = _dims(_required(m, "shape", path), f"{path}.shape", batched=source != "lambda")
     _one_of(_required(m, "dtype", path), f"{path}.dtype",
             ("int64",) if source == "label" else ("float32",))
-    return source
+    return source, dims
 
 
 def _parameter(node: Any, path: str) -> str:
@@ -154,7 +158,7 @@ def _split(node: Any, path: str) -> str:
     return name
 
 
-def _lambda(node: Any, path: str) -> None:
+def _lambda(node: Any, path: str) -> int:
     """SuPerFed's ``lam`` input: its size, a fixed value or which layer each entry draws."""
     m = _object(node, path)
     size = _integer(_required(m, "size", path), f"{path}.size")
@@ -169,6 +173,7 @@ def _lambda(node: Any, path: str) -> None:
         for i, layer in enumerate(layers):
             if layer < 0 or layer != int(layer) or layer >= size:
                 raise _fail(f"{path}.layer_of[{i}]", f"expected a layer index in 0..{size - 1}")
+    return size
 
 
 def _classes(t: dict[str, Any]) -> None:
@@ -194,15 +199,17 @@ def _file_name(t: dict[str, Any], key: str) -> None:
                     f"{name!r}")
 
 
-def _dims(node: Any, path: str, batched: bool) -> None:
+def _dims(node: Any, path: str, batched: bool) -> list[int]:
     dims = _array(node, path)
     if batched:
         if not dims or dims[0] != "batch":
             raise _fail(path, f"expected [\"batch\", ...], found {dims!r}")
         dims = dims[1:]
-    for i, dim in enumerate(dims, start=int(batched)):
-        if _integer(dim, f"{path}[{i}]") < 0:
+    out = [_integer(dim, f"{path}[{i}]") for i, dim in enumerate(dims, start=int(batched))]
+    for i, dim in enumerate(out, start=int(batched)):
+        if dim < 0:
             raise _fail(f"{path}[{i}]", "must be >= 0")
+    return out
 
 
 def _in_unit(path: str, values: list[float], single: bool = False) -> None:

@@ -38,11 +38,14 @@ def nll(logits: torch.Tensor, y: torch.Tensor) -> float:
 def calibration_errors(
     logits: torch.Tensor, y: torch.Tensor, num_bins: int = NUM_BINS
 ) -> tuple[float, float]:
-    """(ECE, MCE) of max-softmax confidence with ``num_bins`` equal-width bins on (0, 1]."""
-    if not len(y):
-        return float("nan"), float("nan")
+    """(ECE, MCE) of max-softmax confidence with ``num_bins`` equal-width bins on (0, 1].
+
+    Undefined (NaN) without rows or when a row's confidence is (a diverged model's NaN logits).
+    """
     probs = logits.double().softmax(dim=1)
     conf, pred = probs.max(dim=1)
+    if not len(y) or not bool(torch.isfinite(conf).all()):
+        return float("nan"), float("nan")
     correct = (pred == y).double()
     # Bin b holds confidences in (b/B, (b+1)/B]; ceil maps exactly b/B to bin b-1.
     bins = (torch.ceil(conf * num_bins) - 1).clamp(0, num_bins - 1).long()

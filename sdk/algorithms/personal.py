@@ -20,7 +20,7 @@ on-device stage are the same steps on the same rows in the same order; only the 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -140,14 +140,14 @@ def _phase_batches(rows: torch.Tensor, batch_size: int, gen: torch.Generator
 
 
 def choose_lambda(sweep: Mapping[float, Scores]) -> float:
-    """The grid lambda with the best held-out top-1; ties go to the lower NLL."""
-    return max(LAMBDA_GRID, key=lambda lam: (sweep[lam].top1, -sweep[lam].nll))
+    """The swept lambda with the best held-out top-1; ties go to the lower NLL, then the first."""
+    return max(sweep, key=lambda lam: (sweep[lam].top1, -sweep[lam].nll))
 
 
-def choose_lambda_from(logits_at: Callable[[float], torch.Tensor], y: torch.Tensor
-                       ) -> dict[str, Any]:
+def choose_lambda_from(logits_at: Callable[[float], torch.Tensor], y: torch.Tensor,
+                       grid: Sequence[float] = LAMBDA_GRID) -> dict[str, Any]:
     """Choose lambda from held-out logits at each grid value; the client-state ``meta`` entries."""
-    sweep = {lam: scores_from_logits(logits_at(lam), y) for lam in LAMBDA_GRID}
+    sweep = {lam: scores_from_logits(logits_at(lam), y) for lam in grid}
     best = choose_lambda(sweep)
     return {"lambda": best, "lambda_holdout_top1": sweep[best].top1,
             "lambda_holdout_rows": len(y)}
@@ -190,7 +190,7 @@ def run_recipe(recipe: Recipe, session: Session, data: LabeledTensors,
             return torch.cat([session.logits((*(t[i] for t in prepared), data.y[i], lam))
                               for i in held.split(PREDICT_CHUNK)])
 
-        chosen = choose_lambda_from(logits_at, data.y[held])
+        chosen = choose_lambda_from(logits_at, data.y[held], recipe.lambda_grid)
     return RecipeResult(steps, losses, chosen)
 
 

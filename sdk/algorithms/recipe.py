@@ -91,6 +91,7 @@ class Recipe:
     splits: tuple[Split, ...] = ()
     lam: LambdaInput | None = None
     choose_lambda_on: str | None = None  # SuPerFed: re-choose lambda on these rows afterwards
+    lambda_grid: tuple[float, ...] = LAMBDA_GRID  # the lambdas that re-choice compares
 
     def to_card(self) -> dict[str, Any]:
         """The recipe as JSON: the model card's ``training`` section holds these keys."""
@@ -106,7 +107,7 @@ class Recipe:
                 "size": self.lam.size, "fixed": self.lam.fixed,
                 "layer_of": None if self.lam.layer_of is None else list(self.lam.layer_of)},
             "choose_lambda_on": self.choose_lambda_on,
-            "lambda_grid": list(LAMBDA_GRID) if self.choose_lambda_on else None,
+            "lambda_grid": list(self.lambda_grid) if self.choose_lambda_on else None,
         }
 
     @classmethod
@@ -123,6 +124,7 @@ class Recipe:
                 int(lam["size"]), None if lam["layer_of"] is None else tuple(lam["layer_of"]),
                 lam["fixed"]),
             choose_lambda_on=section.get("choose_lambda_on"),
+            lambda_grid=tuple(section.get("lambda_grid") or LAMBDA_GRID),
         )
 
     def split_rows(self, n: int, gen: torch.Generator) -> dict[str, torch.Tensor]:

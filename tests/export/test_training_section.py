@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from pflkit.export import Choice, export_model, load_run_source
 from pflkit.export.device_trainer import DeviceTrainer, TrainingProgramError
@@ -89,3 +90,42 @@ def test_the_checked_bytes_are_what_loads(export, monkeypatch):
     monkeypatch.setattr(Path, "read_bytes", counted)
     DeviceTrainer.from_export(export)
     assert reads.count(PROGRAM_FILE) == 1
+
+
+def test_each_stage_starts_with_fresh_optimizers(export, make_run):
+    """ExecuTorch's SGD keeps momentum between steps: a second stage must not inherit it."""
+    rows = load_run_source(make_run("superfed_mm"), 1).train
+    device = DeviceTrainer.from_export(export)
+    start = device.weights()
+    device.personalize(rows.x[:40], rows.y[:40])
+    first = device.weights()
+    device.load_weights(start)
+    device.personalize(rows.x[:40], rows.y[:40])
+    assert all(torch.equal(first[k], w) for k, w in device.weights().items())
+
+
+def test_a_stage_that_diverges_keeps_the_weights_it_started_from(export, make_run, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(export, folder)
+    card = json.loads((folder / "model_card.json").read_text())
+    card["training"]["optimizers"][0]["lr"] = 1e30
+    (folder / "model_card.json").write_text(json.dumps(card))
+    rows = load_run_source(make_run("superfed_mm"), 1).train
+    device = DeviceTrainer.from_export(folder)
+    start = device.weights()
+    with pytest.raises(TrainingProgramError, match="^training diverged: parameter .* is not "
+                       "finite; the personal weights are kept as they were"):
+        device.personalize(rows.x[:40], rows.y[:40])
+    assert all(torch.equal(start[k], w) for k, w in device.weights().items())
+
+
+def test_lambda_is_chosen_from_the_cards_grid(export, make_run, tmp_path):
+    """The phone compares the card's lambda_grid; Python compared its own 0, 0.1, ..., 1."""
+    folder = tmp_path / "copy"
+    shutil.copytree(export, folder)
+    card = json.loads((folder / "model_card.json").read_text())
+    card["training"]["lambda_grid"] = [0.35]
+    (folder / "model_card.json").write_text(json.dumps(card))
+    rows = load_run_source(make_run("superfed_mm"), 1).train
+    result = DeviceTrainer.from_export(folder).personalize(rows.x[:40], rows.y[:40])
+    assert result.chosen["lambda"] == 0.35

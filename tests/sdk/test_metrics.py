@@ -51,6 +51,13 @@ def test_ece_is_zero_for_perfect_calibration():
     assert ece == pytest.approx(0.0, abs=1e-12) and mce == pytest.approx(0.0, abs=1e-12)
 
 
+def test_a_diverged_models_logits_are_scored_not_a_crash():
+    """NaN logits (a stage that diverged) made bincount fail on the NaN confidence's bin."""
+    logits = torch.tensor([[float("nan"), 0.0], [0.3, 0.1]])
+    scores = scores_from_logits(logits, torch.tensor([0, 0]))
+    assert math.isnan(scores.ece) and math.isnan(scores.mce) and math.isnan(scores.nll)
+
+
 def test_class_weighted_accuracy_matches_the_fedrod_formula():
     y = torch.tensor([0, 0, 1, 1, 2])
     pred = torch.tensor([0, 1, 1, 1, 0])

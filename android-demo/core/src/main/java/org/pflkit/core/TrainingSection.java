@@ -191,6 +191,12 @@ public final class TrainingSection {
       throw Fields.fail("training.inputs", "expected one label input and a lambda input exactly "
           + "when training.lambda is set");
     }
+    for (Input in : inputs) {
+      if (in.from.equals(FROM_LAMBDA) && !(in.shape.length == 1 && in.shape[0] == lambda.size)) {
+        throw Fields.fail("training.inputs", "the lambda input's shape must be [" + lambda.size
+            + "] (training.lambda.size)");
+      }
+    }
   }
 
   private static float[] defaultGrid() {
