@@ -111,13 +111,29 @@ class DeviceTrainer:
 
     def step(self, optimizer: str, inputs: tuple[torch.Tensor, ...]) -> float:
         """One ``forward_backward`` of ``train`` and one SGD step of ``optimizer``."""
-        loss = self.module.forward_backward(self.train_method, _contiguous(inputs))[0]
+        if optimizer not in self.optimizers:
+            raise TrainingProgramError(f"no optimizer named {optimizer!r} (the card's: "
+                                       f"{', '.join(self.optimizers)})")
+        loss = self._forward_backward(inputs)[0]
         self.optimizers[optimizer].step(self.module.named_gradients())
         return float(loss)
 
     def logits(self, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """The ``logits`` output (the gradients computed on the way are dropped)."""
-        return self.module.forward_backward(self.train_method, _contiguous(inputs))[1]
+        return self._forward_backward(inputs)[1]
+
+    def _forward_backward(self, inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+        """The train method on one batch; a batch it cannot take is one line, not a C++ code."""
+        rows, most = len(inputs[0]), self.section["max_batch"]
+        if not 1 <= rows <= most:
+            raise TrainingProgramError(f"a batch of {rows} rows: the program takes 1..{most} "
+                                       "(training.max_batch)")
+        try:
+            return self.module.forward_backward(self.train_method, _contiguous(inputs))
+        except RuntimeError as err:
+            raise TrainingProgramError(f"the program cannot run these inputs ("
+                                       f"{str(err).splitlines()[0]}): training.inputs lists "
+                                       "the shapes and dtypes it takes") from err
 
     def weights(self) -> State:
         """Copies of the personal weights."""

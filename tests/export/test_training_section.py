@@ -129,3 +129,23 @@ def test_lambda_is_chosen_from_the_cards_grid(export, make_run, tmp_path):
     rows = load_run_source(make_run("superfed_mm"), 1).train
     result = DeviceTrainer.from_export(folder).personalize(rows.x[:40], rows.y[:40])
     assert result.chosen["lambda"] == 0.35
+
+
+def test_a_batch_the_program_cannot_take_is_one_line(export, make_run):
+    """Session-level calls: were 'error: 0x10' from the runtime, a KeyError, or a NaN loss."""
+    rows = load_run_source(make_run("superfed_mm"), 1).train
+    device = DeviceTrainer.from_export(export)
+    lam = device.recipe.lam.constant(0.5)
+
+    def batch(n: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
+        return (rows.x[:n].to(dtype), rows.y[:n], lam)
+
+    for call, match in [(lambda: device.step("local", batch(65)), "a batch of 65 rows: the "
+                         r"program takes 1..64 \(training.max_batch\)"),
+                        (lambda: device.logits(batch(0)), "a batch of 0 rows"),
+                        (lambda: device.step("nope", batch(4)), "no optimizer named 'nope'"),
+                        (lambda: device.step("local", batch(4, torch.float64)),
+                         "the program cannot run these inputs")]:
+        with pytest.raises(TrainingProgramError, match=match) as err:
+            call()
+        assert "\n" not in str(err.value)
