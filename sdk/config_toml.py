@@ -2,11 +2,16 @@
 
 Overrides address dotted TOML keys (``training.lr``) and their values are parsed as TOML, so a
 command-line override means exactly what the same line in the file would.
+
+A config is read only up to :data:`MAX_CONFIG_BYTES` and nested at most :data:`MAX_DEPTH` deep:
+a wrong ``--config`` (a dataset file, ``/dev/zero``) or a hostile one is one line, not a run
+out of memory or of stack (docs/simulator.md).
 """
 
 from __future__ import annotations
 
 import re
+import sys
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -14,21 +19,54 @@ from typing import Any
 
 from pflkit.sdk.config_types import ConfigError
 
+MAX_CONFIG_BYTES = 1_000_000  # a run config is a few KB; pfl-server takes one of at most this
+MAX_DEPTH = 32  # tables and arrays nested in one another ([algorithm.params] is 3 deep)
+
 
 def parse_toml(text: str, source: str = "config") -> dict[str, Any]:
     """Parse TOML; a syntax error is a one-line :class:`ConfigError` naming ``source``."""
     try:
-        return tomllib.loads(text)
+        parsed = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{source}: not valid TOML ({err})") from None
+    except (RecursionError, ValueError) as err:
+        raise ConfigError(f"{source}: {_beyond_limits(err)}") from None
+    return _within_depth(parsed, source)
+
+
+def _beyond_limits(err: RecursionError | ValueError) -> str:
+    """What tomllib could not read though it is TOML: Python's stack or digit limit."""
+    if isinstance(err, RecursionError):
+        return f"tables and arrays nested more than {MAX_DEPTH} deep"
+    return f"a number of more than {sys.get_int_max_str_digits()} digits"
+
+
+def _within_depth(value: Any, source: str) -> Any:
+    """``value``, unless tables and arrays nest in it more than :data:`MAX_DEPTH` deep."""
+    level, depth = [value], 0
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{source}: tables and arrays nested more than {MAX_DEPTH} deep")
+        level = [child for node in level if isinstance(node, dict | list)
+                 for child in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(child, dict | list)]
+    return value
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """A TOML file's contents; unreadable, not UTF-8 or not TOML: a one-line ConfigError."""
+    """A TOML file's contents; unreadable, too large, not UTF-8 or not TOML: a ConfigError line.
+
+    At most :data:`MAX_CONFIG_BYTES` are read, whatever the file is (``/dev/zero`` too).
+    """
     try:
-        data = path.read_bytes()
+        with path.open("rb") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
     except OSError as err:
         raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes, the most a config "
+                          "may hold (is it the config file?)")
     try:
         text = data.decode()
     except UnicodeDecodeError:
@@ -36,16 +74,20 @@ def read_toml(path: Path) -> dict[str, Any]:
     return parse_toml(text, str(path))
 
 
-def parse_value(text: str) -> Any:
+def parse_value(text: str, key: str = "--set") -> Any:
     """A ``--set`` value as TOML (``0.05``, ``true``, ``[1, 2]``, ``"2"``); else the raw text.
 
     So ``--set data.dataset=digits`` needs no quotes, and ``--set rounds='"2"'`` is the string
-    "2" (refused by the schema like the same line in a file).
+    "2" (refused by the schema like the same line in a file). TOML beyond the limits of a
+    file (too deep, too many digits) is a ConfigError naming ``key``.
     """
     try:
-        return tomllib.loads(f"value = {text}")["value"]
+        value = tomllib.loads(f"value = {text}")["value"]
     except tomllib.TOMLDecodeError:
         return text
+    except (RecursionError, ValueError) as err:
+        raise ConfigError(f"{key}: {_beyond_limits(err)}") from None
+    return _within_depth(value, key)
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
@@ -55,7 +97,7 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[st
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set expects KEY=VALUE (e.g. training.lr=0.05), got {item!r}")
-        set_key(out, key.strip(), parse_value(value.strip()))
+        set_key(out, key.strip(), parse_value(value.strip(), key.strip()))
     return out
 
 

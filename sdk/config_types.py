@@ -28,9 +28,17 @@ NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 Float = Annotated[float, Strict()]
 PositiveFloat = Annotated[float, Strict(), Field(gt=0)]
 NonNegativeFloat = Annotated[float, Strict(), Field(ge=0)]
-Name = Annotated[str, Strict(), Field(min_length=1)]
 Text = Annotated[str, Strict()]
 Bool = Annotated[bool, Strict()]
+SHOWN = 80  # characters of a bad value an error line shows
+
+
+def shown(value: object) -> str:
+    """``repr(value)``, cut to :data:`SHOWN` characters: an error stays one readable line."""
+    if isinstance(value, int) and value.bit_length() > 4 * SHOWN:  # repr may even refuse it
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= SHOWN else f"{text[:SHOWN - 3]}..."
 
 
 def in_range(low: float, high: float, *, open_low: bool = False,
@@ -40,19 +48,49 @@ def in_range(low: float, high: float, *, open_low: bool = False,
     Its one-line message names the whole range (``must be in (0, 10], got 1e+300``), not just
     the bound that was crossed; float bounds (``0.0``) are shown as ``0``, int bounds as ints.
     """
-    shown = f"{'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}" \
+    bounds = f"{'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}" \
         if isinstance(low, float) else f"[{low}, {high}]"
 
     def check(value: float) -> float:
         inside = low <= value <= high and not (open_low and value == low) \
             and not (open_high and value == high)
         if not inside:  # NaN too: every comparison with it is False
-            raise ValueError(f"must be in {shown}, got {value!r}")
+            raise ValueError(f"must be in {bounds}, got {shown(value)}")
         return value
 
     return AfterValidator(check)
 
 
+MAX_NAME = 200  # characters of a model, dataset or method name (import paths included)
+
+
+def plain_name(name: str) -> bool:
+    """Whether ``name`` may name code: 1 to MAX_NAME printable characters, none a space.
+
+    Every error about a name echoes it: no newline or escape sequence gets into one.
+    """
+    return 0 < len(name) <= MAX_NAME and all(c.isprintable() and not c.isspace() for c in name)
+
+
+def _plain_name(name: str) -> str:
+    if not plain_name(name):  # its length is checked first, by Field
+        raise ValueError(f"must be printable characters without spaces, got {shown(name)}")
+    return name
+
+
+# a built-in name, package.module:attr or an entry point (sdk/registry.py)
+Name = Annotated[str, Strict(), Field(min_length=1, max_length=MAX_NAME),
+                 AfterValidator(_plain_name)]
+MAX_PATH = 4096  # characters of a path (Linux's PATH_MAX)
+
+
+def _path_text(path: str) -> str:
+    if "\0" in path:  # no file system takes one: open() would raise "embedded null byte"
+        raise ValueError("must not contain a NUL character")
+    return path
+
+
+PathText = Annotated[str, Strict(), Field(max_length=MAX_PATH), AfterValidator(_path_text)]
 Fraction = Annotated[float, Strict(), in_range(0.0, 1.0)]  # a share
 # Ranges shared by the run config, a client's task and LocalTraining (docs/simulator.md).
 LearningRate = Annotated[float, Strict(), in_range(0.0, 10.0, open_low=True)]
@@ -143,9 +181,14 @@ def describe(err: ValidationError, key: Callable[[Sequence[Any]], str] = ".".joi
         msg = first["msg"]
         reason = msg[0].lower() + msg[1:]
     where = key(loc) if loc else ""
-    shown = "" if kind in _MESSAGES or kind == "value_error" or isinstance(first["input"], dict) \
-        else f", got {first['input']!r}"
-    more = len(err.errors()) - 1
+    got = "" if kind in _MESSAGES or kind == "value_error" or isinstance(first["input"], dict) \
+        else f", got {shown(first['input'])}"
+    more = err.error_count() - 1  # errors() builds each one: 3 s for 110 000 unknown keys
     tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
-    text = f"{where}: {reason}{shown}{tail}" if where else f"{reason}{shown}{tail}"
-    return " ".join(text.split())
+    text = f"{where}: {reason}{got}{tail}" if where else f"{reason}{got}{tail}"
+    return _escaped(" ".join(text.split()))
+
+
+def _escaped(text: str) -> str:
+    """Each unprintable character as its escape: a terminal shows a chosen key, never obeys it."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)

@@ -110,10 +110,19 @@ def _entry_points(kind: str) -> dict[str, EntryPoint]:
 
 
 def import_path(kind: str, ref: str) -> object:
-    """The object ``package.module:attr`` names (``attr`` may be dotted: ``Outer.inner``)."""
+    """The object ``package.module:attr`` names (``attr`` may be dotted: ``Outer.inner``).
+
+    ``attr`` names a public attribute of the module, never a module it imported nor a private
+    one (``myapp.nets:torch.hub.load``, ``myapp.nets:__builtins__``): what an import path
+    reaches is what the package before ``:`` holds, the name an :class:`ImportPolicy` checks.
+    """
     module_name, _, attr = ref.partition(":")
     if not _is_import_path(ref):
         raise ExtensionError(f"{kind} '{ref}': an import path looks like 'package.module:attr'")
+    private = next((part for part in attr.split(".") if part.startswith("_")), None)
+    if private is not None:
+        raise ExtensionError(f"{kind} '{ref}': '{private}' is private: an import path names "
+                             "a public attribute")
     try:
         obj: object = importlib.import_module(module_name)
     except Exception as err:  # any error raised while importing the user's module
@@ -125,6 +134,9 @@ def import_path(kind: str, ref: str) -> object:
         except AttributeError as err:
             raise ExtensionError(f"{kind} '{ref}': {module_name} has no attribute "
                                  f"'{attr}'") from err
+        if inspect.ismodule(obj):
+            raise ExtensionError(f"{kind} '{ref}': '{part}' is the module {obj.__name__}: "
+                                 "name a module before the ':' of an import path")
     return obj
 
 

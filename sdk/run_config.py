@@ -49,12 +49,13 @@ from pflkit.sdk.config_types import (
     Fraction,
     LearningRate,
     Name,
+    PathText,
     Rounds,
     Seed,
-    Text,
     describe,
     fields_at,
     in_range,
+    plain_name,
 )
 from pflkit.sdk.config_types import ConfigError as ConfigError  # re-exported: callers catch it
 from pflkit.sdk.data.datasets import dataset_source
@@ -109,7 +110,7 @@ class DataConfig(PartitionConfig):
     """Which dataset, where its files are, and how it is dealt to clients (the partition keys)."""
 
     dataset: Name = "fmnist"  # built-in name, package.module:attr, or an entry point
-    root: Text | None = None  # folder with the dataset files (None: the dataset's defaults)
+    root: PathText | None = None  # folder with the dataset files (None: the dataset's defaults)
     # square side to resize images to (e.g. 32 for LeNet-5); 512 is the most: 3 x 512 x 512
     # inputs already give a two-layer MLP 157 M weights
     resize: Annotated[int, Strict(), in_range(1, 512)] | None = None
@@ -248,7 +249,7 @@ def _check_imports(raw: Mapping[str, Any], imports: ImportPolicy) -> None:
         section, name = key.split(".")
         table = raw.get(section)
         ref = table.get(name) if isinstance(table, dict) else None
-        if isinstance(ref, str):
+        if isinstance(ref, str) and plain_name(ref):  # else validation refuses it
             try:
                 imports.check(kind, ref)
             except ExtensionError as err:
