@@ -113,8 +113,10 @@ def import_path(kind: str, ref: str) -> object:
     """The object ``package.module:attr`` names (``attr`` may be dotted: ``Outer.inner``).
 
     ``attr`` names a public attribute of the module, never a module it imported nor a private
-    one (``myapp.nets:torch.hub.load``, ``myapp.nets:__builtins__``): what an import path
-    reaches is what the package before ``:`` holds, the name an :class:`ImportPolicy` checks.
+    one (``myapp.nets:torch.hub.load``, ``myapp.nets:__builtins__``), nor a Python function or
+    class another package defines (``myapp.nets:dumps`` after ``from json import dumps``): what
+    an import path reaches is the package before ``:``'s own code, the name an
+    :class:`ImportPolicy` checks. A C function is not checked (``os:getcwd`` is ``posix``'s).
     """
     module_name, _, attr = ref.partition(":")
     if not _is_import_path(ref):
@@ -137,6 +139,11 @@ def import_path(kind: str, ref: str) -> object:
         if inspect.ismodule(obj):
             raise ExtensionError(f"{kind} '{ref}': '{part}' is the module {obj.__name__}: "
                                  "name a module before the ':' of an import path")
+    home = getattr(obj, "__module__", None) or module_name  # C functions: see the docs
+    if (inspect.isfunction(obj) or inspect.isclass(obj)) and \
+            home.partition(".")[0] != module_name.partition(".")[0]:
+        raise ExtensionError(f"{kind} '{ref}': '{attr}' is {home}'s, imported by "
+                             f"{module_name}: name it in the package that defines it")
     return obj
 
 

@@ -29,11 +29,19 @@ def net(shape, num_classes):
 '''
 
 OUTER = '''\
+from json import dumps
+
 import {inner}
+from pflkit.sdk.models import two_nn
+
+
+def own_net(shape, num_classes):
+    return two_nn(shape, num_classes)
 
 
 class Holder:
     net = staticmethod({inner}.net)
+    own = staticmethod(own_net)
 '''
 
 
@@ -89,12 +97,26 @@ def test_a_private_attribute_is_refused_before_importing(packages, attr, private
 
 
 def test_public_attributes_of_the_allowed_package_still_resolve(packages):
-    """A dotted attribute of a class the package defines (``Holder.net``) still resolves."""
+    """A dotted attribute of a class the package defines (``Holder.own``) still resolves."""
     outer, inner = packages
     device = ImportPolicy.allowing([outer], "allow_imports")
-    task = TaskConfig.from_wire(task_wire(f"{outer}.nets:Holder.net"), device)
+    task = TaskConfig.from_wire(task_wire(f"{outer}.nets:Holder.own"), device)
     assert task.build().new_model().head.out_features == 10
-    assert sys.modules[inner].CALLS == ["net"]
+    assert sys.modules[inner].CALLS == []
+
+
+@pytest.mark.parametrize("attr,home", [("Holder.net", "inner"), ("dumps", "json")])
+def test_a_function_another_package_defines_is_not_reached_through_the_allowed_one(
+        packages, attr, home):
+    """``from json import dumps`` or a class attribute holding inner's function: not outer's."""
+    outer, inner = packages
+    device = ImportPolicy.allowing([outer], "allow_imports")
+    home = inner if home == "inner" else home
+    with pytest.raises(ExtensionError, match=f"^model '{outer}.nets:{attr}': '{attr}' is "
+                       f"{home}'s, imported by {outer}.nets: name it in the package that "
+                       "defines it$"):
+        TaskConfig.from_wire(task_wire(f"{outer}.nets:{attr}"), device).build().new_model()
+    assert sys.modules[inner].CALLS == []
 
 
 def test_a_device_refuses_a_run_whose_model_it_cannot_build_before_it_enrolls(
