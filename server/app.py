@@ -23,6 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pflkit.sdk.heap import return_large_buffers_to_the_os
@@ -38,6 +39,7 @@ from pflkit.server.api import (
     tokens,
     updates,
 )
+from pflkit.server.db import driver_message
 from pflkit.server.errors import ServiceError
 from pflkit.server.http_protocol import BoundedHeadProtocol
 from pflkit.server.service import build_service
@@ -47,6 +49,18 @@ from pflkit.server.ticker import WAKE_ENV, wake
 
 log = logging.getLogger(__name__)
 API_VERSION = "v1"
+STORAGE_RETRY_AFTER = 10  # seconds a client waits after a 503: a disk filled, a database away
+
+
+def storage_problem(err: OSError | OperationalError) -> str:
+    """A failure of the server's storage, in one line without paths or SQL (for the client).
+
+    ``No space left on device``, or the database driver's error class: the operator's log
+    has the full message.
+    """
+    if isinstance(err, OSError):
+        return f"the server cannot read or write its files ({err.strerror or type(err).__name__})"
+    return f"the server's database is unavailable ({type(err.orig).__name__})"
 
 
 class ServerTiming:
@@ -125,6 +139,17 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         if err.status == 401:
             headers["WWW-Authenticate"] = "Bearer"
         return JSONResponse({"detail": err.message}, status_code=err.status, headers=headers)
+
+    @app.exception_handler(OSError)
+    @app.exception_handler(OperationalError)
+    async def _storage_failed(request: Request, err: OSError | OperationalError) -> JSONResponse:
+        # a full disk or an unreachable database is the server's, and passes: 503 with
+        # Retry-After (devices retry, nothing was acknowledged), and one log line per request
+        # instead of a traceback
+        log.error("%s %s: %s: %s", request.method, request.url.path, type(err).__name__,
+                  driver_message(err) if isinstance(err, OperationalError) else err)
+        return JSONResponse({"detail": f"{storage_problem(err)}; retry later"}, status_code=503,
+                            headers={RETRY_AFTER: str(STORAGE_RETRY_AFTER)})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:

@@ -9,6 +9,7 @@ mid-write leaves its temp file (``ab/.<hash>.<random>``, ~0.8 MB for an update),
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -25,6 +26,8 @@ def private_dir(path: Path) -> Path:
     Blobs are clients' updates and the run's models; the database holds secrets' hashes.
     """
     path = Path(path)
+    if path.exists() and not path.is_dir():  # mkdir would say "File exists"
+        raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(path))
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.chmod(0o700)
     return path

@@ -16,16 +16,19 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 import uvicorn
 from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 
 from pflkit.sdk.console import entry_point
 from pflkit.sdk.registry import add_project_path
 from pflkit.server.admin_settings import SettingsError, exposed_warning, read_token_file
+from pflkit.server.db import driver_message, shown_url
 from pflkit.server.errors import ServiceError
 from pflkit.server.http_protocol import BoundedHeadProtocol
 from pflkit.server.service import build_service
@@ -33,6 +36,15 @@ from pflkit.server.settings import ENV_PREFIX, ServerSettings, explain
 from pflkit.server.ticker import WAKE_ENV, Ticker
 
 app = typer.Typer(add_completion=False, help=__doc__)
+
+
+class LogLevel(StrEnum):
+    """``--log-level``: another word was a traceback from logging at start."""
+
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
 
 
 @app.callback()
@@ -95,7 +107,7 @@ def serve(
                               ] = None,
     tls_certfile: Annotated[Path | None, typer.Option()] = None,
     tls_keyfile: Annotated[Path | None, typer.Option()] = None,
-    log_level: Annotated[str, typer.Option()] = "info",
+    log_level: Annotated[LogLevel, typer.Option(case_sensitive=False)] = LogLevel.info,
 ) -> None:
     """Prepare the database, then serve the API until interrupted."""
     flags = {"data_dir": data_dir, "database_url": database_url, "run_config": run_config,
@@ -128,7 +140,7 @@ def serve(
             os.environ[f"{ENV_PREFIX}{name.upper()}"] = str(value)
     if config is not None:
         os.environ[f"{ENV_PREFIX}CONFIG_FILE"] = str(config)
-    logging.basicConfig(level=log_level.upper(),
+    logging.basicConfig(level=log_level.value.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     add_project_path()  # run configs may name module:attr paths (uvicorn workers inherit it)
     # imported here, not at the top: uvicorn's workers re-import this module (multiprocessing
@@ -151,8 +163,16 @@ def serve(
     except ValidationError as err:
         typer.echo(f"pfl-server: {explain(err)}", err=True)
         raise typer.Exit(2) from err
-    except (ConfigError, ServiceError, OSError) as err:
+    except (ConfigError, ServiceError) as err:
         typer.echo(f"pfl-server: {err}", err=True)
+        raise typer.Exit(2) from err
+    except OSError as err:  # a folder that is a file, no permission: name it, no "[Errno 20]"
+        where = f"{err.filename}: {err.strerror}" if err.filename and err.strerror else err
+        typer.echo(f"pfl-server: {where}", err=True)
+        raise typer.Exit(2) from err
+    except SQLAlchemyError as err:  # not a database file, unreachable, a bad URL: one line
+        typer.echo(f"pfl-server: database {shown_url(settings.db_url)}: {driver_message(err)}",
+                   err=True)
         raise typer.Exit(2) from err
     if reopened:
         logging.getLogger(__name__).warning("reopened %d round(s) a crash left closing", reopened)
@@ -165,7 +185,7 @@ def serve(
     try:
         uvicorn.run("pflkit.server.app:create_app", factory=True, host=settings.host,
                     http=BoundedHeadProtocol, port=settings.port, workers=settings.workers,
-                    log_level=log_level, ssl_certfile=settings.tls_certfile,
+                    log_level=log_level.value, ssl_certfile=settings.tls_certfile,
                     ssl_keyfile=settings.tls_keyfile, timeout_graceful_shutdown=5,
                     timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]
                     # a worker importing PyTorch (a run created, an algorithm query) on a busy

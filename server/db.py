@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from pflkit.server.orm import Base
@@ -15,9 +17,9 @@ from pflkit.server.orm import Base
 def make_engine(url: str) -> Engine:
     """Create an engine; SQLite gets WAL, full fsync on commit, a generous busy timeout."""
     if url.startswith("sqlite"):
-        database = url.split("///", 1)[-1]
-        if database and database != ":memory:":
-            _private_sqlite_file(Path(database))
+        database = sqlite_file(url)
+        if database is not None:
+            _private_sqlite_file(database)
         engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")
@@ -33,6 +35,12 @@ def make_engine(url: str) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (None: another database, or SQLite in memory)."""
+    database = url.split("///", 1)[-1] if url.startswith("sqlite") else ""
+    return Path(database) if database and database != ":memory:" else None
 
 
 def _private_sqlite_file(path: Path) -> None:
@@ -51,3 +59,17 @@ def init_db(engine: Engine) -> sessionmaker[Session]:
     """Create missing tables; return the session factory."""
     Base.metadata.create_all(engine)
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def shown_url(url: str) -> str:
+    """A database URL as an error may show it: without its password."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:  # not a URL at all: nothing in it can be told from a password
+        return "(not a SQLAlchemy URL)"
+
+
+def driver_message(err: SQLAlchemyError) -> str:
+    """The database driver's message on one line (SQLAlchemy's adds the statement, a link)."""
+    orig = getattr(err, "orig", None)
+    return " ".join(str(orig if orig is not None else err).split())

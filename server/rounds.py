@@ -144,12 +144,12 @@ class RoundKeeper:
                                 .order_by(Update.client_id)).all()
         try:
             self._close_claimed(run, rnd, list(updates))
-        except Exception:
+        except Exception as err:
             with self.store.transaction() as s:
                 s.execute(update(Round).where(Round.id == round_id, Round.status == "closing",
                                               Round.claimed_at == rnd.claimed_at)
                           .values(status="open", claimed_at=None))
-            log.warning("run %d: closing round %d failed; it is open again", run.id, rnd.index)
+            err.add_note(f"run {run.id}: closing round {rnd.index} failed; it is open again")
             raise
 
     def _close_claimed(self, run: Run, rnd: Round, updates: list[Update]) -> None:

@@ -15,6 +15,7 @@ import select
 import socket
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WAKE_ENV = "PFL_SERVER_WAKE_SOCKET"
+REMIND_SECONDS = 60.0  # a failure that repeats every tick is logged again this often, in a line
 
 
 def wake(path: str | None) -> None:
@@ -54,11 +56,14 @@ class Ticker(threading.Thread):
 
     def run(self) -> None:
         """Tick, wait for a wake-up or the timer, drain the wake-ups, repeat."""
+        failures = _Failures()
         while not self._stopped.is_set():
             try:
                 self.keeper.tick()
-            except Exception:
-                log.exception("round ticker failed; retrying")
+            except Exception as err:
+                failures.failed(err)
+            else:
+                failures.passed()
             ready, _, _ = select.select([self._socket], [], [], self.tick_seconds)
             if ready:
                 self._drain()
@@ -81,3 +86,34 @@ class Ticker(threading.Thread):
         self._socket.close()
         Path(self.socket_path).unlink(missing_ok=True)
         os.rmdir(self._folder)
+
+
+class _Failures:
+    """Logs a tick's failure: with its traceback when new, then one line a minute until it passes.
+
+    A close that fails for a lasting reason (the disk full, the database away) fails every
+    tick: a traceback each time was about 30 lines a second, filling the disk further.
+    """
+
+    def __init__(self) -> None:
+        self.text: str | None = None  # the failure going on, as "Type: message"
+        self.count = 0
+        self.reminded = 0.0  # time.monotonic() of its last log line
+
+    def failed(self, err: Exception) -> None:
+        notes = getattr(err, "__notes__", [])  # which round (RoundKeeper.close_round)
+        text = " ".join(" ".join([f"{type(err).__name__}: {err}", *notes]).split())
+        now = time.monotonic()
+        if text != self.text:
+            self.text, self.count, self.reminded = text, 0, now
+            log.exception("round ticker failed; retrying every tick, this error is logged "
+                          "again once a minute while it lasts")
+        elif now - self.reminded >= REMIND_SECONDS:
+            log.error("round ticker still failing (%d more times): %s", self.count, text)
+            self.count, self.reminded = 0, now
+        self.count += 1
+
+    def passed(self) -> None:
+        if self.text is not None:
+            log.warning("round ticker works again after: %s", self.text)
+        self.text = None

@@ -10,10 +10,10 @@ from pflkit.sdk.protocol import MAX_ID
 
 
 class HealthPublic(BaseModel):
-    """Liveness and database reachability."""
+    """Liveness and database reachability (``error`` / ``unavailable`` come with a 503)."""
 
-    status: Literal["ok"]
-    database: Literal["ok"]
+    status: Literal["ok", "error"]
+    database: Literal["ok", "unavailable"]
 
 
 class JsonIn(BaseModel):
