@@ -9,6 +9,10 @@ export leaves no half-written model behind.
 The card embedded in each artifact is the final card with empty ``artifacts`` and ``parity``
 (an artifact cannot contain its own hash, and parity is measured after writing it) and an
 ``embedded_in`` entry naming that artifact's file, format and precision.
+
+A new client's model (one built from a class distribution alone) is scored class-weighted under
+that distribution beside the generic model (the card's ``versus_generic``), since its plain
+accuracy on the balanced test set undersells a model made for a skewed client.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from pflkit.export.contract import Exportable, ExportError
 from pflkit.export.formats import FORMATS, Format
 from pflkit.export.golden import MAX_GOLDEN_SAMPLES, golden_document
@@ -36,8 +42,8 @@ from pflkit.export.training_program import (
     trainer_export,
     write_trainer,
 )
-from pflkit.export.verify import verify
-from pflkit.sdk.algorithms.inference import Choice
+from pflkit.export.verify import verify, versus_generic
+from pflkit.sdk.algorithms.inference import DISTRIBUTION, Choice
 from pflkit.sdk.tensorio import atomic_write_bytes
 
 SCHEMA = "pflkit.model-card/2"
@@ -117,6 +123,14 @@ def _scratch_folder(out: Path) -> Path:
                           f"({err.filename or out.parent})") from err
 
 
+def _new_client_distribution(source: Source, choice: Choice) -> torch.Tensor | None:
+    """The class distribution a new client's model is built from (None: not such a model)."""
+    for spec in source.algorithm.inference.choices:
+        if spec.new_client and spec.kind == DISTRIBUTION and spec.name in choice.values:
+            return torch.as_tensor(choice.values[spec.name], dtype=torch.float64)
+    return None
+
+
 def export_model(source: Source, choice: Choice, out_dir: Path,
                  formats: Sequence[str] = ("onnx", "executorch"), *, int8: bool = False,
                  force_int8: bool = False,
@@ -151,6 +165,11 @@ def export_model(source: Source, choice: Choice, out_dir: Path,
     new_client = for_new_client(source.algorithm.inference.choices, choice)
     if new_client:  # known only by its choice (e.g. its classes): a new client
         card["source"]["new_client"] = True
+    weights = _new_client_distribution(source, choice)
+    if weights is not None:
+        card["versus_generic"] = versus_generic(
+            ex, source.algorithm.inference.global_model(source.global_state), source.test,
+            weights)
     if trainer and (choice.head == "generic" or new_client
                     or ("run" in source.info and source.info.get("client") is None)):
         raise ExportError("--trainer trains one client's personal part: give --client N "
@@ -168,7 +187,8 @@ def export_model(source: Source, choice: Choice, out_dir: Path,
                 file = f"model{'_int8' if calibration is not None else ''}.{fmt.suffix}"
                 fmt.write(ex, tmp / file, embedded_card(card, file, fmt.name, precision), sample,
                           calibration)
-                entry = verify(ex, fmt.load(tmp / file), source.test, file, precision)
+                entry = verify(ex, fmt.load(tmp / file), source.test, file, precision,
+                               weights)
                 drop = entry.get("accuracy_drop_points", 0.0)
                 if drop > max_int8_drop_points and not force_int8:
                     at = f" at {entry['runtime_input']} = {entry['accuracy_drop_value']}" \

@@ -9,6 +9,11 @@ top-1 of each value in the card (an int8 file that ignored the input shows up at
 values); and out-of-range values must give exactly the output of the clamped value in the
 artifact itself (NaN: the input's ``nan`` value). The card's entries are keyed by the input's
 name (``runtime_input``), never by a method's.
+
+A new client's model (built from its class distribution alone) is also scored class-weighted,
+each test row weighted by that distribution (FedRoD eq. 20): on the balanced test set its
+plain top-1 undersells a model made for a skewed client. :func:`versus_generic` puts the
+generic model's two numbers beside the exported model's.
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import nn
 
 from pflkit.export.contract import Exportable, ExportError
 from pflkit.export.formats import Runner
 from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.metrics import class_weighted_accuracy
+from pflkit.sdk.metrics import predict as predict_logits
 
 BATCH_SIZES = (1, 7, 32)
 FP32_TOLERANCE = 1e-4
@@ -59,11 +67,35 @@ def clamp_cases(ex: Exportable) -> list[tuple[float, float]]:
             (-math.inf, low), (math.inf, high), (math.nan, ex.runtime.nan)]
 
 
-def _scores(logits: torch.Tensor, eager: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+def _scores(logits: torch.Tensor, eager: torch.Tensor, y: torch.Tensor,
+            weights: torch.Tensor | None) -> dict[str, float | None]:
     pred, ref = logits.argmax(1), eager.argmax(1)
-    return {"top1_agreement": float((pred == ref).float().mean()),
-            "test_top1_eager": float((ref == y).float().mean()),
-            "test_top1_artifact": float((pred == y).float().mean())}
+    scores: dict[str, float | None] = {
+        "top1_agreement": float((pred == ref).float().mean()),
+        "test_top1_eager": float((ref == y).float().mean()),
+        "test_top1_artifact": float((pred == y).float().mean())}
+    if weights is not None:
+        scores["class_weighted_top1_eager"] = _class_weighted(ref, y, weights)
+        scores["class_weighted_top1_artifact"] = _class_weighted(pred, y, weights)
+    return scores
+
+
+def _class_weighted(pred: torch.Tensor, y: torch.Tensor, weights: torch.Tensor) -> float | None:
+    """Class-weighted top-1; None (JSON null) when no test row is of a class ``weights`` has."""
+    accuracy = class_weighted_accuracy(pred, y, weights)
+    return None if math.isnan(accuracy) else accuracy
+
+
+def versus_generic(ex: Exportable, generic: nn.Module, test: LabeledTensors,
+                   weights: torch.Tensor) -> dict[str, Any]:
+    """The exported (eager) and the generic model's test top-1, plain and class-weighted."""
+    value = ex.runtime.default if ex.runtime else None
+    models = {"exported": predict(lambda feeds: ex.eager(*feeds), ex, test.x, value),
+              "generic": predict_logits(generic, test)}
+    return {"test_rows": len(test), **{
+        name: {"test_top1": float((logits.argmax(1) == test.y).float().mean()),
+               "class_weighted_top1": _class_weighted(logits.argmax(1), test.y, weights)}
+        for name, logits in models.items()}}
 
 
 def _check_clamping(ex: Exportable, run: Runner, x: torch.Tensor, file: str) -> list[str]:
@@ -80,9 +112,13 @@ def _check_clamping(ex: Exportable, run: Runner, x: torch.Tensor, file: str) -> 
     return checked
 
 
-def verify(ex: Exportable, run: Runner, test: LabeledTensors, file: str, precision: str
-           ) -> dict[str, Any]:
-    """Compare an artifact with eager PyTorch; the card's parity entry (raises on fp32 drift)."""
+def verify(ex: Exportable, run: Runner, test: LabeledTensors, file: str, precision: str,
+           weights: torch.Tensor | None = None) -> dict[str, Any]:
+    """Compare an artifact with eager PyTorch; the card's parity entry (raises on fp32 drift).
+
+    ``weights``: a new client's class distribution; the entry then also holds the
+    class-weighted top-1 under it (``class_weighted_top1_eager`` / ``_artifact``).
+    """
     values = checked_values(ex)
     diff = 0.0
     for value in values:
@@ -94,7 +130,7 @@ def verify(ex: Exportable, run: Runner, test: LabeledTensors, file: str, precisi
     for value in values:
         eager = predict(lambda feeds: ex.eager(*feeds), ex, test.x, value)
         per_value.append({"value": value, **_scores(predict(run, ex, test.x, value), eager,
-                                                  test.y)})
+                                                  test.y, weights)})
     headline = next(p for p in per_value
                     if p["value"] == (ex.runtime.default if ex.runtime else None))
     entry: dict[str, Any] = {

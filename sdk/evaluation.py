@@ -3,7 +3,8 @@
 ``own``: the client's personalized model on the client's own test rows (SuPerFed protocol).
 ``class_weighted``: the same model on the GLOBAL test set, each row weighted by the client's
 train class proportion (FedRoD / PFL-MoE "local test"). ``global_plain``: unweighted accuracy
-on the global test set (PFL-MoE "global test").
+on the global test set (PFL-MoE "global test"). :func:`versus_baseline` pairs two models'
+reports client by client (FedRoD's zero-shot head against the generic model).
 """
 
 from __future__ import annotations
@@ -102,3 +103,29 @@ def summarize(reports: Iterable[ClientReport]) -> dict[str, float]:
         out[f"{name}_mean"], out[f"{name}_std"] = mean, std
     return out
 
+
+
+PAIRED_PROTOCOLS = ("class_weighted", "own_top1")
+
+
+def versus_baseline(reports: Iterable[ClientReport], baseline: Iterable[ClientReport]
+                    ) -> dict[str, dict[str, int]]:
+    """Per protocol, on how many clients ``reports`` beat, tie or lose to ``baseline``.
+
+    Paired client by client (same rows, same weights), because two means can hide that most
+    clients lose. A client without a number for a protocol (no own test rows) is left out of
+    that protocol's count; a protocol no client has a number for is absent.
+    """
+    out: dict[str, dict[str, int]] = {}
+    pairs = list(zip(reports, baseline, strict=True))
+    if any(r.client_id != b.client_id for r, b in pairs):
+        raise ValueError("versus_baseline pairs the reports of the same clients in one order")
+    for protocol in PAIRED_PROTOCOLS:
+        scored = [(getattr(r, protocol), getattr(b, protocol)) for r, b in pairs]
+        scored = [(m, g) for m, g in scored if not (math.isnan(m) or math.isnan(g))]
+        if scored:
+            out[protocol] = {"clients": len(scored),
+                             "beats": sum(m > g for m, g in scored),
+                             "ties": sum(m == g for m, g in scored),
+                             "loses": sum(m < g for m, g in scored)}
+    return out

@@ -165,6 +165,37 @@ def _diverged(rows: list[dict[str, Any]], final: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _versus_generic(final: dict[str, Any]) -> list[str]:
+    """New clients' personalized models beside the generic model, scored the same way."""
+    new = final.get("new_clients", {})
+    paired = new.get("versus_generic")
+    if not paired:
+        return []
+    summaries = {"summary": new["summary"], **new.get("by_choice", {})}
+    lines = ["## New clients: personalized vs generic model", "",
+             "Each new client's models on the same rows: the global test set weighted by its "
+             "class distribution (FedRoD eq. 20) and its own test split; \"beats\" counts the "
+             "clients whose model scores higher than the generic model.", "",
+             "| model | class-weighted (mean) | own test (mean) | beats generic, class-weighted "
+             "| beats generic, own test |", "|---|---|---|---|---|"]
+    for label, counts in paired.items():
+        name = "personalized (headline)" if label == "summary" else label
+        summary = summaries.get(label, {})
+        lines.append(f"| {name} | {_fmt(summary.get('class_weighted_mean'))} | "
+                     f"{_fmt(summary.get('own_top1_mean'))} | "
+                     f"{_beats(counts.get('class_weighted'))} | {_beats(counts.get('own_top1'))} |")
+    generic = new["generic"]["summary"]
+    lines += [f"| generic | {_fmt(generic.get('class_weighted_mean'))} | "
+              f"{_fmt(generic.get('own_top1_mean'))} | | |", ""]
+    return lines
+
+
+def _beats(counts: dict[str, int] | None) -> str:
+    if not counts:
+        return "n/a"
+    return f"{counts['beats']} of {counts['clients']} ({counts['ties']} ties)"
+
+
 def write_report(run_dir: Path) -> Path:
     """Write ``report.md`` (and plots) for a run directory; returns its path."""
     files = RunDir(run_dir)
@@ -185,7 +216,7 @@ def write_report(run_dir: Path) -> Path:
             for key, value in final.get(group, {}).get("summary", {}).items():
                 lines.append(f"| {group}: {key} | {_fmt(value)} |")
         lines.append("")
-    lines += _privacy(rows) + _diverged(rows, final)
+    lines += _versus_generic(final) + _privacy(rows) + _diverged(rows, final)
     lines += ["## Curves", "", "![accuracy](plots/accuracy.png)", "", "![loss](plots/loss.png)", ""]
     if dist:
         lines += ["## Clients", "", "![clients](plots/clients.png)", ""]

@@ -11,10 +11,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from torch import nn
 
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, State
 from pflkit.sdk.data.federation import ClientData, Federation
-from pflkit.sdk.evaluation import ClientReport, evaluate_client, summarize
+from pflkit.sdk.evaluation import ClientReport, evaluate_client, summarize, versus_baseline
 from pflkit.sdk.metrics import scores_from_logits
 from pflkit.sdk.scoring import ScoringCache
 
@@ -47,9 +48,11 @@ def final_scores(algorithm: Algorithm, state: State, federation: Federation,
     ``states_of(members)`` yields each member's final state (after the method's stage, if
     any). Each distinct model is scored once and a body shared by several clients' models runs
     once per data set (:class:`ScoringCache`): the numbers equal scoring every model alone.
+    New clients also get the generic model scored the same way (:func:`_versus_generic`).
     """
     spec = federation.spec
     scoring = ScoringCache()
+    generic_model = algorithm.inference.global_model(state)
     out: dict[str, Any] = {}
     groups = {"clients": federation.clients, "new_clients": federation.new_clients}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -71,8 +74,29 @@ def final_scores(algorithm: Algorithm, state: State, federation: Federation,
                           "per_client": [r.to_dict() for r in reports[headline]]}
             if len(reports) > 1:
                 out[group]["by_choice"] = {k: summarize(v) for k, v in reports.items()}
+            if group == "new_clients":
+                out[group] |= _versus_generic(generic_model, members, federation, reports,
+                                              scoring)
     test = federation.test
-    generic = scores_from_logits(scoring.predict(algorithm.inference.global_model(state), test),
-                                 test.y)
+    generic = scores_from_logits(scoring.predict(generic_model, test), test.y)
     out["global_model"] = generic.to_dict()
     return out
+
+
+def _versus_generic(generic_model: nn.Module, members: dict[int, ClientData],
+                    federation: Federation, reports: dict[str, list[ClientReport]],
+                    scoring: ScoringCache) -> dict[str, Any]:
+    """The generic model scored like each new client's own models, and the paired counts.
+
+    A new client chooses between its personalized (zero-shot) model and the generic one: both
+    are measured on the same rows with the same class weights (eq. 20 of FedRoD), so the
+    numbers compare. ``versus_generic`` is keyed ``summary`` for the headline model and by the
+    ``by_choice`` labels for the others.
+    """
+    generic = [evaluate_client(generic_model, client, federation.test,
+                               federation.spec.num_classes, scoring.predict)
+               for client in members.values()]
+    return {"generic": {"summary": summarize(generic),
+                        "per_client": [r.to_dict() for r in generic]},
+            "versus_generic": {label or "summary": versus_baseline(rows, generic)
+                               for label, rows in reports.items()}}
