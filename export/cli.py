@@ -1,14 +1,16 @@
 """``pfl-export``: a client's personalized model as verified ONNX and ExecuTorch files.
 
-Examples::
+Typical commands (every option: docs/export.md):
 
-    pfl-export --run runs/demo --client 17 --choice lam=0.3      # SuPerFed, baked lambda
-    pfl-export --run RUN --client 3 --lambda runtime             # the alias: lam as an input
-    pfl-export --run RUN --head generic                          # the generic (global) model
-    pfl-export --run RUN --choice class_distribution=5,0,12,0,0,3,0,0,9,1   # FedRoD new client
-    pfl-export --state-dir APP_STATE --global global.safetensors --config run.toml
-    pfl-export --run RUN --client 3 --trainer                    # + the on-device trainer
-    pfl-export classify runs/demo/exports/client17               # run the files on real images
+    pfl-export --run runs/demo --client 17 --lambda 0.3   # W(0.3) baked in
+    pfl-export --run RUN --client 3 --lambda runtime      # lam: a model input
+    pfl-export --run RUN --head generic                   # the global model
+    pfl-export --run RUN --class-counts 5,0,12,0,0,3,0,0,9,1  # FedRoD, new
+    pfl-export --state-dir APP --global g.safetensors --config run.toml
+    pfl-export --run RUN --client 3 --trainer             # + on-device trainer
+    pfl-export classify runs/demo/exports/client17        # run it on images
+
+A run that has not finished (no final.json) is refused unless --round names the checkpoint.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from pflkit.export.contract import ExportError
 from pflkit.sdk.console import entry_point
 from pflkit.sdk.registry import add_project_path
 
-app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=False)
+app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=False,
+                  rich_markup_mode="markdown")  # paragraphs reflow, examples stay lines
+DEFAULT_GOLDEN_SAMPLES = 5
 
 
 def _fail(err: Exception) -> typer.Exit:
@@ -35,9 +39,10 @@ def _fail(err: Exception) -> typer.Exit:
 def main(
     ctx: typer.Context,
     run: Annotated[Path | None, typer.Option(help="pfl-sim run directory")] = None,
-    client: Annotated[int | None, typer.Option(help="client id in the run")] = None,
+    client: Annotated[int | None, typer.Option(
+        help="client id in the run, [0, clients - 1] (default: the generic model)")] = None,
     round_done: Annotated[int | None, typer.Option(
-        "--round", help="global checkpoint round (default: the last)")] = None,
+        "--round", help="a checkpointed round (default: the last, of a finished run)")] = None,
     state_dir: Annotated[Path | None, typer.Option(help="on-device state folder")] = None,
     global_file: Annotated[Path | None, typer.Option(
         "--global", help="global state file (with --state-dir)")] = None,
@@ -46,7 +51,7 @@ def main(
         help="NAME=VALUE: a choice the run's method declares (repeatable; see "
              "docs/export.md)")] = None,
     lam: Annotated[str | None, typer.Option(
-        "--lambda", help="alias of the choice that declares it (SuPerFed's lam, APFL's alpha)")
+        "--lambda", help="SuPerFed's lam / APFL's alpha: a number in [0, 1], best or runtime")
                    ] = None,
     head: Annotated[str, typer.Option(help="personalized | generic")] = "personalized",
     class_counts: Annotated[str | None, typer.Option(
@@ -58,13 +63,15 @@ def main(
         "--format", help="onnx and/or executorch (default: both)")] = None,
     int8: Annotated[bool, typer.Option(help="also write int8 (PTQ on the client's train data)")
                     ] = False,
-    force_int8: Annotated[bool, typer.Option(help="keep int8 even above --max-int8-drop")
+    force_int8: Annotated[bool, typer.Option(help="with --int8: keep it above --max-int8-drop")
                           ] = False,
-    max_int8_drop: Annotated[float, typer.Option(help="refuse int8 above this drop (points)")
-                             ] = 1.0,
+    max_int8_drop: Annotated[float | None, typer.Option(
+        help="with --int8: refuse int8 above this top-1 drop, [0, 100] points (default 1.0)")
+                             ] = None,
     golden: Annotated[bool, typer.Option(help="also write golden.json (real test images)")
                       ] = False,
-    golden_samples: Annotated[int, typer.Option(help="images in golden.json (1..1000)")] = 5,
+    golden_samples: Annotated[int | None, typer.Option(
+        help="with --golden: images in golden.json, [1, 1000] (default 5)")] = None,
     trainer: Annotated[bool, typer.Option(
         help="also write the personal part's training program (docs/on-device.md)")] = False,
     trainer_param: Annotated[list[str] | None, typer.Option(
@@ -79,22 +86,32 @@ def main(
     if ctx.invoked_subcommand is not None:
         return
     from pflkit.export.golden import MAX_GOLDEN_SAMPLES
-    from pflkit.export.pipeline import export_model
+    from pflkit.export.pipeline import MAX_INT8_DROP_POINTS, export_model
     from pflkit.export.selection import parse_choice, without_client
     from pflkit.export.source import load_device_source, load_run_source
 
     logging.basicConfig(level=logging.WARNING)
     try:
-        if not 0.0 <= max_int8_drop <= 100.0:
-            raise ExportError(f"--max-int8-drop must be in [0, 100] points, got {max_int8_drop:g}")
         if trainer_param and not trainer:
             raise ExportError("--trainer-param sets the training program's hyperparameters: "
                               "give --trainer too")
-        if golden and not 1 <= golden_samples <= MAX_GOLDEN_SAMPLES:
+        for option, present, switch, on in (  # an option its switch leaves off is never ignored
+                ("--golden-samples", golden_samples is not None, "--golden", golden),
+                ("--max-int8-drop", max_int8_drop is not None, "--int8", int8),
+                ("--force-int8", force_int8, "--int8", int8)):
+            if present and not on:
+                raise ExportError(f"{option} acts only with {switch}: give {switch} too")
+        max_int8_drop = MAX_INT8_DROP_POINTS if max_int8_drop is None else max_int8_drop
+        golden_samples = DEFAULT_GOLDEN_SAMPLES if golden_samples is None else golden_samples
+        if not 0.0 <= max_int8_drop <= 100.0:
+            raise ExportError(f"--max-int8-drop must be in [0, 100] points, got {max_int8_drop:g}")
+        if not 1 <= golden_samples <= MAX_GOLDEN_SAMPLES:
             raise ExportError(f"--golden-samples must be in 1..{MAX_GOLDEN_SAMPLES}, got "
                               f"{golden_samples}")
         if run is not None and state_dir is None:
             source = load_run_source(run, client, round_done)
+            if round_done is None:
+                _refuse_unfinished(run, source.info["round"])
             default_out = run / "exports" / f"client{client}"  # without --client: see below
         elif state_dir is not None and run is None:
             if global_file is None or config is None:
@@ -135,6 +152,22 @@ def main(
     typer.echo(f"model card: {result.path('model_card.json')}")
 
 
+def _refuse_unfinished(run: Path, rounds_done: int) -> None:
+    """A run still training (or stopped, or failed) has no final model yet: say so, not export.
+
+    ``final.json`` is the run's last write, after every round and the post-federation stage.
+    """
+    from pflkit.sdk.rundir import RunDir
+
+    if RunDir(run).final.is_file():
+        return
+    total = RunDir(run).config().rounds
+    raise ExportError(f"{run} has not finished ({rounds_done} of {total} rounds done, no "
+                      f"final.json): export it once pfl-sim ends (pfl-sim --resume {run} "
+                      f"continues a stopped run), or give --round {rounds_done} to export "
+                      f"that checkpoint as it is")
+
+
 def _key_values(items: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` flags as a mapping; values parse as TOML scalars, else stay text."""
     import tomllib
@@ -154,7 +187,7 @@ def _key_values(items: list[str]) -> dict[str, Any]:
 @app.command()
 def classify(
     export_dir: Annotated[Path, typer.Argument(help="a pfl-export output folder")],
-    count: Annotated[int, typer.Option(help="number of test images (1..10000)")] = 8,
+    count: Annotated[int, typer.Option(help="number of test images, [1, 10000]")] = 8,
 ) -> None:
     """Classify real test images with every exported file, beside eager PyTorch."""
     from pflkit.export.classify import classify_table, read_card

@@ -118,9 +118,12 @@ def make_head(state: State, distribution: tuple[float, ...], proportions: bool) 
 def main(
     source: Annotated[Path, typer.Argument(help="pfl-sim run directory or global .safetensors")],
     out: Annotated[Path, typer.Option(help="where to write the head (.safetensors)")],
-    class_counts: Annotated[str | None, typer.Option(help="samples per class, e.g. 5,0,12")] = None,
-    proportions: Annotated[str | None, typer.Option(help="class shares summing to 1")] = None,
-    round_index: Annotated[int | None, typer.Option("--round", help="checkpoint round")] = None,
+    class_counts: Annotated[str | None, typer.Option(
+        help="samples per class, whole numbers >= 0, one per class (e.g. 5,0,12,...)")] = None,
+    proportions: Annotated[str | None, typer.Option(
+        help="class shares in [0, 1] summing to 1, one per class")] = None,
+    round_index: Annotated[int | None, typer.Option(
+        "--round", help="a checkpointed round of the run directory (default: the last)")] = None,
     force: Annotated[bool, typer.Option(help="replace an existing --out file")] = False,
 ) -> None:
     """Write the zero-shot personalized head for one class distribution (deprecated)."""
@@ -145,7 +148,7 @@ def main(
             raise HeadError(f"cannot write --out {out}: {err.strerror or err}") from err
     except (HeadError, ClassDistributionError, CorruptStateError, ValueError,
             RuntimeError) as err:  # RuntimeError: torch on tensors this check cannot foresee
-        typer.echo(f"Error: {' '.join(str(err).split())}", err=True)
+        typer.echo(f"error: {' '.join(str(err).split())}", err=True)  # as every pfl-* says
         raise typer.Exit(2) from err
     shapes = ", ".join(f"{k} {tuple(v.shape)}" for k, v in head.tensors.items())
     typer.echo(f"wrote {out}: {shapes}")

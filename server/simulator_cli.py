@@ -1,11 +1,15 @@
 """``pfl-sim``: run a federated simulation from a TOML config, flags and ``--set`` overrides.
 
-    pfl-sim --config run.toml --out runs/x --set training.lr=0.05 --set algorithm.params.mu=0.1
-    pfl-sim --resume runs/x
-    pfl-sim init my-project        # a runnable starter project: config, model, data
+Typical commands:
 
-The whole configuration is validated before anything is written: an error is one line naming
-the key, with exit status 2.
+    pfl-sim --config docs/configs/demo.toml --out runs/demo
+    pfl-sim --config run.toml --out runs/lr --set training.lr=0.05
+    pfl-sim --resume runs/demo       # continue a stopped run
+    pfl-sim init my-project          # a runnable starter project
+
+Flags override the file; every key and its range: docs/simulator.md. The whole configuration
+is validated before anything is written: an error is one line naming the key and its allowed
+range, exit status 2.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pflkit.sdk.run_config import ConfigError, ExecutionConfig, SimConfig
 from pflkit.sdk.rundir import RunDir
 
 app = typer.Typer(add_completion=False, help=__doc__, invoke_without_command=True,
-                  no_args_is_help=True)
+                  no_args_is_help=True, rich_markup_mode="markdown")  # paragraphs reflow
 
 
 def _fail(err: Exception) -> typer.Exit:
@@ -75,36 +79,57 @@ def _resumed_execution(run_dir: Path, flags: dict[str, Any], overrides: list[str
 @app.callback()
 def main(
     ctx: typer.Context,
-    config: Annotated[Path | None, typer.Option(help="TOML run configuration")] = None,
-    out: Annotated[Path | None, typer.Option(help="run directory to create")] = None,
-    resume: Annotated[Path | None, typer.Option(help="continue this stopped run directory")] = None,
+    config: Annotated[Path | None, typer.Option(
+        help="TOML run configuration (keys and ranges: docs/simulator.md)")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="run directory to create (a new or empty folder)")] = None,
+    resume: Annotated[Path | None, typer.Option(
+        help="continue this stopped run directory; only --executor, --device, --precision, "
+             "--ray-address, --personalize-on and --set execution.* may change")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="override any config key: KEY=VALUE, VALUE parsed as TOML "
                       "(e.g. training.lr=0.05); repeatable")] = None,
-    dataset: Annotated[str | None, typer.Option(help="fmnist, digits, mnist, ...")] = None,
-    data_root: Annotated[str | None, typer.Option(help="folder with the dataset files")] = None,
-    resize: Annotated[int | None, typer.Option(help="resize images to N x N")] = None,
+    dataset: Annotated[str | None, typer.Option(
+        help="fmnist | digits | mnist | emnist | cifar10 | cifar100 | synthetic | folder | "
+             "module:attr (docs/data.md)")] = None,
+    data_root: Annotated[str | None, typer.Option(
+        help="folder with the dataset files (docs/data.md)")] = None,
+    resize: Annotated[int | None, typer.Option(
+        help="resize images to N x N, N in [1, 512]")] = None,
     partition: Annotated[str | None, typer.Option(
         help="iid | shards | dirichlet | natural")] = None,
-    clients: Annotated[int | None, typer.Option(help="number of clients")] = None,
-    alpha: Annotated[float | None, typer.Option(help="Dirichlet alpha")] = None,
-    test_fraction: Annotated[float | None, typer.Option(help="clients' own test share")] = None,
-    model: Annotated[str | None, typer.Option(help="twonn, twocnn, ..., or module:attr")] = None,
-    algorithm: Annotated[str | None, typer.Option(help="fedavg, ..., or module:attr")] = None,
-    param: Annotated[list[str] | None, typer.Option(help="algorithm hyperparameter K=V")] = None,
-    rounds: Annotated[int | None, typer.Option()] = None,
-    clients_per_round: Annotated[int | None, typer.Option()] = None,
-    fraction: Annotated[float | None, typer.Option(help="share of clients per round")] = None,
-    epochs: Annotated[int | None, typer.Option(help="local epochs")] = None,
-    batch_size: Annotated[int | None, typer.Option()] = None,
-    lr: Annotated[float | None, typer.Option()] = None,
-    seed: Annotated[int | None, typer.Option()] = None,
-    eval_interval: Annotated[int | None, typer.Option()] = None,
-    executor: Annotated[str | None, typer.Option(help="sequential | batched | ray")] = None,
-    device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
+    clients: Annotated[int | None, typer.Option(help="number of clients, [1, 100000]")] = None,
+    alpha: Annotated[float | None, typer.Option(
+        help="Dirichlet concentration, (0, 1e6]")] = None,
+    test_fraction: Annotated[float | None, typer.Option(
+        help="share of each client's rows kept as its own test split, [0, 1)")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="twonn | twocnn | lenet5 | fedrod_convnet | mobilenet | module:attr")] = None,
+    algorithm: Annotated[str | None, typer.Option(
+        help="fedavg | fedprox | superfed_mm | ... | module:attr (docs/algorithms.md)")] = None,
+    param: Annotated[list[str] | None, typer.Option(
+        help="algorithm hyperparameter KEY=VALUE (its range: the method's doc); repeatable")
+                     ] = None,
+    rounds: Annotated[int | None, typer.Option(help="federated rounds, [1, 100000]")] = None,
+    clients_per_round: Annotated[int | None, typer.Option(
+        help="clients sampled per round, [1, --clients] (instead of --fraction)")] = None,
+    fraction: Annotated[float | None, typer.Option(
+        help="share of clients sampled per round, [0, 1]")] = None,
+    epochs: Annotated[int | None, typer.Option(help="local epochs E, [0, 1000]")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="batch size B, [1, 65536]")] = None,
+    lr: Annotated[float | None, typer.Option(help="round-0 learning rate, (0, 10]")] = None,
+    seed: Annotated[int | None, typer.Option(help="seed of everything, [0, 4294967295]")
+                    ] = None,
+    eval_interval: Annotated[int | None, typer.Option(
+        help="evaluate every N rounds (and after the last), [1, 100000]")] = None,
+    executor: Annotated[str | None, typer.Option(
+        help="who runs the client fits: sequential | batched | ray")] = None,
+    device: Annotated[str | None, typer.Option(
+        help="auto | cpu | cuda | cuda:N, N in [0, 9999]")] = None,
     precision: Annotated[str | None, typer.Option(help="fp32 | bf16 (training autocast)")
                          ] = None,
-    ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
+    ray_address: Annotated[str | None, typer.Option(
+        help="join this Ray cluster (with --executor ray)")] = None,
     personalize_on: Annotated[str | None, typer.Option(
         help="post-federation stage engine: eager | executorch (docs/on-device.md)")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress bars or warnings; errors only")
