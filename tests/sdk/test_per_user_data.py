@@ -17,7 +17,7 @@ import torch
 from pflkit.sdk.client_data import load_client_data
 from pflkit.sdk.data import Dataset, DatasetError, PartitionConfig, load_dataset
 from pflkit.sdk.data.federation import Partition, deal_dataset, partition_table
-from pflkit.sdk.run_config import SimConfig
+from pflkit.sdk.run_config import ConfigError, SimConfig
 from pflkit.sdk.tensorio import CorruptStateError, save_state
 from pflkit.server.simulator import Simulation
 
@@ -166,3 +166,24 @@ def test_pfl_client_with_no_rows_stops_in_one_line_before_enrolling(tmp_path):
         f"pfl-client: {tmp_path / 'data.safetensors'}: holds no rows (N = 0): a device needs at "
         "least one row to train on"]
     assert not (tmp_path / ".pflkit").exists()  # nothing written, nothing enrolled
+
+
+def test_a_run_whose_users_changed_is_not_resumed_on_other_users_data(tmp_path):
+    """``--resume`` deals the data again: a user added while the run was stopped (sorting
+    first) moved every client id to another user's rows, silently, while pfl-export kept
+    reading the stored deal."""
+    users = write_logs(tmp_path)
+    config = SimConfig.from_toml(NATURAL.format(root=tmp_path).replace("rounds = 1",
+                                                                         "rounds = 3"))
+    sim = Simulation(config, tmp_path / "run", progress=False)
+    sim.run_round()
+    sim.close()
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_bytes()
+    Simulation.resume(tmp_path / "run", progress=False).close()  # the same data: it goes on
+    users[:5] = -1  # the logs grew a user between stop and resume
+    np.save(tmp_path / "train_users.npy", users)
+    with pytest.raises(ConfigError, match=r"^--resume .*run: the data deals the clients other "
+                       r"rows than when the run began") as err:
+        Simulation.resume(tmp_path / "run", progress=False)
+    assert "\n" not in str(err.value)
+    assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == metrics  # nothing changed
