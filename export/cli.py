@@ -149,7 +149,18 @@ def main(
         typer.echo(f"{entry['file']:<18} max|diff| {entry['max_abs_diff']:.2e}  top-1 "
                    f"{entry['test_top1_artifact']:.4f} (eager {entry['test_top1_eager']:.4f}, "
                    f"{entry['test_rows']} rows)")
+    if (compared := result.card.get("versus_generic")) is not None:
+        exported, generic = compared["exported"], compared["generic"]
+        typer.echo(f"new client, class-weighted by its distribution: exported "
+                   f"{_share(exported['class_weighted_top1'])}, generic "
+                   f"{_share(generic['class_weighted_top1'])} (plain test top-1 "
+                   f"{_share(exported['test_top1'])} vs {_share(generic['test_top1'])})")
     typer.echo(f"model card: {result.path('model_card.json')}")
+
+
+def _share(value: float | None) -> str:
+    """A top-1 share as the card has it (null: undefined, e.g. a class without test rows)."""
+    return "n/a" if value is None else f"{value:.4f}"
 
 
 def _refuse_unfinished(run: Path, rounds_done: int) -> None:

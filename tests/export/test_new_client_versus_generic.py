@@ -54,6 +54,9 @@ def test_one_class_new_client_card_scores_both_models_class_weighted(make_run, t
         recall(generic, source, ONLY))
     assert compared["exported"]["test_top1"] == pytest.approx(plain(zero_shot, source))
     assert compared["generic"]["test_top1"] == pytest.approx(plain(generic, source))
+    assert (f"new client, class-weighted by its distribution: exported "
+            f"{compared['exported']['class_weighted_top1']:.4f}, generic "
+            f"{compared['generic']['class_weighted_top1']:.4f}") in result.output
     parity = card["parity"][0]  # the artifact itself, in onnxruntime, next to the plain number
     assert parity["test_top1_artifact"] == pytest.approx(plain(zero_shot, source))
     assert parity["class_weighted_top1_artifact"] == pytest.approx(recall(zero_shot, source,
@@ -68,7 +71,7 @@ def test_client_and_generic_exports_have_no_new_client_comparison(make_run, tmp_
                                           "--out", str(out)])
         assert result.exit_code == 0, result.output
         card = json.loads((out / "model_card.json").read_text())
-        assert "versus_generic" not in card
+        assert "versus_generic" not in card and "class-weighted" not in result.output
         assert "class_weighted_top1_artifact" not in card["parity"][0]
 
 
