@@ -16,8 +16,8 @@ LIMIT = re.compile(r"""(\btimeout=|timeout:\ float\ =\ |\.(wait|join|result)\(|m
                        |give-up-after",\ "|monotonic\(\)\ \+\ |to(Nanos|Millis)\()[\d.]+\b(?!\ \*)
                        |time\.sleep\(|Thread\.sleep\(""", re.VERBOSE)
 # a number that decides nothing says why on its line: a retried attempt, a cleanup, a lower
-# bound, the interval of a poll bounded by GUARD, a fake clock
-REASON = re.compile(r"(#|//) (retried|cleanup|at least|poll|fake clock)")
+# bound, the interval of a poll bounded by GUARD, a fake clock, a hostile server's pace
+REASON = re.compile(r"(#|//) (retried|cleanup|at least|poll|fake clock|pace)")
 
 
 def literal_limits() -> list[str]:

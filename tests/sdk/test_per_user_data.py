@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from waiting import GUARD
 
 from pflkit.sdk.client_data import load_client_data
 from pflkit.sdk.data import Dataset, DatasetError, PartitionConfig, load_dataset
@@ -160,7 +161,7 @@ def test_pfl_client_with_no_rows_stops_in_one_line_before_enrolling(tmp_path):
     save_state(tmp_path / "data.safetensors", NO_ROWS)
     done = subprocess.run([str(BIN / "pfl-client"), "--server", "http://127.0.0.1:9", "--data",
                            str(tmp_path), "--token", "t"], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=GUARD)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         f"pfl-client: {tmp_path / 'data.safetensors'}: holds no rows (N = 0): a device needs at "

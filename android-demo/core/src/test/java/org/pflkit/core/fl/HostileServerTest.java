@@ -136,7 +136,7 @@ public class HostileServerTest {
         out.write(b);
         out.flush();
         try {
-          Thread.sleep(10);  // the attacker's pace, not a wait of the test
+          Thread.sleep(10);  // pace of the trickle: the outcome is the client's deadline
         } catch (InterruptedException e) {
           return;
         }
