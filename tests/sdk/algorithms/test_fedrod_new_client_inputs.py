@@ -63,7 +63,7 @@ def test_a_wrong_length_names_the_option(hyper_global, tmp_path, option, text):
     result = CliRunner().invoke(app, [str(tmp_path / "global.safetensors"), option, text,
                                       "--out", str(tmp_path / "head.safetensors")])
     line = error_line(result.output)
-    assert result.exit_code == 2 and line.startswith(f"Error: {option}: ") and \
+    assert result.exit_code == 2 and line.startswith(f"error: {option}: ") and \
         "10 entries" in line, line
 
 
