@@ -23,15 +23,15 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from pflkit.sdk.aggregation_config import AggregationConfig
-from pflkit.sdk.algorithms.aggregators import Aggregator, State
+from pflkit.sdk.algorithms.aggregators import Aggregator, State, WeightedMean
+from pflkit.sdk.algorithms.server_aggregation import ServerAggregation
 from pflkit.sdk.dp_fedavg import ClipNorm, DpFedAvgAggregator
 from pflkit.sdk.privacy_accounting import dp_rounds
 from pflkit.sdk.run_config import Schedule
@@ -55,25 +55,36 @@ def clip_update(global_state: State, update: State, max_norm: float) -> State:
     return out
 
 
-def refuse_unclippable(rules: AggregationConfig, schema: Mapping[str, tuple[Any, torch.dtype]],
+def refuse_unfit_rules(rules: AggregationConfig, aggregation: ServerAggregation,
                        global_state: State) -> None:
-    """Refuse (one line) clipping an update with floating tensors that have no global copy.
+    """Refuse (one line) aggregation rules the method's server step cannot take.
 
-    Clipping (DP-FedAvg's ``dp_clip_norm``, or ``clip_norm``) bounds an update's change to the
-    round's global state, so each floating tensor of the update schema needs its global
-    counterpart: SCAFFOLD uploads control deltas while the global state holds the control
-    variate itself, and such a run would die at its first close. pfl-sim (exit 2) and
-    pfl-server (422 at run creation, the operator's floor applied) call this before any round.
+    pfl-sim (exit 2) and pfl-server (422 at run creation, the operator's floor applied) call
+    this before any round, so such a run never trains a round it cannot close:
+
+    - Clipping (DP-FedAvg's ``dp_clip_norm``, or ``clip_norm``) bounds an update's change to the
+      round's global state, so each floating tensor of the update schema needs its global
+      counterpart: SCAFFOLD uploads control deltas while the global state holds the control
+      variate itself.
+    - A robust rule, DP-FedAvg's noised mean and SecAgg's masked sum each replace the method's
+      aggregator, which is only sound for the plain weighted mean: pFedMe's beta blend and
+      SCAFFOLD's server step and control variate would be dropped or crash at the close.
     """
-    if rules.dp_clip_norm is None and rules.clip_norm is None:
-        return
+    schema = aggregation.update_schema(global_state)
     missing = [k for k, (_, dtype) in schema.items()
                if dtype.is_floating_point and k not in global_state]
-    if missing:
+    if missing and (rules.dp_clip_norm is not None or rules.clip_norm is not None):
         setting = "dp_clip_norm" if rules.dp_clip_norm is not None else "clip_norm"
         raise ValueError(f"aggregation.{setting}: the method uploads {len(missing)} tensor(s) "
                          f"with no global counterpart to clip a change against (e.g. "
                          f"'{missing[0]}'), so it cannot take clipping or DP")
+    replacing = ("dp_clip_norm" if rules.private else "secagg" if rules.secagg
+                 else "rule" if rules.rule != "mean" else None)
+    own = aggregation.new_aggregator(global_state, 1)
+    if replacing is not None and type(own) is not WeightedMean:
+        raise ValueError(f"aggregation.{replacing}: it would replace the method's own server "
+                         f"step ({type(own).__name__}); this method needs rule = \"mean\" "
+                         f"without DP or SecAgg")
 
 
 def trimmed_mean(values: np.ndarray, trim_fraction: float) -> np.ndarray:

@@ -185,7 +185,7 @@ def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules
     Returns its hash, the rounds, the run's terms and the config to store: a DP run's with
     its secret ``dp_seed`` (:func:`with_secret_dp_seed`).
     """
-    from pflkit.sdk.aggregation_rules import refuse_unclippable
+    from pflkit.sdk.aggregation_rules import refuse_unfit_rules
     from pflkit.sdk.tensorio import state_to_bytes
 
     setup = build_setup(config_toml, rules)
@@ -200,8 +200,7 @@ def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules
                       "(the pflkit[secagg] extra)")
     with refused_as_invalid():  # builds the model; clipping as the operator's floor sets it
         state = setup.algorithm.aggregation.init_global(setup.config.seed)
-        refuse_unclippable(setup.aggregation,
-                           setup.algorithm.aggregation.update_schema(state), state)
+        refuse_unfit_rules(setup.aggregation, setup.algorithm.aggregation, state)
     terms = terms_of(setup, state)
     rules.check_update_size(terms)
     digest = BlobStore(blob_dir).put(state_to_bytes(state, {"rounds_done": "0"}))

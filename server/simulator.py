@@ -22,7 +22,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pflkit.sdk.aggregation_rules import AggregatorFactory, clip_update, refuse_unclippable
+from pflkit.sdk.aggregation_rules import AggregatorFactory, clip_update, refuse_unfit_rules
 from pflkit.sdk.algorithms.base import ClientState, RoundContext, State
 from pflkit.sdk.builder import build_algorithm, load_data, partition_of
 from pflkit.sdk.data.federation import ClientData, Partition, partition_table, plot_partition
@@ -77,8 +77,7 @@ class Simulation:
             start_round, global_state = done, load_state(self.files.latest)
         if global_state is None:
             global_state = self.algorithm.aggregation.init_global(config.seed)
-        refuse_unclippable(config.aggregation,
-                           self.algorithm.aggregation.update_schema(global_state), global_state)
+        refuse_unfit_rules(config.aggregation, self.algorithm.aggregation, global_state)
         # DP's clip norm is state of the run: a resumed run continues with the stored one
         hidden = config.aggregation.hidden_seed(config.seed)  # the sample's and noise's seed
         self.rules = AggregatorFactory(self.algorithm.aggregation.new_aggregator,

@@ -19,7 +19,7 @@ import torch
 from upload_harness import HEADER, Federation, algorithm, federate, methods, table_row
 
 from pflkit.sdk.aggregation_config import AggregationConfig
-from pflkit.sdk.aggregation_rules import refuse_unclippable
+from pflkit.sdk.aggregation_rules import refuse_unfit_rules
 from pflkit.sdk.dp_fedavg import DpFedAvgAggregator
 from pflkit.sdk.privacy_accounting import dp_rounds
 from pflkit.sdk.protocol import METRICS_KEY
@@ -115,12 +115,12 @@ def test_dp_is_refused_for_scaffold_whose_control_deltas_have_no_global_copy(fed
     """
     fed = federation("scaffold")
     g = fed.globals[1]
-    schema = algorithm("scaffold").aggregation.update_schema(g)
+    aggregation = algorithm("scaffold").aggregation
     dp = AggregationConfig(dp_clip_norm=0.5, dp_noise_multiplier=1.0)
     with pytest.raises(ValueError, match=r"^aggregation.dp_clip_norm: the method uploads \d+ "
                        r"tensor\(s\) with no global counterpart .*'control_delta\."):
-        refuse_unclippable(dp, schema, g)
-    refuse_unclippable(AggregationConfig(), schema, g)  # without clipping: nothing to refuse
+        refuse_unfit_rules(dp, aggregation, g)
+    refuse_unfit_rules(AggregationConfig(), aggregation, g)  # plain mean: nothing to refuse
 
 
 @pytest.mark.parametrize("method", [m for m in methods() if m not in ("local", "scaffold")])
