@@ -37,7 +37,7 @@ from pflkit.sdk.algorithms.base import (
 from pflkit.sdk.algorithms.device_training import DeviceTraining, shared_lr
 from pflkit.sdk.algorithms.inference import NUMBER, ChoiceSpec
 from pflkit.sdk.algorithms.inference_role import Inference
-from pflkit.sdk.algorithms.paramcheck import Fraction, LearningRate
+from pflkit.sdk.algorithms.paramcheck import Fraction, LearningRate, require
 from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of
 from pflkit.sdk.batched_training import BatchGrid, PlainSGD, repeat, stack, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
@@ -62,6 +62,11 @@ class APFLParams:
     alpha: Fraction = 0.5  # initial alpha (the paper's adaptive runs start from 0.5)
     adaptive: bool = True  # learn alpha per client; False: fixed alpha
     alpha_lr: LearningRate | None = None  # step size for alpha; None: the round's lr
+
+    def __post_init__(self) -> None:
+        """A step size for a fixed alpha would look used and do nothing: refused."""
+        require("apfl", "alpha_lr", self.adaptive or self.alpha_lr is None,
+                "unset while adaptive = false (alpha is fixed, no step is taken)", self.alpha_lr)
 
 
 class APFLTraining(DeviceTraining):
