@@ -204,14 +204,21 @@ class RunDir:
         The data is dealt again on resume; a dataset changed meanwhile (a user added to a
         folder's users file) moved every later id to another user's rows, silently, while
         pfl-export kept reading the stored deal. Compared in the current stored form, on the
-        keys the stored deal has (one stored before a key existed lacks it).
+        keys the stored deal has (one stored before a key existed lacks it); a natural deal
+        without ``users.draws`` came from an older pflkit, whose draws for a user hung on the
+        other users, and the refusal says so.
         """
-        stored = self.load_partition()
-        if stored is None:
+        if not self.partition_file.is_file():
             return
-        before, now = stored.to_state(), partition.to_state()
+        stored = load_state(self.partition_file)
+        before, now = Partition.from_state(stored).to_state(), partition.to_state()
+        older_draws = "users" in stored and "users.draws" not in stored  # before per-user draws
+        if older_draws:
+            del before["users.draws"]  # to_state writes the marker of the current rule
         if any(k not in now or not torch.equal(v, now[k]) for k, v in before.items()):
+            why = ("an older pflkit dealt it, whose draws for a user hung on the other users; "
+                   "or did the dataset change?" if older_draws else "did the dataset change?")
             raise ConfigError(f"--resume {self.path}: the data deals the clients other rows "
-                              "than when the run began (did the dataset change?), so a client "
-                              "id would continue on another user's data: restore the data, or "
-                              "start a new run")
+                              f"than when the run began ({why}), so a client id would continue "
+                              "on another user's data or test rows: restore the data, or start "
+                              "a new run")

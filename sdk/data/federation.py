@@ -19,7 +19,7 @@ from pydantic import Strict
 
 from pflkit.sdk.config_types import MAX_CLIENTS, STRICT_CONFIG, ConfigError, Fraction, in_range
 from pflkit.sdk.data import partition
-from pflkit.sdk.data.natural import Users, natural
+from pflkit.sdk.data.natural import NaturalDeal, Users, natural
 from pflkit.sdk.data.noise import apply_label_noise
 from pflkit.sdk.data.spec import Dataset, DatasetSpec
 from pflkit.sdk.data.tensors import LabeledTensors
@@ -157,26 +157,27 @@ class Partition:
                    tuple(int(c) for c in state["new_clients"].tolist()), Users.from_state(state))
 
 
-def _natural(users: np.ndarray | None, config: PartitionConfig, seed: int
-             ) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray], Users]:
+def _natural(users: np.ndarray | None, config: PartitionConfig, seed: int) -> NaturalDeal:
     if users is None:
         raise ConfigError('data.kind: "natural" needs a dataset that names the user of each '
                           "train row (Dataset users=..., or the folder dataset's train_users.npy "
                           "or 'users' tensor); this one has none")
     got = natural(users, config.min_size, config.num_clients, config.test_fraction,
-                  numpy_rng(seed, "partition", "natural"), numpy_rng(seed, "client-split"))
+                  config.num_new_clients, seed)
     if config.num_new_clients >= len(got.train):
         raise ConfigError(f"data.num_new_clients: {config.num_new_clients} leaves no user to "
                           f"train ({got.users.describe()})")
-    return dict(enumerate(got.train)), dict(enumerate(got.test)), got.users
+    return got
 
 
 def deal(labels: np.ndarray, num_classes: int, config: PartitionConfig, seed: int,
          users: np.ndarray | None = None) -> Partition:
     """Deal train rows with ``labels`` (and ``users``, for natural) to clients, seeded."""
     who: Users | None = None
-    if config.kind == "natural":
-        train, test, who = _natural(users, config, seed)
+    if config.kind == "natural":  # every draw about a user hangs on its id, not its client id
+        got = _natural(users, config, seed)
+        train, test, who = dict(enumerate(got.train)), dict(enumerate(got.test)), got.users
+        new_ids = got.new_clients
     else:
         rng = numpy_rng(seed, "partition", config.kind)
         if config.kind == "iid":
@@ -190,13 +191,14 @@ def deal(labels: np.ndarray, num_classes: int, config: PartitionConfig, seed: in
         for cid, rows in enumerate(parts):
             train[cid], test[cid] = partition.train_test_split(
                 rows, config.test_fraction, numpy_rng(seed, "client-split", cid))
-    _, new_ids = partition.split_new_clients(len(train), config.num_new_clients,
-                                             numpy_rng(seed, "new-clients"))
+        _, new_ids = partition.split_new_clients(len(train), config.num_new_clients,
+                                                 numpy_rng(seed, "new-clients"))
     noisy = {}
     if config.noise is not None and config.noise_rate > 0:
         for cid, rows in train.items():
+            of = ("user", int(who.ids[cid])) if who else (cid,)
             noisy[cid] = apply_label_noise(labels[rows], config.noise, config.noise_rate,
-                                           num_classes, numpy_rng(seed, "label-noise", cid))
+                                           num_classes, numpy_rng(seed, "label-noise", *of))
     return Partition(train, test, noisy, tuple(int(c) for c in new_ids), who)
 
 
@@ -220,13 +222,14 @@ def partition_table(federation: Federation, max_rows: int = 20) -> str:
     hist = federation.class_histogram()
     new = set(federation.new_clients)
     users = federation.users
-    head = "client  " + ("        user  " if users else "") + \
+    wide = max([12, *(len(str(u)) for u in users.ids[:max_rows])]) if users else 0  # int64: 20
+    head = "client  " + (f"{'user':>{wide}}  " if users else "") + \
         " ".join(f"{c:>5d}" for c in range(hist.shape[1])) + "   total"
     lines = [users.describe()] if users else []
     lines.append(head)
     for cid, row in enumerate(hist[:max_rows]):
         tag = "*" if cid in new else " "
-        user = f"{users.ids[cid]:>12d}  " if users else ""
+        user = f"{users.ids[cid]:>{wide}d}  " if users else ""
         lines.append(f"{cid:>5d}{tag}  {user}" + " ".join(f"{v:>5d}" for v in row) +
                      f"  {row.sum():>6d}")
     if len(hist) > max_rows:

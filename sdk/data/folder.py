@@ -5,7 +5,10 @@
     ROOT/classes.txt (optional)                    one class name per line (UTF-8)
     train ``users`` (optional): the user id of each train row (N,) integers, as a tensor
     ``users`` in train.safetensors or ROOT/train_users.npy: per-user logs, for
-    ``partition.kind = "natural"``
+    ``partition.kind = "natural"`` (not bools, within int64; no test_users.npy: the test
+    split is the global test set)
+
+A split is in one format: npy files beside its safetensors file are refused, not ignored.
 
 ``x`` is used as the model input as it is (converted to float32): preprocess before writing,
 or write a loader function that declares its preprocessing (docs/extending.md). Without
@@ -57,7 +60,9 @@ def _npy_header_check(path: Path) -> None:
 def _read_npy(path: Path) -> torch.Tensor:
     try:
         _npy_header_check(path)
-        return torch.from_numpy(np.asarray(np.load(path, allow_pickle=False)))
+        array = np.asarray(np.load(path, allow_pickle=False))
+        # torch holds native byte order only: a big-endian file ('>f4', as some tools write)
+        return torch.from_numpy(array.astype(array.dtype.newbyteorder("="), copy=False))
     except DatasetError:
         raise
     except (ValueError, OSError, EOFError) as err:
@@ -67,26 +72,49 @@ def _read_npy(path: Path) -> torch.Tensor:
 def _read_split(root: Path, split: str) -> dict[str, Named]:
     """``x``, ``y`` and (train only, if given) ``users`` of one split, with where each was."""
     tensors = root / f"{split}.safetensors"
-    allowed = [{"x", "y"}, {"x", "y", "users"}] if split == "train" else [{"x", "y"}]
+    arrays = {part: root / f"{split}_{part}.npy" for part in ("x", "y", "users")}
+    users = arrays.pop("users")
+    if split == "test" and _present(users):
+        raise DatasetError(f"{users}: the test split is the global test set, not dealt by user: "
+                           "give each user its own test rows with train_users.npy and "
+                           "test_fraction, or hold users out with num_new_clients")
     if tensors.is_file():
-        state = state_from_bytes(tensors.read_bytes(), str(tensors))
-        if set(state) not in allowed:
-            also = " (and 'users', train only)" if "users" in state or split == "train" else ""
-            raise DatasetError(f"{tensors}: expected tensors 'x' and 'y'{also}, got "
-                               f"{sorted(state)}")
-        for key, value in state.items():
-            if value.is_complex():
-                raise DatasetError(f"{tensors}: {key} holds {value.dtype} values, not real "
-                                   "numbers")
-        return {key: (f"{tensors}: {key}", value) for key, value in state.items()}
-    arrays = {part: root / f"{split}_{part}.npy" for part in ("x", "y")}
-    if all(p.is_file() for p in arrays.values()):
-        column = root / "train_users.npy"
-        if split == "train" and column.is_file():
-            arrays["users"] = column
+        stale = [p.name for p in (*arrays.values(), users) if _present(p)]
+        if stale:
+            users_too = " (the users as its tensor 'users')" if split == "train" else ""
+            raise DatasetError(f"{tensors}: {', '.join(stale)} beside it would be ignored: keep "
+                               f"one format per split{users_too}")
+        return _read_tensors(tensors, split)
+    if all(_present(p) for p in arrays.values()):
+        if _present(users):
+            arrays["users"] = users
         return {key: (str(path), _read_npy(path)) for key, path in arrays.items()}
     raise DatasetNotFoundError(f"dataset 'folder': no {split}.safetensors or {split}_x.npy + "
                                f"{split}_y.npy in {root}")
+
+
+def _present(path: Path) -> bool:
+    """Whether the folder holds ``path``; anything there but a file is refused, not skipped."""
+    if path.is_file():
+        return True
+    if path.exists() or path.is_symlink():  # a folder, a FIFO (would block), a broken link
+        raise DatasetError(f"{path}: not a file")
+    return False
+
+
+def _read_tensors(tensors: Path, split: str) -> dict[str, Named]:
+    """The tensors of ``split.safetensors``: ``x``, ``y`` and (train only) ``users``."""
+    state = state_from_bytes(tensors.read_bytes(), str(tensors))
+    allowed = [{"x", "y"}, {"x", "y", "users"}] if split == "train" else [{"x", "y"}]
+    if set(state) not in allowed:
+        also = " (and 'users', train only)" if "users" in state or split == "train" else ""
+        raise DatasetError(f"{tensors}: expected tensors 'x' and 'y'{also}, got "
+                           f"{sorted(state)}")
+    for key, value in state.items():
+        if value.is_complex():
+            raise DatasetError(f"{tensors}: {key} holds {value.dtype} values, not real "
+                               "numbers")
+    return {key: (f"{tensors}: {key}", value) for key, value in state.items()}
 
 
 def _check_split(got: dict[str, Named]) -> None:
@@ -103,6 +131,24 @@ def _check_split(got: dict[str, Named]) -> None:
         if ids.is_floating_point() or ids.dim() != 1 or len(ids) != len(x):
             raise DatasetError(f"{where}: {what} must be integers, one per {per} "
                                f"({len(x)},), got {ids.dtype} {tuple(ids.shape)}")
+    if "users" in got:
+        _check_user_ids(*got["users"])
+
+
+def _check_user_ids(where: str, users: torch.Tensor) -> None:
+    """User ids are int64 values, as ``Dataset.from_users`` takes them.
+
+    A bool column (a mask saved by mistake) would make at most two users, and a uint64 id
+    beyond int64 would be dealt and reported under a negative id.
+    """
+    if users.dtype == torch.bool:
+        raise DatasetError(f"{where}: train users must be integer user ids, got bool (True "
+                           "and False would be two users)")
+    beyond = np.flatnonzero(users.numpy() >= 2**63) if users.dtype == torch.uint64 else ()
+    if len(beyond):
+        row = int(beyond[0])
+        raise DatasetError(f"{where}: user id {int(users.numpy()[row])} at row {row} is beyond "
+                           "int64 (user ids are -2**63..2**63-1)")
 
 
 def _labels(where: str, y: torch.Tensor, num_classes: int | None) -> torch.Tensor:

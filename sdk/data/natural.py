@@ -7,8 +7,14 @@ and test rows (``test_fraction``, seeded). Users with fewer than ``min_size`` ro
 ``num_clients`` of them is kept (a 100,000-user log still simulates with 100 clients); when
 fewer do, every one is kept. Client ids 0..K-1 follow the order of the user ids.
 
+Every random choice about a user hangs on the seed and that user alone: whether the cap
+keeps it and whether it is held out (the users of the smallest keys, each key drawn from
+(seed, user id)), and which of its rows are its own test rows (its rows ordered by a
+SplitMix64 stream, Steele et al. 2014, seeded by (seed, user id)). Adding, dropping or
+capping other users leaves a user's part as it was, so runs compare user by user.
+
 No Python loop runs over the users: a stable argsort groups the rows by user, one lexsort on
-random keys shuffles inside every user at once, and offsets cut the result into clients
+those keys shuffles inside every user at once, and offsets cut the result into clients
 (10,000 users and 1M rows: docs/benchmarks.md).
 """
 
@@ -20,6 +26,9 @@ import numpy as np
 import torch
 
 from pflkit.sdk.data.partition import PartitionError
+from pflkit.sdk.seeding import derive_seed
+
+DRAWS_RULE = 1  # stored with a deal: 1 = every draw about a user keyed by (seed, user id)
 
 
 @dataclass(frozen=True)
@@ -62,10 +71,15 @@ class Users:
                        else "")
 
     def to_state(self) -> dict[str, torch.Tensor]:
-        """Tensors stored beside the partition's rows (``users``, ``users.summary``, ...)."""
+        """Tensors stored beside the partition's rows (``users``, ``users.summary``, ...).
+
+        ``users.draws`` names the rule of the draws, so a resume can tell a deal stored by an
+        older pflkit (none: a user's draws hung on the other users) from a changed dataset.
+        """
         summary = [self.total, self.too_small, self.over_cap, self.min_size]
         out = {"users": torch.from_numpy(self.ids.astype(np.int64)),
-               "users.summary": torch.tensor(summary, dtype=torch.int64)}
+               "users.summary": torch.tensor(summary, dtype=torch.int64),
+               "users.draws": torch.tensor([DRAWS_RULE], dtype=torch.int64)}
         if self.rows is not None:
             out["users.rows"] = torch.tensor(astuple(self.rows), dtype=torch.int64)
         return out
@@ -82,11 +96,12 @@ class Users:
 
 @dataclass(frozen=True)
 class NaturalDeal:
-    """Each client's train and test rows (ascending row indices) and who the clients are."""
+    """Each client's rows (ascending indices), who the clients are, which are held out."""
 
     train: list[np.ndarray]
     test: list[np.ndarray]
     users: Users
+    new_clients: list[int]
 
 
 def group_by_user(users: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -97,26 +112,75 @@ def group_by_user(users: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return order, ranked[starts], np.diff(np.r_[starts, len(ranked)])
 
 
-def split_each(rows: np.ndarray, counts: np.ndarray, test_fraction: float,
-               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Mark ``round(test_fraction * n)`` random rows of each consecutive group as test.
+# SplitMix64's increment and finalizer constants (Steele, Lea and Flood, OOPSLA 2014)
+_GAMMA, _MIX1, _MIX2 = (np.uint64(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9,
+                                              0x94D049BB133111EB))
 
-    ``rows`` holds the groups one after another (sizes ``counts``); returns the test mask.
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer: a bijection of uint64 that scatters nearby inputs."""
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+def user_keys(ids: np.ndarray, seed: int) -> np.ndarray:
+    """A random uint64 key for each user id, from (``seed``, id) alone.
+
+    Distinct ids get distinct keys (both steps are bijections): ordering by key is a seeded
+    shuffle of the users.
+    """
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps, as SplitMix64's does
+        return _mix(np.uint64(seed) ^ ids.astype(np.int64).view(np.uint64))
+
+
+def _smallest(keys: np.ndarray, k: int) -> np.ndarray:
+    """Mask of the ``k`` smallest ``keys``: a uniform draw of k users.
+
+    A user's absence does not reshuffle the others (they keep their keys): at most one drawn
+    user changes.
+    """
+    chosen = np.zeros(len(keys), dtype=bool)
+    chosen[np.argsort(keys)[:k]] = True
+    return chosen
+
+
+def row_keys(ids: np.ndarray, counts: np.ndarray, seed: int) -> np.ndarray:
+    """A random uint64 key for each row of each user: user ``ids[i]``'s ``counts[i]`` rows.
+
+    The k-th row of user u gets the k-th draw of a SplitMix64 stream seeded by (``seed``, u),
+    so its key depends on nothing but the seed, the user id and k, never on other users.
+    """
+    k = np.arange(counts.sum(), dtype=np.uint64) - np.repeat(np.cumsum(counts) - counts,
+                                                              counts).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        return _mix(np.repeat(user_keys(ids, seed), counts) + (k + np.uint64(1)) * _GAMMA)
+
+
+def split_each(ids: np.ndarray, counts: np.ndarray, test_fraction: float, seed: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Mark ``round(test_fraction * n)`` random rows of each user as test.
+
+    The rows run user by user (users ``ids``, sizes ``counts``); returns the test mask.
     A group keeps at least one train row, so no client is left without data to train on.
     """
     group = np.repeat(np.arange(len(counts)), counts)
     n_test = np.minimum(np.round(test_fraction * counts).astype(np.int64), counts - 1)
-    shuffled = np.lexsort((rng.random(len(rows)), group))  # random order inside each group
+    shuffled = np.lexsort((row_keys(ids, counts, seed), group))  # random order in each group
     starts = np.cumsum(counts) - counts
-    rank = np.arange(len(rows)) - starts[group[shuffled]]
-    is_test = np.empty(len(rows), dtype=bool)
+    rank = np.arange(len(group)) - starts[group[shuffled]]
+    is_test = np.empty(len(group), dtype=bool)
     is_test[shuffled] = rank < n_test[group[shuffled]]
     return is_test, n_test
 
 
 def natural(users: np.ndarray, min_size: int, max_clients: int, test_fraction: float,
-            keep_rng: np.random.Generator, split_rng: np.random.Generator) -> NaturalDeal:
-    """Deal the rows of each user with at least ``min_size`` rows to a client of its own."""
+            num_new: int, seed: int) -> NaturalDeal:
+    """Deal the rows of each user with at least ``min_size`` rows to a client of its own.
+
+    ``seed`` (the run's) with a user's id alone decides whether the cap keeps it, whether it
+    is one of the ``num_new`` held out and which of its rows are its own test rows.
+    """
     order, ids, counts = group_by_user(np.asarray(users))
     big = counts >= max(min_size, 1)
     if not big.any():
@@ -124,15 +188,18 @@ def natural(users: np.ndarray, min_size: int, max_clients: int, test_fraction: f
                              f"largest of the {len(ids)} users has {counts.max(initial=0)})")
     keep = big.copy()
     if big.sum() > max_clients:  # the cap: a seeded draw among the users that qualify
-        keep[:] = False
-        keep[np.sort(keep_rng.choice(np.flatnonzero(big), max_clients, replace=False))] = True
+        keep[big] = _smallest(user_keys(ids[big], derive_seed(seed, "partition", "natural")),
+                              max_clients)
     rows = order[np.repeat(keep, counts)]
     kept = counts[keep]
-    is_test, n_test = split_each(rows, kept, test_fraction, split_rng)
+    is_test, n_test = split_each(ids[keep], kept, test_fraction,
+                                 derive_seed(seed, "client-split", "natural"))
     cut_train, cut_test = np.cumsum(kept - n_test)[:-1], np.cumsum(n_test)[:-1]
     rows_of = Rows(len(order), int(counts[~big].sum()), int(counts[big & ~keep].sum()),
                    int(n_test.sum()), int((n_test == 0).sum()) if test_fraction > 0 else 0)
     who = Users(ids[keep].astype(np.int64), len(ids), int((~big).sum()),
                 int(big.sum() - keep.sum()), min_size, rows_of)
+    held_out = _smallest(user_keys(who.ids, derive_seed(seed, "new-clients", "natural")),
+                         num_new)
     return NaturalDeal(np.split(rows[~is_test], cut_train), np.split(rows[is_test], cut_test),
-                       who)
+                       who, np.flatnonzero(held_out).tolist())
