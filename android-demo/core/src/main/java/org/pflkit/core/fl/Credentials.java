@@ -33,8 +33,7 @@ final class Credentials {
     Object server = json.get(SERVER);
     Long id = id(json.get(Wire.CLIENT_ID));
     Object secret = json.get(Wire.SECRET);
-    if (!(server instanceof String) || id == null || !(secret instanceof String)
-        || ((String) secret).isEmpty()) {
+    if (!(server instanceof String) || id == null || !sendable(secret)) {
       throw new IOException(source + ": not the credentials enrollment writes (server, "
           + "client_id in 0.." + MAX_ID + ", secret); move it away and enroll with a new token");
     }
@@ -45,9 +44,9 @@ final class Credentials {
   static Credentials fromAnswer(String server, Map<String, Object> answer) throws IOException {
     Long id = id(answer.get(Wire.CLIENT_ID));
     Object secret = answer.get(Wire.SECRET);
-    if (id == null || !(secret instanceof String) || ((String) secret).isEmpty()) {
-      throw new IOException("enrollment answer lacks a client_id in 0.." + MAX_ID
-          + " or a secret");
+    if (id == null || !sendable(secret)) {  // stored, it would fail every request
+      throw new IOException("enrollment: the server's answer holds no client id in 0.."
+          + MAX_ID + " and sendable secret; nothing was stored");
     }
     return new Credentials(server, id, (String) secret);
   }
@@ -58,6 +57,23 @@ final class Credentials {
     json.put(Wire.CLIENT_ID, clientId);
     json.put(Wire.SECRET, secret);
     return json;
+  }
+
+  /**
+   * Whether a token or secret can travel in an HTTP header: printable ASCII, no spaces, not
+   * empty (the Python SDK's {@code protocol.sendable}). A stray newline would otherwise reach
+   * the HTTP library, whose error quotes the header, secret and all.
+   */
+  static boolean sendable(Object secret) {
+    if (!(secret instanceof String) || ((String) secret).isEmpty()) {
+      return false;
+    }
+    for (char c : ((String) secret).toCharArray()) {
+      if (c < '!' || c > '~') {
+        return false;
+      }
+    }
+    return true;
   }
 
   /** A JSON number that is an integer in 0..{@link #MAX_ID}, else null. */

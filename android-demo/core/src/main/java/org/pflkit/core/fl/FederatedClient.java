@@ -2,10 +2,13 @@ package org.pflkit.core.fl;
 
 import java.io.File;
 import java.io.IOException;
+import java.net.URI;
+import java.net.URISyntaxException;
 import java.nio.charset.Charset;
 import java.util.Arrays;
 import java.util.Collections;
 import java.util.LinkedHashMap;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Random;
 import org.pflkit.core.AtomicFiles;
@@ -14,7 +17,6 @@ import org.pflkit.core.JsonWriter;
 import org.pflkit.core.Safetensors;
 import org.pflkit.core.Sha256;
 import org.pflkit.core.TensorData;
-import org.pflkit.core.secagg.RoundSetup;
 
 /**
  * A phone (or any JVM) as a federated client of {@code pfl-server}, speaking the Python SDK's
@@ -34,9 +36,9 @@ import org.pflkit.core.secagg.RoundSetup;
  * upload, or the run moved on), so an app killed at any point, or a run paused between training
  * and upload, re-sends the same bytes (counted once by the server) instead of training twice.
  * Requests are retried as {@link ServerConnection} says (network errors, 429, 5xx, and any answer
- * carrying {@code Retry-After}: the server's mark of a refusal worth repeating, e.g. a 409 for
- * an enrollment that lost a race); other 4xx answers raise {@link ServerRefused}. Not
- * thread-safe: one client object per folder, used from one thread.
+ * carrying {@code Retry-After} in seconds, at most an hour: the server's mark of a refusal
+ * worth repeating, e.g. a 409 for an enrollment that lost a race); other 4xx answers raise
+ * {@link ServerRefused}. Not thread-safe: one client object per folder, used from one thread.
  */
 public final class FederatedClient {
   static final String CREDENTIALS = "credentials.json";
@@ -72,6 +74,7 @@ public final class FederatedClient {
    */
   public FederatedClient(String server, File stateDir, HttpTransport http, RetryPolicy retry,
       Sleeper sleeper) throws IOException {
+    checkServer(server);
     this.server = server.endsWith("/") ? server.substring(0, server.length() - 1) : server;
     this.dir = stateDir;
     if (!dir.isDirectory() && !dir.mkdirs()) {
@@ -85,6 +88,30 @@ public final class FederatedClient {
     if (credentials != null && !credentials.server.equals(this.server)) {
       throw new IllegalArgumentException(dir + " is enrolled with " + credentials.server
           + ", not " + this.server);
+    }
+  }
+
+  /**
+   * IllegalArgumentException unless {@code server} is an http(s) URL naming a host, without
+   * user:password@ (they would be stored and shown in messages). A typo such as a missing
+   * "https://" would otherwise fail every request as a network error, retried for minutes.
+   * The message never quotes the URL, which could hold a password.
+   */
+  private static void checkServer(String server) {
+    URI uri;
+    try {
+      uri = new URI(server);
+    } catch (URISyntaxException e) {
+      throw new IllegalArgumentException("the server URL is not a URL (" + e.getReason() + ")");
+    }
+    String scheme = uri.getScheme() == null ? "" : uri.getScheme().toLowerCase(Locale.ROOT);
+    if (!(scheme.equals("http") || scheme.equals("https")) || uri.getHost() == null) {
+      throw new IllegalArgumentException("the server URL must be http:// or https:// and name "
+          + "a host, e.g. https://fl.example.org");
+    }
+    if (uri.getRawUserInfo() != null) {
+      throw new IllegalArgumentException("the server URL holds a user name or password "
+          + "(user:password@): the device sends its own credentials (Bearer); remove them");
     }
   }
 
@@ -108,9 +135,15 @@ public final class FederatedClient {
 
   /** Trade a one-time enrollment token for credentials (stored owner-only); returns the id. */
   public long enroll(String token) throws IOException {
+    if (!Credentials.sendable(token)) {  // a pasted token's stray newline, named, not sent
+      throw new IllegalArgumentException("the token or secret holds a space, a control "
+          + "character (a stray newline or carriage return?) or a non-ASCII character; it was "
+          + "not sent");
+    }
     byte[] body = JsonWriter.write(Collections.singletonMap(Wire.TOKEN, token)).getBytes(UTF8);
-    Credentials creds = Credentials.fromAnswer(server,
-        ServerConnection.json(request("POST", Wire.ENROLL, body, Wire.JSON, false)));
+    Credentials creds = Credentials.fromAnswer(server, ServerConnection.json(
+        connection.send("POST", Wire.ENROLL, body, Wire.JSON, null, token,
+            Wire.MAX_JSON_ANSWER)));
     AtomicFiles.writePrivate(new File(dir, CREDENTIALS),
         JsonWriter.write(creds.toJson()).getBytes(UTF8));
     credentials = creds;
@@ -120,7 +153,7 @@ public final class FederatedClient {
   /** Ask the server what to do now. */
   public Task poll() throws IOException {
     try {
-      return Task.parse(request("GET", Wire.TASK, null, null, true).body);
+      return Task.parse(request("GET", Wire.TASK, null, null).body);
     } catch (IllegalArgumentException e) {
       throw new IOException("unreadable task: " + e.getMessage(), e);
     }
@@ -136,7 +169,8 @@ public final class FederatedClient {
         return Safetensors.parse(cached, file.getPath());
       }
     }
-    byte[] data = request("GET", Wire.global(digest), null, null, true).body;
+    byte[] data = connection.send("GET", Wire.global(digest), null, null, secret(), null,
+        Integer.MAX_VALUE).body;  // not JSON: bounded by the transport's maxBodyBytes
     String actual = Sha256.hex(data);
     if (!actual.equals(digest)) {
       throw new IOException("downloaded global state hashes to " + actual + ", not " + digest);
@@ -186,15 +220,13 @@ public final class FederatedClient {
         Map<String, TensorData> global = globalState(task.globalHash).tensors;
         Map<String, TensorData> update = Safetensors.parse(pending.upload, PendingRound.FILE)
             .tensors;
-        RoundSetup.fromTask(task.secagg);  // a setup the device refuses marks no round begun
-        if (!firstSecAggAttempt(task)) {  // it never masks the same change twice
+        if (!SecAggRound.takePart(this, task, global, update)) {  // began this round before
           return new StepResult(Wire.WAIT, task.retryAfterSeconds, pending.round, false);
         }
-        SecAggRound.takePart(this, task, global, update);
         duplicate = false;
       } else {
         duplicate = Boolean.TRUE.equals(ServerConnection.json(request("PUT", path,
-            pending.upload, Wire.OCTET_STREAM, true)).get(Wire.DUPLICATE));
+            pending.upload, Wire.OCTET_STREAM)).get(Wire.DUPLICATE));
       }
     } catch (ServerRefused refused) {
       if (refused.status == 409) {  // e.g. paused meanwhile: keep the round, poll again
@@ -260,12 +292,13 @@ public final class FederatedClient {
   }
 
   /**
-   * Record, before its first message, that this device starts the round's secure aggregation;
+   * Record, before its first message and after the task passed the device's checks
+   * ({@link SecAggRound#takePart}), that this device starts the round's secure aggregation;
    * false if it began it before, in this process or an earlier one. Running the protocol again
    * over the same change (fresh masks, fresh DP noise) would give a server that asks it to
    * start over two sums that differ by this device, or noise to average away.
    */
-  private boolean firstSecAggAttempt(Task task) throws IOException {
+  boolean firstSecAggAttempt(Task task) throws IOException {
     Map<String, Object> cache = readJson(CACHE);
     if (Arrays.asList((double) task.runId, (double) task.round).equals(
         cache.get(SECAGG_ROUND))) {
@@ -306,13 +339,21 @@ public final class FederatedClient {
     }
   }
 
-  /** One request with retries (as this device when {@code auth}); a 2xx/3xx answer or throws. */
-  HttpTransport.Response request(String method, String path, byte[] body, String contentType,
-      boolean auth) throws IOException {
-    if (auth && !isEnrolled()) {
+  /**
+   * One request with retries, as this device, whose answer is JSON (at most
+   * {@link Wire#MAX_JSON_ANSWER} bytes); a 2xx answer or throws.
+   */
+  HttpTransport.Response request(String method, String path, byte[] body, String contentType)
+      throws IOException {
+    return connection.send(method, path, body, contentType, secret(), null,
+        Wire.MAX_JSON_ANSWER);
+  }
+
+  private String secret() {
+    if (!isEnrolled()) {
       throw new IllegalStateException("not enrolled: call enroll(token) first");
     }
-    return connection.send(method, path, body, contentType, auth ? credentials.secret : null);
+    return credentials.secret;
   }
 
   private Map<String, Object> readJson(String name) throws IOException {

@@ -15,6 +15,23 @@ public interface HttpTransport {
   Response send(String method, String url, Map<String, String> headers, byte[] body)
       throws IOException;
 
+  /**
+   * As {@link #send(String, String, Map, byte[])}, for an answer whose body may be at most
+   * {@code maxBodyBytes} long (a JSON answer's bound, {@link Wire#MAX_JSON_ANSWER}): over it is
+   * an {@link UrlConnectionTransport.AnswerTooLarge}. This default checks the answer once read;
+   * {@link UrlConnectionTransport} stops reading at the bound.
+   */
+  default Response send(String method, String url, Map<String, String> headers, byte[] body,
+      int maxBodyBytes) throws IOException {
+    Response answer = send(method, url, headers, body);
+    if (answer.body.length > maxBodyBytes) {
+      throw new UrlConnectionTransport.AnswerTooLarge(method + " " + url + ": the answer's "
+          + "body of " + answer.body.length + " bytes is over the limit of " + maxBodyBytes
+          + " bytes");
+    }
+    return answer;
+  }
+
   /** Status, headers (names in lower case) and body of an answer. */
   final class Response {
     public final int status;

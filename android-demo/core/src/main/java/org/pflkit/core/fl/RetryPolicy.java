@@ -1,15 +1,11 @@
 package org.pflkit.core.fl;
 
-import java.text.ParseException;
-import java.text.SimpleDateFormat;
-import java.util.Locale;
 import java.util.Random;
-import java.util.TimeZone;
 
 /**
  * When to try again: capped exponential backoff with jitter, {@code delay_k = min(cap, base 2^k)
- * * U(0.5, 1.5)} (the Python SDK's rule), except that a server's {@code Retry-After} is honoured
- * as given. The whole request gives up after {@code maxElapsed}.
+ * * U(0.5, 1.5)} (the Python SDK's rule), except that a server's {@code Retry-After} of seconds
+ * in [0, 3600] is honoured as given. The whole request gives up after {@code maxElapsed}.
  */
 public final class RetryPolicy {
   public final long baseMillis;
@@ -37,23 +33,16 @@ public final class RetryPolicy {
   }
 
   /**
-   * The wait a {@code Retry-After} value asks for: seconds (pfl-server may send a fraction) or
-   * an HTTP date (RFC 9110); -1 when absent or unreadable (then the backoff applies).
+   * The wait a {@code Retry-After} value asks for: seconds in [0, {@link Task#MAX_RETRY_AFTER}]
+   * (pfl-server may send a fraction); -1 when absent, out of that range or an HTTP date (then
+   * the backoff applies), the Python SDK's rule. A date is not honoured: on a phone whose
+   * clock is off it would ask for a wait of hours, or none.
    */
-  public static long retryAfterMillis(String value, long nowMillis) {
-    if (value == null) {
+  public static long retryAfterMillis(String value) {
+    if (value == null || !value.trim().matches("\\+?(\\d+\\.?\\d*|\\.\\d+)([eE][+-]?\\d+)?")) {
       return -1;
     }
-    String v = value.trim();
-    if (v.matches("\\d{1,9}(\\.\\d*)?")) {
-      return Math.round(Double.parseDouble(v) * 1000);
-    }
-    SimpleDateFormat http = new SimpleDateFormat("EEE, dd MMM yyyy HH:mm:ss zzz", Locale.US);
-    http.setTimeZone(TimeZone.getTimeZone("GMT"));
-    try {
-      return Math.max(0, http.parse(v).getTime() - nowMillis);
-    } catch (ParseException e) {
-      return -1;
-    }
+    double seconds = Double.parseDouble(value.trim());
+    return seconds <= Task.MAX_RETRY_AFTER ? Math.round(seconds * 1000) : -1;
   }
 }

@@ -34,8 +34,13 @@ final class SecAggRound {
 
   private SecAggRound() {}
 
-  /** Run the four steps for this device's change {@code update - global}. */
-  static void takePart(FederatedClient client, Task task, Map<String, TensorData> global,
+  /**
+   * Run the four steps for this device's change {@code update - global}; false, with nothing
+   * sent, if it began this round's before. The round is marked begun only after the setup,
+   * the change's size and the roster passed their checks, as in the Python SDK: a task the
+   * device refuses is no attempt, so the server's corrected task is still taken part in.
+   */
+  static boolean takePart(FederatedClient client, Task task, Map<String, TensorData> global,
       Map<String, TensorData> update) throws IOException {
     RoundSetup setup = RoundSetup.fromTask(task.secagg);
     double[] change = change(global, update);
@@ -43,10 +48,13 @@ final class SecAggRound {
       throw new IllegalArgumentException("secagg: the update has " + change.length
           + " floating values, the round masks " + setup.dimension);
     }
-    if (setup.dpClipNorm != null && setup.dpNoiseMultiplier != null) {
+    if (setup.dpClipNorm != null) {  // RoundSetup: both DP numbers or neither
       privatize(change, setup.dpClipNorm, setup.dpNoiseMultiplier, setup.threshold, RANDOM);
     }
     SecAggDevice device = new SecAggDevice(client.clientId(), setup);
+    if (!client.firstSecAggAttempt(task)) {  // it never masks the same change twice
+      return false;
+    }
     String base = Wire.secagg(task.runId, task.round);
     byte[][] keys = device.advertiseKeys();
     Map<String, Object> advertised = new LinkedHashMap<String, Object>();
@@ -68,7 +76,7 @@ final class SecAggRound {
       shares.put(e.getKey(), bytes(e.getValue()));
     }
     client.request("PUT", base + "/masked", device.maskedInput(shares, change),
-        Wire.OCTET_STREAM, true);
+        Wire.OCTET_STREAM);
     Map<String, Object> ask = get(client, base + "/unmask");
     Map<String, Map<Long, byte[]>> answer = device.unmask(ids(ask.get("survivors")),
         ids(ask.get("dropped")));
@@ -77,6 +85,7 @@ final class SecAggRound {
       body.put(e.getKey(), encode(e.getValue()));
     }
     post(client, base + "/unmask", body);
+    return true;
   }
 
   /** The change of every F32/F64 tensor, float64, flattened in name order. */
@@ -129,12 +138,12 @@ final class SecAggRound {
 
   private static void post(FederatedClient client, String path, Map<String, Object> body)
       throws IOException {
-    client.request("POST", path, JsonWriter.write(body).getBytes(UTF8), Wire.JSON, true);
+    client.request("POST", path, JsonWriter.write(body).getBytes(UTF8), Wire.JSON);
   }
 
   private static Map<String, Object> get(FederatedClient client, String path)
       throws IOException {
-    return ServerConnection.json(client.request("GET", path, null, null, true));
+    return ServerConnection.json(client.request("GET", path, null, null));
   }
 
   private static Map<Long, Object> byId(Map<String, Object> answer, String key) {

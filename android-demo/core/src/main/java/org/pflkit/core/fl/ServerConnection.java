@@ -4,16 +4,20 @@ import java.io.IOException;
 import java.io.InterruptedIOException;
 import java.net.SocketTimeoutException;
 import java.nio.charset.Charset;
+import java.util.Collections;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Random;
 import org.pflkit.core.Json;
+import org.pflkit.core.JsonWriter;
 
 /**
  * The federated client's requests to {@code pfl-server} (the Python SDK's
  * {@code ServerConnection}): network errors, 429 and 5xx, and any answer carrying
- * {@code Retry-After} are retried per {@link RetryPolicy}, waiting what {@code Retry-After} says
- * when present; other 4xx answers raise {@link ServerRefused} with the server's detail.
+ * {@code Retry-After} (seconds in [0, 3600]) are retried per {@link RetryPolicy}, waiting what
+ * {@code Retry-After} says when present; other 4xx answers raise {@link ServerRefused} with the
+ * server's detail.
  */
 final class ServerConnection {
   private static final Charset UTF8 = Charset.forName("UTF-8");
@@ -35,9 +39,14 @@ final class ServerConnection {
     this.jitter = jitter;
   }
 
-  /** One request with retries, as the device with this {@code secret} unless null. */
+  /**
+   * One request with retries, as the device with this {@code secret} unless null; an answer's
+   * body over {@code maxAnswerBytes} is an AnswerTooLarge (not retried). A refusal's message
+   * shows neither the secret nor {@code hidden} (e.g. a token in the body), which a server or
+   * proxy may quote.
+   */
   HttpTransport.Response send(String method, String path, byte[] body, String contentType,
-      String secret) throws IOException {
+      String secret, String hidden, int maxAnswerBytes) throws IOException {
     Map<String, String> headers = new LinkedHashMap<String, String>();
     if (secret != null) {
       headers.put("Authorization", "Bearer " + secret);
@@ -51,7 +60,8 @@ final class ServerConnection {
       String problem;
       long wait;
       try {
-        HttpTransport.Response answer = http.send(method, server + path, headers, body);
+        HttpTransport.Response answer = http.send(method, server + path, headers, body,
+            maxAnswerBytes);
         if (answer.status < 300) {
           return answer;
         }
@@ -60,12 +70,11 @@ final class ServerConnection {
               + oneLine(String.valueOf(answer.header("location"))) + " not followed: give "
               + "the client the server's final URL");
         }
-        long asked = RetryPolicy.retryAfterMillis(answer.header(Wire.RETRY_AFTER_HEADER),
-            System.currentTimeMillis());
+        long asked = RetryPolicy.retryAfterMillis(answer.header(Wire.RETRY_AFTER_HEADER));
         // 429 and 5xx may be repeated; any other refusal only when the server says when
         boolean retryable = answer.status == 429 || answer.status >= 500 || asked >= 0;
         if (!retryable) {
-          throw new ServerRefused(answer.status, detail(answer));
+          throw new ServerRefused(answer.status, detail(answer, secret, hidden));
         }
         problem = "HTTP " + answer.status;
         wait = asked >= 0 ? asked : retry.backoffMillis(attempt, jitter);
@@ -94,13 +103,26 @@ final class ServerConnection {
     }
   }
 
-  /** The server's message (its JSON {@code detail}, else the body) as one bounded line. */
-  private static String detail(HttpTransport.Response answer) {
+  /**
+   * The server's message (its JSON {@code detail}, else the body) as one bounded line, each of
+   * {@code hidden} masked first; FastAPI's validation lists as {@code key: msg; ...}, as the
+   * Python SDK shows them.
+   */
+  private static String detail(HttpTransport.Response answer, String... hidden) {
     String text = new String(answer.body, UTF8);
+    for (String secret : hidden) {
+      if (secret != null && !secret.isEmpty()) {
+        text = text.replace(secret, "<secret>");
+      }
+    }
     try {
       Object parsed = Json.parse(text);
-      if (parsed instanceof Map && ((Map<?, ?>) parsed).get(Wire.DETAIL) != null) {
-        return oneLine(String.valueOf(((Map<?, ?>) parsed).get(Wire.DETAIL)));
+      Object detail = parsed instanceof Map ? ((Map<?, ?>) parsed).get(Wire.DETAIL) : null;
+      if (detail instanceof List) {
+        return oneLine(validationErrors((List<?>) detail));
+      }
+      if (detail != null && detail != Json.NULL) {
+        return oneLine(String.valueOf(detail));
       }
     } catch (Json.SyntaxException e) {
       // not JSON: the body itself is the message
@@ -108,10 +130,59 @@ final class ServerConnection {
     return oneLine(text);
   }
 
-  /** Text from the server shown to a user: whitespace runs as one space, at most 300 chars. */
+  /** {@code [{"loc": ["query", "num_samples"], "msg": "..."}]} as {@code num_samples: ...}. */
+  private static String validationErrors(List<?> items) {
+    StringBuilder out = new StringBuilder();
+    for (Object item : items) {
+      out.append(out.length() == 0 ? "" : "; ");
+      if (!(item instanceof Map)) {
+        out.append(item);
+        continue;
+      }
+      Object loc = ((Map<?, ?>) item).get("loc");
+      List<?> path = loc instanceof List ? (List<?>) loc : Collections.emptyList();
+      StringBuilder key = new StringBuilder();
+      for (Object part : path.subList(Math.min(1, path.size()), path.size())) {
+        key.append(key.length() == 0 ? "" : ".")  // an index as 2, not 2.0
+            .append(part instanceof Double ? JsonWriter.write(part) : String.valueOf(part));
+      }
+      Object msg = ((Map<?, ?>) item).get("msg");
+      out.append(key).append(": ").append(msg != null ? msg : item);
+    }
+    return out.toString();
+  }
+
+  /**
+   * Text from the server shown to a user: whitespace runs as one space, every other character
+   * that does not print (an escape sequence's ESC, a format control) as {@code ?}, at most 300
+   * characters.
+   */
   static String oneLine(String text) {
     String line = text.replaceAll("\\s+", " ").trim();
+    StringBuilder shown = new StringBuilder(line.length());
+    for (int i = 0; i < line.length(); i++) {
+      char c = line.charAt(i);
+      shown.append(c == ' ' || printable(c) ? c : '?');
+    }
+    line = shown.toString();
     return line.length() <= MAX_MESSAGE ? line : line.substring(0, MAX_MESSAGE) + "...";
+  }
+
+  /** Python's str.isprintable for one UTF-16 unit (a surrogate half does not print alone). */
+  private static boolean printable(char c) {
+    switch (Character.getType(c)) {
+      case Character.CONTROL:
+      case Character.FORMAT:
+      case Character.SURROGATE:
+      case Character.PRIVATE_USE:
+      case Character.UNASSIGNED:
+      case Character.LINE_SEPARATOR:
+      case Character.PARAGRAPH_SEPARATOR:
+      case Character.SPACE_SEPARATOR:
+        return false;
+      default:
+        return true;
+    }
   }
 
   static Map<String, Object> json(HttpTransport.Response answer) throws IOException {

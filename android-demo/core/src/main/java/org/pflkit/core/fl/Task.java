@@ -1,6 +1,7 @@
 package org.pflkit.core.fl;
 
 import java.nio.charset.Charset;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
 import java.util.Map;
@@ -20,6 +21,9 @@ public final class Task {
    * (at most 120 s); anything longer, or negative, is not a server's answer.
    */
   public static final double MAX_RETRY_AFTER = 3600;
+  /** What a task's status may be (the Python SDK's protocol.TASK_STATUSES). */
+  public static final List<String> STATUSES = Collections.unmodifiableList(Arrays.asList(
+      Wire.TRAIN, Wire.UPLOADED, Wire.WAIT, Wire.PAUSED, Wire.STOPPED, Wire.FINISHED));
   public final Long runId;
   public final Long round;
   /** Unix seconds. */
@@ -40,6 +44,10 @@ public final class Task {
 
   private Task(Map<String, Object> json) {
     status = string(json.get(Wire.STATUS), Wire.STATUS);
+    if (!STATUSES.contains(status)) {  // never echoed: it is the server's text
+      throw new IllegalArgumentException("task: status must be one of "
+          + String.join(", ", STATUSES));
+    }
     retryAfterSeconds = number(json.get(Wire.RETRY_AFTER), Wire.RETRY_AFTER);
     if (!(retryAfterSeconds >= 0 && retryAfterSeconds <= MAX_RETRY_AFTER)) {  // NaN too
       throw new IllegalArgumentException("task: retry_after must be a number in [0, "
@@ -58,12 +66,24 @@ public final class Task {
           + clipNorm);
     }
     Object sa = json.get(Wire.SECAGG);
+    if (sa != null && sa != Json.NULL && !(sa instanceof Map)) {  // never read as "no SecAgg"
+      throw new IllegalArgumentException("secagg: the round's setup must be an object");
+    }
     secagg = sa instanceof Map ? Collections.unmodifiableMap(cast(sa)) : null;
     Object c = json.get(Wire.CONFIG);
     config = c instanceof Map ? Collections.unmodifiableMap(cast(c)) : Collections.<String,
         Object>emptyMap();
-    if (Wire.TRAIN.equals(status) && (runId == null || round == null || globalHash == null)) {
-      throw new IllegalArgumentException("a train task needs run_id, round and global_hash");
+    if (Wire.TRAIN.equals(status)) {  // it trains: everything that takes must be there
+      if (runId == null || round == null) {
+        throw new IllegalArgumentException("task: run_id and round are required");
+      }
+      if (!(c instanceof Map)) {
+        throw new IllegalArgumentException("task: config must be an object");
+      }
+      if (globalHash == null || !globalHash.matches("[0-9a-f]{64}")) {  // in the download's URL
+        throw new IllegalArgumentException("task: global_hash must be 64 lowercase hex digits "
+            + "(a SHA-256)");
+      }
     }
   }
 
@@ -144,8 +164,9 @@ public final class Task {
       return null;
     }
     double d = number(v, key);
-    if (d != Math.rint(d) || d < 0) {
-      throw new IllegalArgumentException("task: " + key + " must be a non-negative integer");
+    if (d != Math.rint(d) || d < 0 || d > Credentials.MAX_ID) {  // the server's 32-bit ids
+      throw new IllegalArgumentException("task: " + key + " must be an integer in [0, "
+          + Credentials.MAX_ID + "]");
     }
     return (long) d;
   }

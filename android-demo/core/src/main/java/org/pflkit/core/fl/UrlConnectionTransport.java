@@ -34,6 +34,14 @@ public final class UrlConnectionTransport implements HttpTransport {
    * allow larger models passes its own.
    */
   public static final int DEFAULT_MAX_BODY_BYTES = 256 << 20;
+  /**
+   * Request bodies up to this size (every JSON request, and the updates of most models) are
+   * handed to HttpURLConnection whole rather than streamed: the JDK drops the answer to a
+   * streamed request that gets 401 (it could not resend the body to authenticate), and with it
+   * the server's message, e.g. "unknown enrollment token". Larger bodies are streamed, so the
+   * device never holds a second copy of a large update.
+   */
+  public static final int BUFFERED_BODY_BYTES = 16 << 20;
   /** Bytes per second a default deadline allows (512 kbit/s, slow 3G), as pfl-client's. */
   public static final long MIN_ANSWER_RATE = 64 * 1024;
 
@@ -86,6 +94,13 @@ public final class UrlConnectionTransport implements HttpTransport {
   @Override
   public Response send(String method, String url, Map<String, String> headers, byte[] body)
       throws IOException {
+    return send(method, url, headers, body, maxBodyBytes);
+  }
+
+  /** Reads at most the smaller of {@code bound} and this transport's {@code maxBodyBytes}. */
+  @Override
+  public Response send(String method, String url, Map<String, String> headers, byte[] body,
+      int bound) throws IOException {
     final HttpURLConnection conn = (HttpURLConnection) new URL(url).openConnection();
     long deadline = deadlineMillis(body == null ? 0 : body.length);
     final AtomicBoolean late = new AtomicBoolean();
@@ -94,7 +109,7 @@ public final class UrlConnectionTransport implements HttpTransport {
       conn.disconnect();  // a read blocked in another thread fails at once
     }, deadline, TimeUnit.MILLISECONDS);
     try {
-      return exchange(conn, method, url, headers, body);
+      return exchange(conn, method, url, headers, body, Math.min(bound, maxBodyBytes));
     } catch (IOException e) {
       if (late.get()) {
         throw new SocketTimeoutException(method + " " + url + ": the answer did not arrive "
@@ -108,7 +123,7 @@ public final class UrlConnectionTransport implements HttpTransport {
   }
 
   private Response exchange(HttpURLConnection conn, String method, String url,
-      Map<String, String> headers, byte[] body) throws IOException {
+      Map<String, String> headers, byte[] body, int limit) throws IOException {
     conn.setRequestMethod(method);
     conn.setConnectTimeout(connectTimeoutMillis);
     conn.setReadTimeout(readTimeoutMillis);
@@ -119,7 +134,9 @@ public final class UrlConnectionTransport implements HttpTransport {
     }
     if (body != null) {
       conn.setDoOutput(true);
-      conn.setFixedLengthStreamingMode(body.length);
+      if (body.length > BUFFERED_BODY_BYTES) {
+        conn.setFixedLengthStreamingMode(body.length);
+      }
       OutputStream out = conn.getOutputStream();
       try {
         out.write(body);
@@ -135,13 +152,13 @@ public final class UrlConnectionTransport implements HttpTransport {
       }
     }
     long declared = conn.getContentLengthLong();
-    if (declared > maxBodyBytes) {
-      throw tooLarge(method, url, declared + " bytes");
+    if (declared > limit) {
+      throw tooLarge(method, url, declared + " bytes", limit);
     }
     InputStream in = status >= 400 ? conn.getErrorStream() : conn.getInputStream();
-    byte[] read = in == null ? new byte[0] : Streams.readAtMost(in, maxBodyBytes);
+    byte[] read = in == null ? new byte[0] : Streams.readAtMost(in, limit);
     if (read == null) {
-      throw tooLarge(method, url, "more bytes");
+      throw tooLarge(method, url, "more bytes", limit);
     }
     return new Response(status, answer, read);
   }
@@ -156,9 +173,9 @@ public final class UrlConnectionTransport implements HttpTransport {
     return pool;
   }
 
-  private IOException tooLarge(String method, String url, String size) {
+  private static IOException tooLarge(String method, String url, String size, int limit) {
     return new AnswerTooLarge(method + " " + url + ": the answer's body of " + size
-        + " is over the limit of " + maxBodyBytes + " bytes");
+        + " is over the limit of " + limit + " bytes");
   }
 
   /** An answer body over the bound: not retried (the same server would send it again). */

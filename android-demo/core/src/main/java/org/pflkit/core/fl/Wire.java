@@ -69,6 +69,13 @@ public final class Wire {
   public static final String STOPPED = "stopped";
   public static final String FINISHED = "finished";
 
+  /**
+   * The longest JSON answer a device reads (a task, an upload's receipt, a SecAgg step's
+   * answer: well under 2 MiB), the Python SDK's MAX_JSON_ANSWER; a global state is bounded by
+   * the transport's own {@code maxBodyBytes}.
+   */
+  public static final int MAX_JSON_ANSWER = 16 << 20;
+
   public static final String OCTET_STREAM = "application/octet-stream";
   public static final String JSON = "application/json";
 }

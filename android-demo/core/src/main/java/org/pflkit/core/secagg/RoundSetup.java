@@ -4,6 +4,7 @@ import java.util.Arrays;
 import java.util.Base64;
 import java.util.List;
 import java.util.Map;
+import org.pflkit.core.Json;
 
 /**
  * A SecAgg round's public setup as a task carries it (Python's {@code wire.setup_to_wire} plus
@@ -14,6 +15,11 @@ public final class RoundSetup {
   public static final long MAX_ID = Integer.MAX_VALUE;
   /** Shamir's x-coordinates and the quantization's headroom stay small (Python's MAX_CLIENTS). */
   public static final int MAX_CLIENTS = 10_000;
+  /** A run config's ranges of DP's C and z (Python's AggregationConfig). */
+  public static final double MAX_DP_CLIP_NORM = 1e6;
+  public static final double MAX_DP_NOISE_MULTIPLIER = 1e3;
+  private static final String BAD_DP = "secagg: the task's dp_clip_norm and dp_noise_multiplier"
+      + " are not both in a run config's ranges (docs/privacy.md)";
 
   public final long roundId;
   public final long[] roster; // sorted client ids
@@ -22,7 +28,7 @@ public final class RoundSetup {
   public final int dimension;
   public final double clipRange;
   public final byte[] graphSeed;
-  public final Double dpClipNorm; // null without DP
+  public final Double dpClipNorm; // null without DP; both or neither
   public final Double dpNoiseMultiplier;
 
   public RoundSetup(long roundId, long[] roster, int threshold, int neighbours, int dimension,
@@ -62,6 +68,16 @@ public final class RoundSetup {
     if (dimension < 1 || !(clipRange > 0 && clipRange < Double.POSITIVE_INFINITY)) {
       throw new SecAggException("dimension must be >= 1 and clip_range in (0, inf)");
     }
+    if ((dpClipNorm != null || dpNoiseMultiplier != null)
+        && !(inRange(dpClipNorm, MAX_DP_CLIP_NORM)
+            && inRange(dpNoiseMultiplier, MAX_DP_NOISE_MULTIPLIER))) {
+      throw new SecAggException(BAD_DP); // never sent unclipped or unnoised on a bad setup
+    }
+  }
+
+  /** A DP number a run config allows: in (0, max]. */
+  private static boolean inRange(Double value, double max) {
+    return value != null && value > 0 && value <= max;
   }
 
   /** K: a device and its neighbours. */
@@ -81,7 +97,7 @@ public final class RoundSetup {
           count(data.get("threshold")), count(data.get("neighbours")),
           count(data.get("dimension")), ((Number) data.get("clip_range")).doubleValue(),
           Base64.getDecoder().decode((String) data.get("graph_seed")),
-          optional(data.get("dp_clip_norm")), optional(data.get("dp_noise_multiplier")));
+          dpNumber(data.get("dp_clip_norm")), dpNumber(data.get("dp_noise_multiplier")));
     } catch (ClassCastException | NullPointerException | IllegalArgumentException e) {
       if (e instanceof SecAggException) {
         throw e;
@@ -108,7 +124,14 @@ public final class RoundSetup {
     return (int) n;
   }
 
-  private static Double optional(Object value) {
-    return value instanceof Number ? ((Number) value).doubleValue() : null;
+  /** DP's C or z: absent or JSON null is null (no DP); anything but a number is refused. */
+  private static Double dpNumber(Object value) {
+    if (value == null || value == Json.NULL) {
+      return null;
+    }
+    if (!(value instanceof Number)) {
+      throw new SecAggException(BAD_DP);
+    }
+    return ((Number) value).doubleValue();
   }
 }

@@ -67,7 +67,7 @@ public class DpServerTest {
       byte[] unclipped = Safetensors.write(trained.update, null);
       try {  // the test's switch: the same upload, not clipped
         java.request("PUT", Wire.update(task.runId, task.round, trained.numSamples), unclipped,
-            Wire.OCTET_STREAM, true);
+            Wire.OCTET_STREAM);
         fail("the server accepted an update over the clip norm");
       } catch (ServerRefused refused) {
         assertEquals(422, refused.status);

@@ -14,6 +14,9 @@ import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.attribute.PosixFilePermission;
+import java.time.ZoneOffset;
+import java.time.ZonedDateTime;
+import java.time.format.DateTimeFormatter;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.EnumSet;
@@ -130,6 +133,30 @@ public class FederatedClientTest {
     }
   }
 
+  /**
+   * A server URL typed without its scheme (the app's text field) failed every request as a
+   * network error, retried for ten minutes; one with user:password@ was stored and shown.
+   */
+  @Test
+  public void aServerUrlThatIsNoHttpUrlOrHoldsAPasswordIsRefusedAtOnce() throws Exception {
+    String[] bad = {"fl.example.org", "ftp://fl.example.org", "https://", "http://[::1",
+        "http://user:pa55@127.0.0.1:9", "https://pa55@fl.example.org/"};
+    for (String server : bad) {
+      try {
+        new FederatedClient(server, tmp.newFolder(), new UrlConnectionTransport(2_000, 5_000),
+            RetryPolicy.defaults(), waits::add);
+        fail(server);
+      } catch (IllegalArgumentException e) {
+        assertTrue(e.getMessage(), e.getMessage().startsWith("the server URL "));
+        assertFalse(e.getMessage(), e.getMessage().contains("pa55"));
+      }
+    }
+    assertTrue(waits.isEmpty());
+    for (String good : new String[] {"https://fl.example.org", "HTTP://127.0.0.1:8000/pfl/"}) {
+      new FederatedClient(good, tmp.newFolder(), null, RetryPolicy.defaults(), waits::add);
+    }
+  }
+
   @Test
   public void retryAfterIsHonouredAndMakesA409Retryable() throws Exception {
     FederatedClient c = enrolled(RetryPolicy.defaults());
@@ -141,6 +168,40 @@ public class FederatedClientTest {
     assertEquals("wait", c.poll().status);
     assertEquals(List.of(3000L, 7000L, 1000L, 250L), waits);
     assertEquals(5, requests.size());
+  }
+
+  /**
+   * The Python SDK's rule: a Retry-After that is an HTTP date (which a phone's skewed clock
+   * would turn into hours, or nothing) or over an hour is not honoured: a 5xx backs off, a
+   * 409 is final.
+   */
+  @Test
+  public void aRetryAfterDateOrOverAnHourIsNotHonoured() throws Exception {
+    FederatedClient c = enrolled(new RetryPolicy(100, 100, 7_200_000));  // waits recorded
+    String tomorrow = DateTimeFormatter.RFC_1123_DATE_TIME.format(
+        ZonedDateTime.now(ZoneOffset.UTC).plusDays(1));
+    String[] odd = {tomorrow, "3601", "-1", "NaN", "Infinity", "1d", "0x10", "soon"};
+    for (String wait : odd) {
+      script.add(new Answer(503, "{\"detail\": \"busy\"}", "Retry-After", wait));
+    }
+    script.add(new Answer(503, "{\"detail\": \"busy\"}", "Retry-After", "1e0"));
+    script.add(new Answer(503, "{\"detail\": \"busy\"}", "Retry-After", " 3600 "));
+    script.add(new Answer(200, task("wait", "")));
+    assertEquals("wait", c.poll().status);
+    assertEquals(odd.length + 2, waits.size());
+    for (int i = 0; i < odd.length; i++) {
+      long wait = waits.get(i);
+      assertTrue(odd[i] + ": backoff, not the server's wait: " + wait, wait >= 50 && wait <= 150);
+    }
+    assertEquals(List.of(1000L, 3_600_000L), waits.subList(odd.length, odd.length + 2));
+    script.add(new Answer(409, "{\"detail\": \"paused\"}", "Retry-After", tomorrow));
+    try {
+      c.poll();
+      fail("a 409 whose Retry-After is not honoured is final");
+    } catch (ServerRefused e) {
+      assertEquals(409, e.status);
+    }
+    assertEquals(odd.length + 2, waits.size());
   }
 
   @Test
@@ -157,6 +218,34 @@ public class FederatedClientTest {
     for (int k = 0; k < caps.length; k++) {
       assertTrue(waits.get(k) + " for attempt " + k,
           waits.get(k) >= caps[k] / 2 && waits.get(k) <= caps[k] * 3 / 2);
+    }
+  }
+
+  /**
+   * The JDK drops the answer to a request streamed with a body when it is a 401 (it cannot
+   * resend the body to authenticate): a mistyped enrollment token showed no message at all.
+   */
+  @Test
+  public void anUnauthorizedEnrollmentOrUploadCarriesTheServersMessage() throws Exception {
+    FederatedClient c = client(tmp.getRoot(), RetryPolicy.defaults());
+    script.add(new Answer(401, "{\"detail\": \"unknown enrollment token\"}",
+        "WWW-Authenticate", "Bearer"));
+    try {
+      c.enroll("mistyped");
+      fail("refused");
+    } catch (ServerRefused e) {
+      assertEquals("server refused (401): unknown enrollment token", e.getMessage());
+    }
+    c = enrolled(RetryPolicy.defaults());
+    script.add(new Answer(200, TRAIN));
+    script.add(new Answer(200, GLOBAL));
+    script.add(new Answer(401, "{\"detail\": \"unknown client credentials\"}",
+        "WWW-Authenticate", "Bearer"));
+    try {
+      c.step(counting(new int[1]));
+      fail("refused");
+    } catch (ServerRefused e) {
+      assertEquals("server refused (401): unknown client credentials", e.getMessage());
     }
   }
 
@@ -349,7 +438,8 @@ public class FederatedClientTest {
     String[] bad = {"\"client_id\": \"8\", \"secret\": \"s\"", "\"client_id\": true, "
         + "\"secret\": \"s\"", "\"client_id\": 1.5, \"secret\": \"s\"",
         "\"client_id\": -1, \"secret\": \"s\"", "\"client_id\": 1e10, \"secret\": \"s\"",
-        "\"client_id\": 8", "\"client_id\": 8, \"secret\": \"\"", "\"secret\": \"s\""};
+        "\"client_id\": 8", "\"client_id\": 8, \"secret\": \"\"", "\"secret\": \"s\"",
+        "\"client_id\": 8, \"secret\": \"s\\r\\nX: y\"", "\"client_id\": 8, \"secret\": \"a b\""};
     for (String fields : bad) {
       Files.write(creds.toPath(), ("{\"server\": \"" + url() + "\", " + fields + "}")
           .getBytes(StandardCharsets.UTF_8));
@@ -363,17 +453,32 @@ public class FederatedClientTest {
     }
     assertTrue(creds.delete());
     FederatedClient c = client(tmp.getRoot(), RetryPolicy.defaults());
-    for (String answer : new String[] {"1.5", "-1", "\"8\"", "2147483648"}) {
-      script.add(new Answer(200, "{\"client_id\": " + answer + ", \"secret\": \"s\"}"));
+    for (String answer : new String[] {"1.5, \"secret\": \"s\"", "-1, \"secret\": \"s\"",
+        "\"8\", \"secret\": \"s\"", "2147483648, \"secret\": \"s\"",
+        "8, \"secret\": \"s\\r\\nX-Injected: 1\"", "8, \"secret\": \"s\u00e9\""}) {
+      script.add(new Answer(200, "{\"client_id\": " + answer + "}"));
       try {
         c.enroll("tok");
         fail(answer);
       } catch (IOException e) {
-        assertTrue(e.getMessage(), e.getMessage().startsWith("enrollment answer lacks"));
+        assertEquals("enrollment: the server's answer holds no client id in 0..2147483647 and "
+            + "sendable secret; nothing was stored", e.getMessage());
       }
       assertFalse(c.isEnrolled());
       assertFalse(creds.exists());
     }
+    requests.clear();
+    for (String token : new String[] {"x9Q\n", " x9Q", "x9\u00f6Q", ""}) {
+      try {
+        c.enroll(token);
+        fail(token);
+      } catch (IllegalArgumentException e) {
+        assertTrue(e.getMessage(), e.getMessage().startsWith("the token or secret holds a "
+            + "space, a control character"));
+        assertFalse(e.getMessage().contains("x9"));
+      }
+    }
+    assertEquals("a token a header cannot carry is not sent", 0, requests.size());
   }
 
   @Test

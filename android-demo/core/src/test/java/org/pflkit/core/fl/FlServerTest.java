@@ -292,8 +292,7 @@ public class FlServerTest {
   private static ServerRefused upload(FederatedClient client, Task task, byte[] body)
       throws IOException {
     try {
-      client.request("PUT", Wire.update(task.runId, task.round, 10), body, Wire.OCTET_STREAM,
-          true);
+      client.request("PUT", Wire.update(task.runId, task.round, 10), body, Wire.OCTET_STREAM);
     } catch (ServerRefused refused) {
       return refused;
     }

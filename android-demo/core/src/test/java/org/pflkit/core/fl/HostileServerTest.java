@@ -213,7 +213,7 @@ public class HostileServerTest {
     // an upload answered by a redirect was not received: the round stays pending
     File pending = new File(tmp.getRoot(), PendingRound.FILE);
     script.add(text(200, "{\"status\": \"train\", \"retry_after\": 1.0, \"run_id\": 1, "
-        + "\"round\": 0, \"global_hash\": \"00\"}"));
+        + "\"round\": 0, \"global_hash\": \"" + "0".repeat(64) + "\", \"config\": {}}"));
     byte[] bytes = new PendingRound(1, 0, 5, new byte[] {1, 2, 3}, null).toBytes();
     AtomicFiles.write(pending, bytes);
     script.add(raw("HTTP/1.1 307 Temporary Redirect\r\nLocation: http://evil.example/\r\n"
@@ -251,5 +251,81 @@ public class HostileServerTest {
     }
     script.add(text(200, "{\"status\": \"wait\", \"retry_after\": 3600}"));
     assertEquals(3600.0, c.poll().retryAfterSeconds, 0);
+  }
+
+  /**
+   * A JSON answer (a task, a receipt, a SecAgg step) is read up to 16 MiB, the Python SDK's
+   * bound, not up to the transport's 256 MiB a global state may take: a phone that decoded and
+   * parsed a 256 MiB task would run out of memory.
+   */
+  @Test
+  public void aJsonAnswerOverSixteenMegabytesIsRefused() throws Exception {
+    FederatedClient c = enrolled(new UrlConnectionTransport(2_000, 5_000));
+    String task = "{\"status\": \"wait\", \"retry_after\": 1, \"pad\": \"";
+    script.add(text(200, task + "x".repeat(Wire.MAX_JSON_ANSWER) + "\"}"));
+    pollFails(c, "GET http://127.0.0.1:" + socket.getLocalPort() + "/v1/task: the answer's "
+        + "body of 16777263 bytes is over the limit of 16777216 bytes");
+    script.add(endless(200));
+    pollFails(c, "over the limit of 16777216 bytes");
+    script.add(text(200, task + "\"}"));
+    assertEquals("wait", c.poll().status);
+  }
+
+  /** What the Python SDK's protocol.task_problem refuses is refused here too, in one line. */
+  @Test
+  public void aTaskThePythonSdkRefusesIsRefused() throws Exception {
+    FederatedClient c = enrolled();
+    String hash = "\"" + "0".repeat(64) + "\"";
+    String[][] lies = {
+        {"\"status\": \"TRAIN\"", "status must be one of train, uploaded, wait, paused, "
+            + "stopped, finished"},
+        {"\"status\": \"wait\", \"run_id\": 2147483648", "run_id must be an integer in "
+            + "[0, 2147483647]"},
+        {"\"status\": \"wait\", \"round\": 1e12", "round must be an integer in"},
+        {"\"status\": \"train\", \"run_id\": 1, \"round\": 0, \"config\": {}, "
+            + "\"global_hash\": \"../clients/enroll\"", "global_hash must be 64 lowercase hex"},
+        {"\"status\": \"train\", \"run_id\": 1, \"round\": 0, \"config\": {}, "
+            + "\"global_hash\": " + hash.toUpperCase().replace('0', 'A'),
+            "global_hash must be 64 lowercase hex"},
+        {"\"status\": \"train\", \"run_id\": 1, \"round\": 0, \"global_hash\": " + hash,
+            "config must be an object"},
+        {"\"status\": \"train\", \"round\": 0, \"config\": {}, \"global_hash\": " + hash,
+            "run_id and round are required"},
+        {"\"status\": \"train\", \"run_id\": 1, \"round\": 0, \"config\": {}, \"secagg\": "
+            + "\"on\", \"global_hash\": " + hash, "secagg: the round's setup must be an object"},
+    };
+    for (String[] lie : lies) {
+      script.add(text(200, "{\"retry_after\": 1, " + lie[0] + "}"));
+      pollFails(c, lie[1]);
+    }
+    script.add(text(200, "{\"retry_after\": 1, \"status\": \"train\", \"run_id\": "
+        + "2147483647, \"round\": 0, \"config\": {}, \"global_hash\": " + hash + "}"));
+    assertEquals(Long.valueOf(2147483647L), c.poll().runId);
+  }
+
+  /**
+   * As the Python SDK's: a refusal quoting the request shows neither the token nor the secret,
+   * shows no escape sequence, and a FastAPI validation list reads as {@code key: msg}.
+   */
+  @Test
+  public void aRefusalShowsNoSecretNoEscapeAndReadableValidationErrors() throws Exception {
+    FederatedClient fresh = new FederatedClient("http://127.0.0.1:" + socket.getLocalPort(),
+        tmp.newFolder(), new UrlConnectionTransport(2_000, 5_000, LIMIT),
+        new RetryPolicy(1, 1, 0), millis -> { });
+    script.add(text(403, "{\"detail\": \"unknown token tok-5ecret\"}"));
+    try {
+      fresh.enroll("tok-5ecret");
+      fail("refused");
+    } catch (ServerRefused e) {
+      assertEquals("server refused (403): unknown token <secret>", e.getMessage());
+    }
+    FederatedClient c = enrolled();
+    script.add(text(401, "bad credentials: Bearer s3cret\u001b[2J"));
+    pollFails(c, "server refused (401): bad credentials: Bearer <secret>?[2J");
+    script.add(text(422, "{\"detail\": [{\"type\": \"greater_than\", \"loc\": [\"query\", "
+        + "\"num_samples\"], \"msg\": \"Input should be greater than 0\", \"input\": \"0\"}, "
+        + "{\"loc\": [\"body\", \"items\", 2], \"msg\": \"bad\"}]}"));
+    pollFails(c, "server refused (422): num_samples: Input should be greater than 0; items.2: "
+        + "bad");
   }
 }

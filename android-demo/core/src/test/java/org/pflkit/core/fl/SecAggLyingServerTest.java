@@ -64,6 +64,7 @@ public class SecAggLyingServerTest {
   private int refusals;
   private UnaryOperator<Map<Long, byte[][]>> tamperKeys = UnaryOperator.identity();
   private UnaryOperator<Map<String, Object>> tamperRequest = UnaryOperator.identity();
+  private UnaryOperator<Map<String, Object>> tamperSetup = UnaryOperator.identity();
 
   @Before
   public void start() throws IOException {
@@ -136,13 +137,16 @@ public class SecAggLyingServerTest {
     secagg.put("dimension", setup.dimension);
     secagg.put("clip_range", setup.clipRange);
     secagg.put("graph_seed", b64(setup.graphSeed));
+    secagg.put("dp_clip_norm", null);  // pfl-server's setup of a round without DP
+    secagg.put("dp_noise_multiplier", null);
     Map<String, Object> task = new LinkedHashMap<>();
     task.put("status", "train");
     task.put("retry_after", 1.0);
     task.put("run_id", 5);
     task.put("round", 0);
     task.put("global_hash", Sha256.hex(global));
-    task.put("secagg", secagg);
+    task.put("config", Collections.emptyMap());
+    task.put("secagg", tamperSetup.apply(secagg));
     return task;
   }
 
@@ -210,11 +214,15 @@ public class SecAggLyingServerTest {
 
   /** The device's one-line refusal of this round. */
   private String refusal() throws Exception {
+    return refusal(SecAggException.class);
+  }
+
+  private String refusal(Class<? extends RuntimeException> kind) throws Exception {
     try {
-      step(device());
-      fail("the device took part");
+      fail("the device did not refuse the round: " + step(device()).status);
       return null;
-    } catch (SecAggException e) {
+    } catch (RuntimeException e) {
+      assertTrue(e.toString(), kind.isInstance(e));
       assertFalse(e.getMessage(), e.getMessage().contains("\n"));
       return e.getMessage();
     }
@@ -238,6 +246,53 @@ public class SecAggLyingServerTest {
     assertEquals("masked once", 1, Collections.frequency(posted, "PUT masked"));
     assertEquals(Arrays.asList("POST keys", "POST shares", "PUT masked", "POST unmask"), posted);
     assertTrue("the round stays pending", new File(tmp.getRoot(), PendingRound.FILE).isFile());
+  }
+
+  /**
+   * Python's order: the roster and the change's size are checked before the round is marked
+   * begun, so a setup the device refused does not make it sit out the corrected one.
+   */
+  @Test
+  public void aRefusedSetupIsNoAttemptAndTheCorrectedRoundIsTakenPartIn() throws Exception {
+    tamperSetup = secagg -> {
+      secagg.put("roster", Arrays.asList(2, 3, 4));
+      return secagg;
+    };
+    assertEquals("client 1 is not in round 7's roster", refusal());
+    tamperSetup = secagg -> {
+      secagg.put("dimension", 4);
+      return secagg;
+    };
+    assertEquals("secagg: the update has 3 floating values, the round masks 4",
+        refusal(IllegalArgumentException.class));
+    assertEquals("nothing sent", Collections.emptyList(), posted);
+    tamperSetup = UnaryOperator.identity();
+    assertEquals(StepResult.TRAINED, step(device()).status);
+    assertEquals(Arrays.asList("POST keys", "POST shares", "PUT masked", "POST unmask"), posted);
+  }
+
+  /** As Python's device: DP's C and z both in a run config's ranges, or neither; else refused. */
+  @Test
+  public void aDpSetupOutsideARunConfigsRangesIsRefusedBeforeAnythingIsSent() throws Exception {
+    String refused = "secagg: the task's dp_clip_norm and dp_noise_multiplier are not both in a"
+        + " run config's ranges (docs/privacy.md)";
+    Object[][] lies = {{0.5, null}, {null, 1.0}, {0.0, 1.0}, {-1.0, 1.0}, {1e6 + 1, 1.0},
+        {0.5, 1e3 + 1}, {"0.5", 1.0}, {0.5, true}};
+    for (Object[] dp : lies) {
+      tamperSetup = secagg -> {
+        secagg.put("dp_clip_norm", dp[0]);
+        secagg.put("dp_noise_multiplier", dp[1]);
+        return secagg;
+      };
+      assertEquals(Arrays.toString(dp), refused, refusal());
+    }
+    assertEquals("nothing sent", Collections.emptyList(), posted);
+    tamperSetup = secagg -> {
+      secagg.put("dp_clip_norm", 1e6);
+      secagg.put("dp_noise_multiplier", 1e3);
+      return secagg;
+    };
+    assertEquals(StepResult.TRAINED, step(device()).status);
   }
 
   @Test

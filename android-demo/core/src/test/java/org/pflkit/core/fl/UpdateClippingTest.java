@@ -55,7 +55,7 @@ public class UpdateClippingTest {
   @Test
   public void aTaskCarriesItsClipNormAndRefusesABadOne() {
     String train = "{\"status\": \"train\", \"retry_after\": 1, \"run_id\": 1, \"round\": 0, "
-        + "\"global_hash\": \"ab\"";
+        + "\"global_hash\": \"" + "ab".repeat(32) + "\", \"config\": {}";
     assertEquals(0.5, Task.parse((train + ", \"clip_norm\": 0.5}").getBytes(
         StandardCharsets.UTF_8)).clipNorm, 0.0);
     assertEquals(null, Task.parse((train + "}").getBytes(StandardCharsets.UTF_8)).clipNorm);
