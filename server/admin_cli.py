@@ -6,6 +6,7 @@
     pfl-admin runs create run.toml --set rounds=5
     pfl-admin runs pause | resume | stop [RUN_ID]
     pfl-admin status                                  # live view until the run ends (Ctrl-C)
+    pfl-admin prune --keep-globals 5                  # delete what ended rounds left
 
 The server URL and the admin token come from flags, the environment or a config file (see
 ``admin_settings.py`` and docs/admin.md). Runs with the base install: httpx, rich, typer and
@@ -32,7 +33,7 @@ from pflkit.sdk.config_types import ConfigError
 from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.admin_client import AdminClient, AdminError
 from pflkit.server.admin_settings import SettingsError, resolve
-from pflkit.server.admin_view import clients_table, plural, render_status, when
+from pflkit.server.admin_view import clients_table, plural, prune_line, render_status, when
 from pflkit.server.api.schemas import MAX_TOKEN_TTL
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
@@ -228,6 +229,21 @@ def stop_run(ctx: typer.Context, run_id: RunArg = None) -> None:
     _transition(ctx, "stop", run_id, "stopped")
 
 
+@app.command()
+def prune(
+    ctx: typer.Context,
+    keep_globals: Annotated[int | None, typer.Option(
+        min=1, max=MAX_ID, help="keep each run's newest N global states, N in [1, 2^31-1] "
+        "(default: keep all)", show_default=False)] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="count, delete nothing")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete the blobs no round needs again (docs/admin.md: what goes, what always stays)."""
+    with _client(ctx) as admin:
+        report = admin.prune(keep_globals, dry_run)
+    typer.echo(json.dumps(report.model_dump(), indent=2) if as_json else prune_line(report))
+
+
 # -- status --------------------------------------------------------------------------------
 
 @app.command()
@@ -258,9 +274,9 @@ def status(
                         run = admin.run(run.id)
                         view = render_status(run)
                     except AdminError as err:
-                        if err.status is not None:  # refused (token changed, run gone): end
+                        if not err.passing:  # refused (token changed, run gone): end
                             raise
-                        # no answer: a restarting server continues the run; keep asking
+                        # no answer, or a 503 (the database restarting): keep asking
                         view.renderables.append(Text(f"{when(time.time())} {err}; retrying",
                                                      style="red"))
                     live.update(view, refresh=True)

@@ -15,10 +15,13 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from pflkit.sdk.protocol import one_line_detail
-from pflkit.server.api.schemas import ClientPublic, RunPublic, TokenPublic
+from pflkit.server.api.schemas import ClientPublic, PrunePublic, RunPublic, TokenPublic
 
 API = "/v1"
 Reply = TypeVar("Reply", bound=BaseModel)
+
+
+PASSING = (502, 503, 504)  # the server (or its proxy) cannot answer now: asking again may work
 
 
 class AdminError(RuntimeError):
@@ -27,6 +30,15 @@ class AdminError(RuntimeError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+    @property
+    def passing(self) -> bool:
+        """Whether the request may work if asked again: no answer, or a passing failure.
+
+        503: the server's database or disk fails for now; 502 / 504: a reverse proxy found
+        no server. Any other status is a refusal.
+        """
+        return self.status is None or self.status in PASSING
 
 
 class AdminClient:
@@ -83,6 +95,11 @@ class AdminClient:
         if run_id is None:
             run_id = self.run().id
         return _parse(RunPublic, self._call("POST", f"/runs/{run_id}/{action}"))
+
+    def prune(self, keep_globals: int | None = None, dry_run: bool = False) -> PrunePublic:
+        """Delete the blobs no round can need again (server/retention.py)."""
+        body = {"keep_globals": keep_globals, "dry_run": dry_run}
+        return _parse(PrunePublic, self._call("POST", "/runs/prune", json=body))
 
     # -- transport -------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from pflkit.sdk.protocol import MAX_METRIC_NAME
-from pflkit.server.api.schemas import ClientPublic, PrivacyPublic, RunPublic
+from pflkit.server.api.schemas import ClientPublic, PrivacyPublic, PrunePublic, RunPublic
 
 HISTORY_ROWS = 10  # closed rounds shown by `status`
 
@@ -40,6 +40,14 @@ def clients_table(clients: Sequence[ClientPublic]) -> Table:
         table.add_row(str(c.id), when(c.enrolled_at), "yes" if c.revoked else "no",
                       when(c.last_seen))
     return table
+
+
+def prune_line(p: PrunePublic) -> str:
+    """What a prune freed, in one line."""
+    verb = "would delete" if p.dry_run else "deleted"
+    return (f"{verb} {plural(p.files, 'blob')}, {p.bytes / 1e6:.1f} MB ({p.updates} of ended "
+            f"rounds' updates, {plural(p.global_states, 'older global state')}, "
+            f"{p.unreferenced} named by no row); kept {p.recent} written in the last hour")
 
 
 def device_text(text: str) -> Text:

@@ -5,14 +5,22 @@ naming it is committed, so a committed row always points at a complete file; a c
 between leaves only an unreferenced blob. Identical bytes are stored once. A writer killed
 mid-write leaves its temp file (``ab/.<hash>.<random>``, ~0.8 MB for an update), which
 ``remove_partial_writes`` deletes when a server starts.
+
+Blobs are deleted only by ``pfl-admin prune`` (``retention.py``), and only one untouched since
+a cutoff: storing bytes that are already there touches their file (its mtime), under a shared
+``flock`` of the file that the deletion takes exclusively. So a blob that a row is about to
+name (an upload of bytes some pruned round also had) is either kept or written anew.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pflkit.sdk.atomic import atomic_write_bytes, remove_if_abandoned
@@ -56,16 +64,45 @@ class BlobStore:
         return self.root / digest[:2] / digest
 
     def put(self, data: bytes, digest: str | None = None) -> str:
-        """Store ``data`` durably; return its hash (a no-op if already present).
+        """Store ``data`` durably; return its hash (stored already: its file is touched).
 
         ``digest``: the caller's ``sha256(data)``, when it already has it (saves a pass).
         """
         digest = digest or sha256(data)
         path = self.path(digest)
-        if not path.is_file() or path.stat().st_size != len(data):
+        with _locked(path, fcntl.LOCK_SH) as fd:  # held until the new file is in place
+            if fd is not None and _whole(fd, len(data)):
+                os.utime(fd)  # stored again now: retention keeps it (see the module doc)
+                return digest
             path.parent.mkdir(mode=0o700, exist_ok=True)
             atomic_write_bytes(path, data, locked=True)
         return digest
+
+    def remove_unless_touched(self, digest: str, cutoff: float) -> int | None:
+        """Delete a blob not written or stored again since ``cutoff`` (Unix seconds).
+
+        Returns the bytes freed; None when it is absent or newer (then it stays).
+        """
+        with _locked(self.path(digest), fcntl.LOCK_EX) as fd:
+            if fd is None:
+                return None
+            stat = os.fstat(fd)
+            if not stat.st_nlink or stat.st_mtime >= cutoff:
+                return None
+            self.path(digest).unlink()
+            return stat.st_size
+
+    def sizes(self) -> Iterator[tuple[str, int]]:
+        """Every stored blob's hash and size (temp files of writers not included)."""
+        for folder in self.root.iterdir():
+            if len(folder.name) != 2 or not folder.is_dir():
+                continue
+            for entry in os.scandir(folder):
+                if is_hash(entry.name):
+                    try:
+                        yield entry.name, entry.stat().st_size
+                    except FileNotFoundError:  # deleted meanwhile
+                        continue
 
     def remove_partial_writes(self) -> int:
         """Delete the temp files of writers that died; make every folder 0700. Returns how many.
@@ -91,3 +128,30 @@ class BlobStore:
     def exists(self, digest: str) -> bool:
         """Whether a blob is stored."""
         return is_hash(digest) and self.path(digest).is_file()
+
+
+@contextmanager
+def _locked(path: Path, operation: int) -> Iterator[int | None]:
+    """The blob file at ``path`` open and ``flock``-ed for the block (None: there is none).
+
+    Opened for writing where it may be: NFS emulates ``flock`` with write locks.
+    """
+    try:
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except PermissionError:  # a read-only copy (restored from a backup)
+            fd = os.open(path, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):  # no blob (a file where its folder goes)
+        yield None
+        return
+    try:
+        fcntl.flock(fd, operation)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _whole(fd: int, size: int) -> bool:
+    """Whether the open blob still has its name and ``size`` bytes (else it is written anew)."""
+    stat = os.fstat(fd)
+    return stat.st_nlink > 0 and stat.st_size == size

@@ -10,6 +10,7 @@ into HTTP statuses). The database is the source of truth, so any number of worke
   (``tasks.py``);
 * ``uploads`` -- admit, validate, store durably, acknowledge (``uploads.py``);
 * ``secagg`` -- secure aggregation's messages (``secagg_rounds.py``);
+* ``retention`` -- delete the blobs no round can need again (``retention.py``);
 * ``rounds`` -- open and close rounds (``rounds.py``): the only part that aggregates tensors,
   built on first use, so a process that never keeps rounds never imports PyTorch.
 """
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 from pflkit.server.blobs import BlobStore, private_dir
 from pflkit.server.db import init_db, make_engine
 from pflkit.server.enrollment import Enrollment
+from pflkit.server.retention import Retention
 from pflkit.server.runs import Runs
 from pflkit.server.secagg_rounds import SecAggRounds
 from pflkit.server.settings import ServerSettings
@@ -45,6 +47,7 @@ class FederationService:
     tasks: Tasks = field(init=False)
     uploads: Uploads = field(init=False)
     secagg: SecAggRounds = field(init=False)
+    retention: Retention = field(init=False)
     on_quorum: Callable[[], None] = lambda: None  # when accepted uploads may close a round
 
     def __post_init__(self) -> None:
@@ -53,6 +56,7 @@ class FederationService:
         self.tasks = Tasks(self.store)
         self.uploads = Uploads(self.store, self.on_quorum)
         self.secagg = SecAggRounds(self.store, self.on_quorum)
+        self.retention = Retention(self.store)
 
     @property
     def settings(self) -> ServerSettings:

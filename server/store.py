@@ -2,13 +2,15 @@
 
 The caches hold what does not change once written: run terms (:class:`RunTerms`, read from
 the database), run setups (config -> algorithm, built with PyTorch only where a process needs
-them: the round keeper, run creation, algorithm queries) and the newest two global states
-(bytes for downloads, tensors for the keeper).
+them: the round keeper, run creation, algorithm queries), each for the ``RUNS_CACHED`` runs
+used most recently, and the newest two global states (bytes for downloads, tensors for the
+keeper).
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -26,31 +28,43 @@ if TYPE_CHECKING:
     from pflkit.sdk.algorithms.base import State
     from pflkit.server.runs import RunSetup
 
+K = TypeVar("K")
 T = TypeVar("T")
+RUNS_CACHED = 4  # runs whose terms and setup a process keeps (the newest used ones)
 
 
-class NewestTwo(Generic[T]):
-    """A thread-safe cache of the two most recently loaded values, by key.
+class Recent(Generic[K, T]):
+    """A thread-safe cache of the ``size`` values used most recently, by key.
 
     Every sampled client downloads the same global state at the start of a round, so one
-    shared copy serves them all; the previous round's stays for stragglers.
+    shared copy serves them all (the previous round's stays for stragglers); a server that
+    serves run after run for months keeps the terms and setups of its newest runs only, not
+    of every run it ever had (an evicted one is loaded again when asked for).
     """
 
-    def __init__(self, load: Callable[[str], T]) -> None:
+    def __init__(self, size: int, load: Callable[[K], T] | None = None) -> None:
+        self.size = size
         self._load = load
-        self._values: dict[str, T] = {}
+        self._values: OrderedDict[K, T] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> T:
-        """The value of ``key``, loaded on first use."""
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def get(self, key: K, load: Callable[[K], T] | None = None) -> T:
+        """The value of ``key``, loaded (by ``load``, else the cache's loader) on first use."""
         with self._lock:
             if key in self._values:
+                self._values.move_to_end(key)
                 return self._values[key]
-        value = self._load(key)
+        loader = load or self._load
+        assert loader is not None, "a Recent without a loader needs one per call"
+        value = loader(key)
         with self._lock:
-            if len(self._values) >= 2 and key not in self._values:
-                self._values.pop(next(iter(self._values)))
             self._values[key] = value
+            self._values.move_to_end(key)
+            while len(self._values) > self.size:
+                self._values.popitem(last=False)
         return value
 
 
@@ -91,11 +105,10 @@ class Store:
         self.settings = settings
         self.sessions = sessions
         self.blobs = blobs
-        self.global_bytes: NewestTwo[bytes] = NewestTwo(blobs.get)
-        self.global_states: NewestTwo[State] = NewestTwo(self._load_state)
-        self._terms: dict[int, RunTerms] = {}
-        self._setups: dict[int, RunSetup] = {}
-        self._lock = threading.Lock()
+        self.global_bytes: Recent[str, bytes] = Recent(2, self._global_bytes)
+        self.global_states: Recent[str, State] = Recent(2, self._load_state)
+        self.run_terms: Recent[int, RunTerms] = Recent(RUNS_CACHED)
+        self.run_setups: Recent[int, RunSetup] = Recent(RUNS_CACHED)
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -132,9 +145,9 @@ class Store:
 
     def terms(self, s: Session, run: Run) -> RunTerms:
         """The run's terms (cached; an older version's run gets its terms computed again)."""
-        with self._lock:
-            if run.id in self._terms:
-                return self._terms[run.id]
+        return self.run_terms.get(run.id, lambda _: self._stored_terms(s, run))
+
+    def _stored_terms(self, s: Session, run: Run) -> RunTerms:
         row = s.get(RunTermsRow, run.id)
         terms = RunTerms.from_json(row.terms) if row is not None else None
         if terms is None:
@@ -142,21 +155,24 @@ class Store:
 
             terms = terms_of(self.setup(run), self.global_states.get(run.global_hash))
             s.merge(RunTermsRow(run_id=run.id, terms=terms.to_json()))
-        with self._lock:
-            self._terms[run.id] = terms
         return terms
 
     def setup(self, run: Run) -> RunSetup:
         """The run's config resolved to algorithm and schedule (built with PyTorch, cached)."""
-        with self._lock:
-            if run.id in self._setups:
-                return self._setups[run.id]
         from pflkit.server.runs import RunRules, build_setup
 
-        setup = build_setup(run.config_toml, RunRules.of(self.settings))
-        with self._lock:
-            self._setups[run.id] = setup
-        return setup
+        return self.run_setups.get(
+            run.id, lambda _: build_setup(run.config_toml, RunRules.of(self.settings)))
+
+    def _global_bytes(self, digest: str) -> bytes:
+        """A global state's bytes; NotFound once ``pfl-admin prune`` deleted it (retention.py).
+
+        Not a 503 "retry later": a device asking again would wait for it forever.
+        """
+        try:
+            return self.blobs.get(digest)
+        except FileNotFoundError:
+            raise NotFound(f"no global state {digest}") from None
 
     def _load_state(self, digest: str) -> State:
         from pflkit.sdk.tensorio import state_from_bytes

@@ -16,7 +16,9 @@ from pflkit.sdk.secagg.wire import TASK_KEY, task_setup
 from pflkit.server.errors import Invalid, NotFound
 from pflkit.server.orm import Round, Run, SecAggMessage, Update
 from pflkit.server.secagg_rounds import SecAggRounds
-from pflkit.server.store import Store
+from pflkit.server.store import Recent, Store
+
+KNOWN_GLOBALS = 64  # global states remembered as named by a run or round, per worker
 
 
 class Tasks:
@@ -24,9 +26,9 @@ class Tasks:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        # global states known to be named by a run or round and stored: nothing deletes
-        # those, so each is looked up in the database once per process, not per download
-        self._known_globals: set[str] = set()
+        # global states known to be named by a run or round: each is looked up in the database
+        # once per process, not per download (a pruned one's read is then a 404: store.py)
+        self._known_globals: Recent[str, bool] = Recent(KNOWN_GLOBALS)
 
     def task(self, client_id: int) -> dict[str, Any]:
         """Tell a client what to do now: train (with everything it needs), wait, or stop.
@@ -79,14 +81,15 @@ class Tasks:
 
     def check_global(self, digest: str) -> None:
         """Raise NotFound unless some run or round names this global state and it is stored."""
-        if digest in self._known_globals:
-            return
+        self._known_globals.get(digest, self._named_and_stored)
+
+    def _named_and_stored(self, digest: str) -> bool:
         with self.store.transaction() as s:
             known = s.scalar(select(Run.id).where(Run.global_hash == digest).limit(1)) or \
                 s.scalar(select(Round.id).where(Round.global_hash == digest).limit(1))
         if known is None or not self.store.blobs.exists(digest):
             raise NotFound(f"no global state {digest}")
-        self._known_globals.add(digest)
+        return True
 
     def global_blob(self, digest: str) -> bytes:
         """Return a global state's bytes (never another client's update: see check_global).

@@ -1,7 +1,8 @@
-"""Runs (admin): create, inspect, pause, resume, stop."""
+"""Runs (admin): create, inspect, pause, resume, stop; prune what ended rounds left."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Path
@@ -10,7 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.api.bodies import json_body, json_schema
 from pflkit.server.api.deps import AdminDep, ServiceDep, require_admin
-from pflkit.server.api.schemas import RunCreateIn, RunPublic
+from pflkit.server.api.schemas import PruneIn, PrunePublic, RunCreateIn, RunPublic
 from pflkit.server.errors import Invalid
 
 router = APIRouter(prefix="/runs", tags=["runs"])
@@ -28,6 +29,14 @@ async def create_run(body: Annotated[RunCreateIn, json_body(RunCreateIn, after=r
         text = service.settings.run_config.read_text()
     run = await run_in_threadpool(service.runs.create, text)
     return RunPublic(**service.runs.status(run.id))
+
+
+@router.post("/prune", openapi_extra=json_schema(PruneIn))
+async def prune(body: Annotated[PruneIn, json_body(PruneIn, after=require_admin)],
+                service: ServiceDep) -> PrunePublic:
+    """Delete the blobs no round can need again (server/retention.py): what it freed."""
+    report = await run_in_threadpool(service.retention.prune, body.keep_globals, body.dry_run)
+    return PrunePublic(**asdict(report))
 
 
 @router.get("/current")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +26,25 @@ class RunCreateIn(JsonIn):
     """A new run: a pfl-sim TOML config (None: the server's ``run_config`` file)."""
 
     config_toml: str | None = Field(None, max_length=1_000_000)
+
+
+class PruneIn(JsonIn):
+    """What ``POST /v1/runs/prune`` deletes (server/retention.py)."""
+
+    keep_globals: Annotated[int, Field(ge=1, le=MAX_ID)] | None = None  # per run; None: all
+    dry_run: bool = False  # count only
+
+
+class PrunePublic(BaseModel):
+    """What a prune deleted (``dry_run``: would delete); see server/retention.py."""
+
+    dry_run: bool
+    files: int
+    bytes: int
+    updates: int
+    global_states: int
+    unreferenced: int
+    recent: int  # would go, but written or stored again within the last hour: kept
 
 
 class RoundProgressPublic(BaseModel):
