@@ -112,7 +112,7 @@ class FederatedClient:
         self.data = data_to(data, self.device)
         self.store = DeviceStateStore(self.state_dir)
         self.files = DeviceFiles(self.state_dir)
-        self._algorithms: dict[str, Algorithm] = {}
+        self._built: tuple[str, Algorithm] | None = None  # (task key, its algorithm)
         self._credentials = self.files.read_credentials()
         if (enrolled := self._credentials.get("server")) not in (None, self.server):
             raise ValueError(f"{self.state_dir} is enrolled with {transport.shown_url(enrolled)}"
@@ -164,13 +164,13 @@ class FederatedClient:
         return state_from_bytes(data, f"global {digest}")
 
     def _algorithm(self, run_id: int, config: TaskConfig) -> Algorithm:
-        key = json.dumps([run_id, config.algorithm, config.params, config.model])
-        if key not in self._algorithms:
+        key = json.dumps([run_id, config.to_wire()])  # all it is built from; one kept at a time
+        if self._built is None or self._built[0] != key:
             if problem := client_data.task_problem(self.data, config.input_shape,
                                                    config.num_classes):
                 raise ValueError(problem)
-            self._algorithms[key] = config.build().to(self.device)
-        return self._algorithms[key]
+            self._built = (key, config.build().to(self.device))
+        return self._built[1]
 
     def _client_state(self, run_id: int, algorithm: Algorithm, seed: int) -> ClientState:
         """Return the stored private state of this run (a new run starts from ``init_client``)."""

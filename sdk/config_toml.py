@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pflkit.sdk.config_types import ConfigError
+from pflkit.sdk.config_types import ConfigError, shown
 
 MAX_CONFIG_BYTES = 1_000_000  # a run config is a few KB; pfl-server takes one of at most this
 MAX_DEPTH = 32  # tables and arrays nested in one another ([algorithm.params] is 3 deep)
@@ -74,6 +74,17 @@ def read_toml(path: Path) -> dict[str, Any]:
     return parse_toml(text, str(path))
 
 
+def check_config_size(text: str) -> str:
+    """``text``, unless its UTF-8 form holds more than :data:`MAX_CONFIG_BYTES` (ValueError).
+
+    For a config that arrives as text (``POST /v1/runs``): the same limit as a file's.
+    """
+    if len(text.encode(errors="surrogatepass")) > MAX_CONFIG_BYTES:
+        raise ValueError(f"larger than {MAX_CONFIG_BYTES} bytes in UTF-8, the most a config "
+                         "may hold")
+    return text
+
+
 def parse_value(text: str, key: str = "--set") -> Any:
     """A ``--set`` value as TOML (``0.05``, ``true``, ``[1, 2]``, ``"2"``); else the raw text.
 
@@ -96,20 +107,51 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[st
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--set expects KEY=VALUE (e.g. training.lr=0.05), got {item!r}")
-        set_key(out, key.strip(), parse_value(value.strip(), key.strip()))
+            raise ConfigError("--set expects KEY=VALUE (e.g. training.lr=0.05), got "
+                              f"{shown(item)}")
+        _set_path(out, key_path(key), parse_value(value.strip(), key.strip()))
     return out
 
 
+def key_path(key: str) -> list[str]:
+    """The parts of a dotted TOML key, read as the same line of a file reads it.
+
+    ``training.lr``, ``training . lr`` and ``training."lr"`` are one key; a quoted part may hold
+    a dot (``algorithm.params."a.b"``). Anything else (``training..lr``) is a ConfigError.
+    """
+    if key.count(".") >= MAX_DEPTH:  # tomllib takes seconds for a key of 10 000 parts
+        raise ConfigError(f"--set: {shown(key.strip())}: tables nested more than {MAX_DEPTH} "
+                          "deep")
+    node: Any = None
+    if "\n" not in key and "\r" not in key:  # nor "=" (split off): the line sets one key
+        try:
+            node = tomllib.loads(f"{key} = 0")
+        except tomllib.TOMLDecodeError:
+            pass
+    if not isinstance(node, dict):
+        raise ConfigError(f"--set: {shown(key.strip())} is not a TOML key (e.g. training.lr, "
+                          'algorithm.params."a.b")')
+    path = []
+    while isinstance(node, dict):
+        part, node = node.popitem()
+        path.append(part)
+    return path
+
+
 def set_key(raw: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set one dotted key in nested dicts, creating tables on the way."""
-    *path, leaf = dotted.split(".")
+    """Set one dotted key (plain names between the dots) in nested dicts, creating tables."""
+    _set_path(raw, dotted.split("."), value)
+
+
+def _set_path(raw: dict[str, Any], parts: list[str], value: Any) -> None:
+    """Set the key ``parts`` names in nested dicts, creating tables on the way."""
+    *path, leaf = parts
     node = raw
     for i, part in enumerate(path):
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
             raise ConfigError(f"{'.'.join(path[: i + 1])} is a value, not a table: "
-                              f"cannot set {dotted}")
+                              f"cannot set {'.'.join(parts)}")
         node = child
     node[leaf] = value
 

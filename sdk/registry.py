@@ -113,10 +113,12 @@ def import_path(kind: str, ref: str) -> object:
     """The object ``package.module:attr`` names (``attr`` may be dotted: ``Outer.inner``).
 
     ``attr`` names a public attribute of the module, never a module it imported nor a private
-    one (``myapp.nets:torch.hub.load``, ``myapp.nets:__builtins__``), nor a Python function or
-    class another package defines (``myapp.nets:dumps`` after ``from json import dumps``): what
-    an import path reaches is the package before ``:``'s own code, the name an
-    :class:`ImportPolicy` checks. A C function is not checked (``os:getcwd`` is ``posix``'s).
+    one (``myapp.nets:torch.hub.load``, ``myapp.nets:__builtins__``), nor code another package
+    defines (``myapp.nets:dumps`` after ``from json import dumps``, ``myapp.nets:system``
+    after ``from os import system``): what an import path reaches is the package before
+    ``:``'s own code, the name an :class:`ImportPolicy` checks. Code is a function, class or
+    method, in Python or C (:func:`_home`); what the module lists in ``__all__`` is its own by
+    its author's choice (``os:getcwd`` is ``posix``'s, and ``os`` exports it).
     """
     module_name, _, attr = ref.partition(":")
     if not _is_import_path(ref):
@@ -126,10 +128,11 @@ def import_path(kind: str, ref: str) -> object:
         raise ExtensionError(f"{kind} '{ref}': '{private}' is private: an import path names "
                              "a public attribute")
     try:
-        obj: object = importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
     except Exception as err:  # any error raised while importing the user's module
         raise ExtensionError(f"{kind} '{ref}': cannot import {module_name} "
                              f"({_one_line(err)})") from err
+    obj: object = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -139,12 +142,32 @@ def import_path(kind: str, ref: str) -> object:
         if inspect.ismodule(obj):
             raise ExtensionError(f"{kind} '{ref}': '{part}' is the module {obj.__name__}: "
                                  "name a module before the ':' of an import path")
-    home = getattr(obj, "__module__", None) or module_name  # C functions: see the docs
-    if (inspect.isfunction(obj) or inspect.isclass(obj)) and \
-            home.partition(".")[0] != module_name.partition(".")[0]:
+    home = _home(obj)
+    exported = getattr(module, "__all__", ())
+    if home is not None and home.partition(".")[0] != module_name.partition(".")[0] and \
+            not (isinstance(exported, list | tuple) and attr in exported):
         raise ExtensionError(f"{kind} '{ref}': '{attr}' is {home}'s, imported by "
                              f"{module_name}: name it in the package that defines it")
     return obj
+
+
+def _home(obj: object) -> str | None:
+    """The module whose code ``obj`` is; None for data a module built (an instance, a number).
+
+    A C function names its module in ``__module__`` or is bound to it (``__self__``); a C
+    method is its class's, as a Python method is its function's.
+    """
+    if not (inspect.isroutine(obj) or inspect.isclass(obj)):
+        return None
+    home = getattr(obj, "__module__", None)
+    if isinstance(home, str):
+        return home
+    owner = getattr(obj, "__self__", None)
+    owner = getattr(obj, "__objclass__", None) if owner is None else owner
+    if inspect.ismodule(owner):
+        return owner.__name__
+    home = getattr(owner if inspect.isclass(owner) else type(owner), "__module__", None)
+    return home if isinstance(home, str) else "builtins"
 
 
 def resolve(kind: str, ref: str, builtins: Mapping[str, T]) -> T | object:

@@ -27,7 +27,7 @@ from pflkit.sdk.config_types import Fraction as Fraction  # [0, 1]
 from pflkit.sdk.config_types import LearningRate as LearningRate  # (0, 10]
 from pflkit.sdk.config_types import Momentum as Momentum  # [0, 1)
 from pflkit.sdk.config_types import WeightDecay as WeightDecay  # [0, 1]
-from pflkit.sdk.config_types import closest
+from pflkit.sdk.config_types import closest, shown
 from pflkit.sdk.config_types import in_range as in_range
 
 # Bounds of a number a Params leaves undeclared (a plain ``int`` or ``float``, e.g. in an
@@ -35,6 +35,8 @@ from pflkit.sdk.config_types import in_range as in_range
 # float beyond 1e6 only makes NaN weights. The built-in methods declare every number's range.
 MAX_INT = 10_000
 MAX_FLOAT = 1e6
+
+NAMED = 3  # unknown names an error line shows; the rest are counted (110 000 keys: one line)
 
 # Ranges of the methods' own (their docs state them).
 Strength = Annotated[float, Strict(), in_range(0.0, MAX_FLOAT)]  # a loss weight: 0 turns it off
@@ -61,7 +63,7 @@ def require(method: str, name: str, ok: bool, rule: str, value: object) -> None:
     For rules no annotation can state (one setting against another, or against the run).
     """
     if not ok:
-        detail = f"hyperparameter '{name}' must be {rule}, got {value!r}"
+        detail = f"hyperparameter '{name}' must be {rule}, got {shown(value)}"
         raise HyperparameterError(f"{method}: {detail}", detail)
 
 
@@ -109,7 +111,7 @@ def check_value(method: str, name: str, hint: Any, value: Any) -> Any:
             raise HyperparameterError(f"{method}: hyperparameter '{name}' {rule}") from None
         reason = first["msg"]
         raise HyperparameterError(f"{method}: hyperparameter '{name}': "
-                                  f"{reason[0].lower()}{reason[1:]}, got {value!r}") from None
+                                  f"{reason[0].lower()}{reason[1:]}, got {shown(value)}") from None
     if isinstance(value, int | float) and not isinstance(value, bool) \
             and not _declares_range(hint):
         bound = MAX_INT if isinstance(value, int) else MAX_FLOAT
@@ -129,6 +131,12 @@ def check_declared(method: str, params: Any) -> None:
             check_value(method, f.name, hints[f.name], getattr(params, f.name))
 
 
+def _named(names: list[str]) -> str:
+    """The first :data:`NAMED` of ``names``, each cut to one readable repr, then a count."""
+    more = len(names) - NAMED
+    return ", ".join(map(shown, names[:NAMED])) + (f" (and {more} more)" if more > 0 else "")
+
+
 def parse_params(algorithm: str, params_type: type, values: Mapping[str, Any]) -> Any:
     """Build ``params_type`` (a dataclass) from a config mapping, checking every value.
 
@@ -138,9 +146,8 @@ def parse_params(algorithm: str, params_type: type, values: Mapping[str, Any]) -
     """
     if params_type is type(None):
         if values:
-            raise HyperparameterError(
-                f"{algorithm}: takes no hyperparameters, got {', '.join(sorted(values))}"
-            )
+            raise HyperparameterError(f"{algorithm}: takes no hyperparameters, got "
+                                      f"{_named(sorted(values))}")
         return None
     fields = {f.name: f for f in dataclasses.fields(params_type) if f.init}
     unknown = sorted(set(values) - set(fields))
@@ -148,7 +155,7 @@ def parse_params(algorithm: str, params_type: type, values: Mapping[str, Any]) -
         guess = closest(unknown[0], fields)
         hint = f"did you mean {guess!r}?" if guess else f"known: {', '.join(fields) or 'none'}"
         raise HyperparameterError(
-            f"{algorithm}: unknown hyperparameter {', '.join(map(repr, unknown))} ({hint})"
+            f"{algorithm}: unknown hyperparameter {_named(unknown)} ({hint})"
         )
     missing = [n for n, f in fields.items() if n not in values
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]

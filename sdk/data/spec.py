@@ -27,6 +27,9 @@ import torch.nn.functional as F
 from pflkit.sdk.data.tensors import LabeledTensors, nonfinite_problem
 
 Shape = tuple[int, ...]
+# Classes of any dataset (pfl-sim, pfl-server's tasks, the folder dataset's inferred classes):
+# a model head with more outputs is a mistake (a stray label id such as 10**12).
+MAX_CLASSES = 100_000
 
 
 class DatasetNotFoundError(FileNotFoundError):
@@ -240,6 +243,8 @@ def check_dataset(ref: str, dataset: object) -> Dataset:
         raise DatasetError(f"dataset '{ref}' returned a {type(dataset).__name__}, not a "
                            "pflkit Dataset (see docs/extending.md)")
     shape, c = tuple(dataset.spec.input_shape), dataset.spec.num_classes
+    if not 1 <= c <= MAX_CLASSES:
+        raise DatasetError(f"dataset '{ref}' has {c} classes: a dataset has 1 to {MAX_CLASSES}")
     for split, part in (("train", dataset.train), ("test", dataset.test)):
         x, y = part.x, part.y
         if x.dtype != torch.float32 or tuple(x.shape[1:]) != shape:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from pflkit.sdk.config_toml import MAX_CONFIG_BYTES, check_config_size
 from pflkit.sdk.protocol import MAX_ID
 
 
@@ -25,7 +26,9 @@ class JsonIn(BaseModel):
 class RunCreateIn(JsonIn):
     """A new run: a pfl-sim TOML config (None: the server's ``run_config`` file)."""
 
-    config_toml: str | None = Field(None, max_length=1_000_000)
+    # a config file's limit, in UTF-8 bytes as pfl-sim reads one (max_length: a quick bound)
+    config_toml: Annotated[str, Field(max_length=MAX_CONFIG_BYTES),
+                           AfterValidator(check_config_size)] | None = None
 
 
 class PruneIn(JsonIn):
