@@ -29,8 +29,7 @@ from pflkit.sdk.config_types import (
     fields_at,
     in_range,
 )
-from pflkit.sdk.data.folder import MAX_CLASSES
-from pflkit.sdk.data.spec import DatasetSpec
+from pflkit.sdk.data.spec import MAX_CLASSES, DatasetSpec
 from pflkit.sdk.lr_schedule import LearningRateSchedule
 from pflkit.sdk.models import check_input_shape, model_builder
 from pflkit.sdk.registry import ImportPolicy, ImportRefused

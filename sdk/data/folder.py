@@ -24,13 +24,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pflkit.sdk.data.spec import Dataset, DatasetError, DatasetNotFoundError
+from pflkit.sdk.data.spec import MAX_CLASSES, Dataset, DatasetError, DatasetNotFoundError
 from pflkit.sdk.tensorio import state_from_bytes
 
 SPLITS = ("train", "test")
-# Classes inferred from the labels (no classes.txt): one stray label id such as 10**12 must
-# not build a model head with that many outputs (or hang listing their names).
-MAX_CLASSES = 100_000
 _NUMBERS = "biuf"  # numpy kinds: bool, signed, unsigned, float (no complex, text or objects)
 
 Named = tuple[str, torch.Tensor]  # (where it was read, e.g. "ROOT/train_x.npy", the tensor)
