@@ -14,7 +14,10 @@ the run is accounted at ``z`` and the sum carries ``z_delta > z``. What the pape
 and what we chose: ``sigma_b`` defaults to ``m / 20`` (the paper's suggestion); a ``sigma_b``
 so small that no ``z_delta`` exists (``2 sigma_b <= z``) is refused, not silently raised; the
 count's noise is drawn from its own stream (run seed, "dp-clip-count", round), so C is
-reproducible and a fixed-clipping run draws the sum's noise as before. Pure maths, no PyTorch.
+reproducible and a fixed-clipping run draws the sum's noise as before; C is kept in
+``ADAPTIVE_CLIP_RANGE``: a large ``sigma_b / m`` makes ``b`` huge, and the bare exponential
+then overflows or makes C exactly 0, which the geometric update can never leave (any function
+of the noisy count is post-processing, so the bound costs no privacy). Pure maths, no PyTorch.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import math
 from dataclasses import dataclass
 
 COUNT_STDDEV_SHARE = 1 / 20  # sigma_b = m / 20 unless dp_clipped_count_stddev says otherwise
+ADAPTIVE_CLIP_RANGE = (1e-12, 1e6)  # C's bounds: dp_clip_norm's top, a floor above 0
 
 
 @dataclass(frozen=True)
@@ -37,10 +41,17 @@ class AdaptiveClipping:
                        standard_normal: float) -> float:
         """C after a round where ``within`` of ``sample_size`` updates had norm <= C.
 
-        ``standard_normal`` is the round's draw of N(0, 1), scaled here to ``sigma_b``.
+        ``standard_normal`` is the round's draw of N(0, 1), scaled here to ``sigma_b``. The
+        step is the paper's inside ``ADAPTIVE_CLIP_RANGE`` and stops at its ends.
         """
         share = (within + self.count_stddev * standard_normal) / sample_size
-        return clip_norm * math.exp(-self.learning_rate * (share - self.quantile))
+        low, high = ADAPTIVE_CLIP_RANGE
+        step = -self.learning_rate * (share - self.quantile)
+        if step <= math.log(low / clip_norm):
+            return low
+        if step >= math.log(high / clip_norm):
+            return high
+        return clip_norm * math.exp(step)
 
 
 def sum_noise_multiplier(noise_multiplier: float, count_stddev: float) -> float:

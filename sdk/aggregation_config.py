@@ -23,7 +23,8 @@ _CLIP = in_range(0.0, 1e6, open_low=True)  # L2 bound on an update's change to t
 # pfl-server's settings read the same ranges from environment text, so not Strict there
 TrimFraction = Annotated[float, _TRIM]
 ClipNorm = Annotated[float, _CLIP]
-_NOISE = in_range(0.0, 1e3, open_low=True)  # z: noise std over the clip norm
+MIN_ACCOUNTED_NOISE = 1e-6  # z below: dp-accounting overflows (z = 1e-155 gave epsilon 0)
+_NOISE = in_range(MIN_ACCOUNTED_NOISE, 1e3)  # z: noise std over the clip norm
 _EPSILON = in_range(0.0, 1e3, open_low=True)
 _DELTA = in_range(0.0, 0.1, open_low=True)  # well under 1/n is the usual choice
 NoiseMultiplier = Annotated[float, _NOISE]

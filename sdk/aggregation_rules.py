@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -181,16 +181,20 @@ class AggregatorFactory:
     ``clip`` is DP's clip norm, the state of the run that adaptive clipping moves after each
     round: a resumed run and the server's close of a round pass the stored one in
     (``clip_norm``; None: the config's first), and store ``clip.value`` with the global state.
+    ``earlier``: ``(sample_size, population)`` of the run's rounds before this one, where a
+    server's roster changed them (empty: every round at this one's), for DP's accounting.
     """
 
     def __init__(self, default: Callable[[State, int], Aggregator], rules: AggregationConfig,
                  scratch: Path, schedule: Schedule, seed: int,
-                 clip_norm: float | None = None) -> None:
+                 clip_norm: float | None = None,
+                 earlier: Sequence[tuple[int, int]] = ()) -> None:
         self.default = default
         self.rules = rules
         self.scratch = scratch
         self.schedule = schedule
         self.seed = seed
+        self.earlier = tuple(earlier)
         first = rules.dp_clip_norm if clip_norm is None else clip_norm
         self.clip = None if first is None else ClipNorm(first)
 
@@ -198,7 +202,7 @@ class AggregatorFactory:
         """The aggregator of round ``round_index`` over ``population`` clients."""
         rules = self.rules
         dp = dp_rounds(rules, population, self.schedule.sample_size(population),
-                       self.schedule.rounds)
+                       self.schedule.rounds, self.earlier)
         if dp is not None:
             dp.check_budget(round_index)
             return DpFedAvgAggregator(global_state, dp, self.seed, round_index, self.clip)

@@ -9,7 +9,11 @@ Wang, Balle and Kasiviswanathan 2019, Theorem 27). What the papers leave open, a
 chose: under replace-one a user's clipped update (norm <= C) swapped for another's moves the sum
 by up to 2C, so noise of std ``z * C`` is a Gaussian of multiplier ``z / 2`` relative to that
 sensitivity; we account ``z / 2`` (the conservative reading; never an understated epsilon).
-Poisson sampling is not offered: the sampler never draws that way.
+Poisson sampling is not offered: the sampler never draws that way. pfl-server draws each round
+from the clients enrolled when it opens, so ``n`` (and with a fraction, ``m``; with
+``dp_target_epsilon``, the z calibrated for them) can change from round to round: every round
+is composed at its own ``(z, m, n)`` (:func:`epsilon_of_rounds`), never all at the last one's
+(a roster grown from 20 to 1000 made 43.6 look like 6.5).
 
 ``dp_accounting`` is imported inside the functions: the server's HTTP workers import this
 module's callers without paying for it.
@@ -20,11 +24,12 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pflkit.sdk.adaptive_clipping import COUNT_STDDEV_SHARE, AdaptiveClipping, sum_noise_multiplier
-from pflkit.sdk.aggregation_config import AggregationConfig
+from pflkit.sdk.aggregation_config import MIN_ACCOUNTED_NOISE, AggregationConfig
 
 if TYPE_CHECKING:
     from pflkit.sdk.run_config import Schedule
@@ -44,15 +49,44 @@ def epsilon(noise_multiplier: float, sample_size: int, population: int, rounds: 
 
     ValueError (one line) for terms outside :func:`check_terms`'s ranges.
     """
+    return epsilon_of_rounds(((noise_multiplier, sample_size, population, rounds),), delta)
+
+
+Round = tuple[float, int, int]  # (noise multiplier, sample_size, population) of one round
+
+
+@functools.lru_cache(maxsize=4096)
+def epsilon_of_rounds(runs: tuple[tuple[float, int, int, int], ...], delta: float) -> float:
+    """Epsilon at ``delta`` of rounds given as ``(z, sample_size, population, count)`` runs.
+
+    ValueError (one line) for a noise multiplier below ``MIN_ACCOUNTED_NOISE`` or terms
+    outside :func:`check_terms`'s ranges.
+    """
     import dp_accounting
     from dp_accounting.rdp import RdpAccountant
 
-    check_terms("noise_multiplier", noise_multiplier, sample_size, population, rounds, delta)
-    if rounds == 0:
+    for z, sample_size, population, count in runs:
+        check_terms("noise_multiplier", z, sample_size, population, count, delta)
+        if z < MIN_ACCOUNTED_NOISE:
+            raise ValueError(f"noise_multiplier must be >= {MIN_ACCOUNTED_NOISE:g} to be "
+                             f"accounted (below, epsilon is past 1e12 and overflows), got {z!r}")
+    if not any(count for *_, count in runs):
         return 0.0
     accountant = RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
-    accountant.compose(_round_event(noise_multiplier, sample_size, population), rounds)
+    for z, sample_size, population, count in runs:
+        accountant.compose(_round_event(z, sample_size, population), count)
     return float(accountant.get_epsilon(delta))
+
+
+def _runs(rounds: list[Round]) -> tuple[tuple[float, int, int, int], ...]:
+    """Consecutive equal rounds folded into counted runs."""
+    runs: list[tuple[float, int, int, int]] = []
+    for one in rounds:
+        if runs and runs[-1][:3] == one:
+            runs[-1] = (*one, runs[-1][3] + 1)
+        else:
+            runs.append((*one, 1))
+    return tuple(runs)
 
 
 def check_terms(name: str, value: float, sample_size: int, population: int, rounds: int,
@@ -124,6 +158,8 @@ class DpRounds:
     delta: float
     max_epsilon: float | None
     adaptive: AdaptiveClipping | None = None  # None: C stays fixed
+    # (z, m, n) of the rounds already run, oldest first (a server's roster can change)
+    earlier: tuple[Round, ...] = ()
 
     def __post_init__(self) -> None:
         if self.adaptive is not None:  # refuse a count noise too small for z before any round
@@ -137,9 +173,10 @@ class DpRounds:
         return sum_noise_multiplier(self.noise_multiplier, self.adaptive.count_stddev)
 
     def epsilon(self, rounds: int) -> float:
-        """Epsilon(delta) spent once ``rounds`` rounds have run."""
-        return epsilon(self.noise_multiplier, self.sample_size, self.population, rounds,
-                       self.delta)
+        """Epsilon(delta) spent once ``rounds`` rounds have run, each at its own (m, n)."""
+        now = (self.noise_multiplier, self.sample_size, self.population)
+        rounds_at = [*self.earlier[:rounds], *[now] * max(0, rounds - len(self.earlier))]
+        return epsilon_of_rounds(_runs(rounds_at) or ((*now, 0),), self.delta)
 
     def check_budget(self, round_index: int) -> None:
         """Raise :class:`PrivacyBudgetExceeded` if running round ``round_index`` goes past it."""
@@ -152,9 +189,13 @@ class DpRounds:
                 f"past aggregation.dp_max_epsilon = {self.max_epsilon:g}; the round is not run")
 
 
-def dp_rounds(rules: AggregationConfig, population: int, sample_size: int,
-              rounds: int) -> DpRounds | None:
+def dp_rounds(rules: AggregationConfig, population: int, sample_size: int, rounds: int,
+              earlier: Sequence[tuple[int, int]] = ()) -> DpRounds | None:
     """The DP setting of a run on ``population`` clients (None without DP).
+
+    ``earlier``: ``(sample_size, population)`` of the rounds already run, oldest first, where a
+    server's roster made them differ (left out: every round at this one's); with
+    ``dp_target_epsilon`` each was run with the z calibrated for its own.
 
     ``dp_target_epsilon`` calibrates the noise multiplier for the planned ``rounds`` before the
     run; otherwise ``dp_noise_multiplier`` is used as given. With adaptive clipping, ValueError
@@ -168,27 +209,37 @@ def dp_rounds(rules: AggregationConfig, population: int, sample_size: int,
         return None
     if rules.secagg:
         population = sample_size
-    z = rules.dp_noise_multiplier
-    if z is None:
+        earlier = [(m, m) for m, _ in earlier]
+
+    def noise(m: int, n: int) -> float:  # what a round of m of n clients is noised with
+        if rules.dp_noise_multiplier is not None:
+            return rules.dp_noise_multiplier
         assert rules.dp_target_epsilon is not None  # AggregationConfig requires one of them
-        z = calibrate_noise(rules.dp_target_epsilon, rules.dp_delta, rounds, sample_size,
-                            population)
+        return calibrate_noise(rules.dp_target_epsilon, rules.dp_delta, rounds, m, n)
+
+    z = noise(sample_size, population)
+    past = tuple((noise(m, n), m, n) for m, n in earlier)
     adaptive = None
     if rules.dp_adaptive_quantile is not None:
         count_stddev = rules.dp_clipped_count_stddev or sample_size * COUNT_STDDEV_SHARE
         adaptive = AdaptiveClipping(rules.dp_adaptive_quantile, rules.dp_clip_learning_rate,
                                     count_stddev)
     return DpRounds(z, rules.dp_clip_norm, sample_size, population, rules.dp_delta,
-                    rules.dp_max_epsilon, adaptive)
+                    rules.dp_max_epsilon, adaptive, past)
 
 
 def privacy_spent(rules: AggregationConfig, schedule: Schedule, population: int,
-                  rounds_done: int, clip_norm: float | None = None) -> dict[str, float]:
+                  rounds_done: int, clip_norm: float | None = None,
+                  rosters: Sequence[int] = ()) -> dict[str, float]:
     """The history's DP columns after ``rounds_done`` rounds (empty without DP).
 
     ``clip_norm``: the C the last round clipped to (``dp_clip_norm`` column), if known.
+    ``rosters``: the population of each earlier round, oldest first, on a server whose roster
+    changes (left out: every round at ``population``).
     """
-    dp = dp_rounds(rules, population, schedule.sample_size(population), schedule.rounds)
+    earlier = [(schedule.sample_size(n), n) for n in rosters]
+    dp = dp_rounds(rules, population, schedule.sample_size(population), schedule.rounds,
+                   earlier)
     if dp is None:
         return {}
     spent = {"dp_epsilon": dp.epsilon(rounds_done), "dp_delta": dp.delta,

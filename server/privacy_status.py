@@ -46,7 +46,8 @@ def privacy_status(rules: AggregationConfig, history: list[dict[str, Any]]
 
     ``history`` is the status's closed rounds, oldest first; epsilon is the one recorded at
     the last of them (0 before any round closed). The noise multiplier of a run calibrated
-    from ``dp_target_epsilon`` is known once its first round closed (None until then).
+    from ``dp_target_epsilon`` is known once its first round closed (None until then); the
+    clip norm is the one the last round used (adaptive clipping moves it from round to round).
     """
     if rules.dp_clip_norm is None:
         return None
@@ -55,7 +56,8 @@ def privacy_status(rules: AggregationConfig, history: list[dict[str, Any]]
     budget = rules.dp_max_epsilon
     return {"epsilon": spent, "delta": rules.dp_delta, "rounds": len(history),
             "noise_multiplier": last.get("dp_noise_multiplier", rules.dp_noise_multiplier),
-            "target_epsilon": rules.dp_target_epsilon, "clip_norm": rules.dp_clip_norm,
+            "target_epsilon": rules.dp_target_epsilon,
+            "clip_norm": last.get("dp_clip_norm", rules.dp_clip_norm),
             "max_epsilon": budget, "epsilon_left": None if budget is None else budget - spent,
             "accountant": accountant(rules)}
 

@@ -24,7 +24,7 @@ import logging
 import time
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -58,13 +58,26 @@ class RoundKeeper:
         setup, s = self.store.setup(run), self.store.settings
         with self.store.transaction() as db:
             stored = db.get(RunClipNorm, run.id)
+            earlier = self._earlier_rosters(db, rnd) if setup.aggregation.private else []
         factory = AggregatorFactory(setup.algorithm.aggregation.new_aggregator,
                                     setup.aggregation,
                                     s.data_dir / "scratch", setup.schedule, setup.hidden_seed,
-                                    None if stored is None else stored.clip_norm)
+                                    None if stored is None else stored.clip_norm,
+                                    [(setup.schedule.sample_size(n), n) for n in earlier])
         return Coordinator(setup.algorithm, setup.schedule, rnd.roster,
                            self.store.global_states.get(rnd.global_hash), setup.hidden_seed,
                            rnd.index, aggregator_factory=factory), factory
+
+    @staticmethod
+    def _earlier_rosters(db: Session, rnd: Round) -> list[int]:
+        """How many clients each earlier round of the run was drawn from, oldest first.
+
+        Clients enroll and are revoked during a run, so DP accounts each round at its own
+        population: all at the newest one's understated epsilon (20 then 1000 clients).
+        """
+        sizes = select(func.json_array_length(Round.roster)).where(
+            Round.run_id == rnd.run_id, Round.index < rnd.index).order_by(Round.index)
+        return [int(n) for n in db.scalars(sizes)]
 
     def recover(self) -> int:
         """After a crash: rounds left ``closing`` are reopened (their close is redone)."""
@@ -174,7 +187,7 @@ class RoundKeeper:
         # epsilon after this round, as pfl-sim's metrics rows have it; the global state carries
         # it too, so a device's export can write it in the model card (docs/privacy.md)
         spent = privacy_spent(setup.aggregation, setup.schedule, len(rnd.roster), rnd.index + 1,
-                              clip)
+                              clip, [n for _, n in rules.earlier])
         n = len(rnd.roster)
         meta = {"rounds_done": str(rnd.index + 1),
                 **server_metadata(spent, n, setup.schedule.sample_size(n))}

@@ -1,0 +1,50 @@
+"""pfl-server accounts each DP round at the population it was drawn from.
+
+Clients enroll during a run, so a round's sample comes from more (or fewer) clients than the
+last one's. Accounting every round at the newest population understated epsilon: rounds of 2
+of 3 clients, then one of 2 of 40, were reported as if all had been 2 of 40.
+"""
+
+from __future__ import annotations
+
+import pytest
+from service_harness import current, global_of, service_for
+
+from pflkit.sdk.privacy_accounting import epsilon_of_rounds
+from pflkit.sdk.tensorio import read_metadata, state_to_bytes
+
+Z, DELTA = 1.0, 1e-5
+DP = f"[aggregation]\ndp_clip_norm = 0.5\ndp_noise_multiplier = {Z}\ndp_delta = {DELTA}\n"
+
+
+def close_a_round(service) -> dict:
+    """Every sampled client sends global + 1; the closed round's metrics."""
+    status, rnd = current(service)
+    start = global_of(service, status["global_hash"])
+    for cid in rnd["sampled"]:
+        service.uploads.accept(cid, status["id"], rnd["index"], 10,
+                               state_to_bytes({k: v + 1 for k, v in start.items()}))
+    service.rounds.tick()
+    status = current(service)[0]
+    return status["history"][-1]["metrics"], status["global_hash"]
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_each_round_is_accounted_at_its_own_population(tmp_path, database, request):
+    url = request.getfixturevalue("postgres_url") if database == "postgresql" else None
+    service, _ = service_for(tmp_path, url, per_round=2, run_extra=DP)
+    for _ in range(2):  # two rounds of 2 of the 3 enrolled clients
+        close_a_round(service)
+    enrollment = service.enrollment
+    for cid in range(3, 40):  # 37 more clients enroll before the third round opens
+        enrollment.enroll(enrollment.issue_token(cid, None)[1])
+    metrics, _ = close_a_round(service)  # the third round opened on 3 clients
+    assert metrics["dp_epsilon"] == pytest.approx(
+        epsilon_of_rounds(((Z, 2, 3, 3),), DELTA), rel=1e-9)
+    metrics, digest = close_a_round(service)  # the fourth round is drawn from all 40
+    truth = epsilon_of_rounds(((Z, 2, 3, 3), (Z, 2, 40, 1)), DELTA)
+    at_newest = epsilon_of_rounds(((Z, 2, 40, 4),), DELTA)
+    assert truth > 1.9 * at_newest  # what the old accounting reported instead
+    assert metrics["dp_epsilon"] == pytest.approx(truth, rel=1e-9)
+    stored = read_metadata(service.store.blobs.get(digest))  # the model card's epsilon
+    assert float(stored["dp_epsilon"]) == pytest.approx(truth, rel=1e-9)
