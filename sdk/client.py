@@ -229,7 +229,7 @@ class FederatedClient:
             return StepResult("diverged", retry, task["round"])
         status = "trained"
         try:
-            if task.get(TASK_KEY):  # secure aggregation: the update leaves masked (docs/privacy.md)
+            if task.get(TASK_KEY) is not None:  # SecAgg: the update leaves masked (privacy.md)
                 if not take_part(self._request, self.client_id, task, change_vector(
                         state_from_bytes(pending.upload), self.global_state(task["global_hash"])),
                         self.files):

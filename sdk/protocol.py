@@ -5,9 +5,12 @@ Dependencies point server -> sdk, so it lives here; the SDK never imports ``pflk
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 MAX_ID = 2**31 - 1  # client, run, token ids and round numbers fit a 32-bit signed column
 
@@ -54,12 +57,14 @@ def task_clip_norm(task: dict[str, Any]) -> float | None:
 MAX_DETAIL = 2000  # characters of a server's error message shown to a person
 
 
-def one_line_detail(body: Any) -> str:
-    """An error answer's ``detail`` on one line, as an operator reads it.
+def one_line_detail(body: Any, hidden: tuple[str | None, ...] = ()) -> str:
+    r"""An error answer's ``detail`` on one line, as an operator reads it.
 
     FastAPI's 422 lists are joined as ``key: msg``; the SDK client and pfl-admin both use it.
     Whatever the server sent, the line is printable (no escape sequence reaches a terminal:
     each unprintable character shows as ``?``) and at most ``MAX_DETAIL`` characters long.
+    Each of ``hidden`` (secrets: printable, no spaces) shows as ``<secret>``, masked in the
+    decoded text, so a server escaping one in its JSON (``\u0039`` for ``9``) cannot reveal it.
     """
     detail = body.get("detail", body) if isinstance(body, dict) else body
     if isinstance(detail, list):  # request validation: [{"loc": [...], "msg": "..."}, ...]
@@ -67,7 +72,45 @@ def one_line_detail(body: Any) -> str:
             f"{'.'.join(str(p) for p in item.get('loc', [])[1:])}: {item.get('msg', item)}"
             if isinstance(item, dict) else str(item) for item in detail)
     line = "".join(c if c.isprintable() else "?" for c in " ".join(str(detail).split()))
+    for secret in filter(None, hidden):
+        line = line.replace(secret, "<secret>")
     return line if len(line) <= MAX_DETAIL else line[:MAX_DETAIL] + "..."
+
+
+def strict_json(content: bytes | str) -> Any:
+    """``content`` parsed as JSON whose objects name each key once, as Android's parser reads it.
+
+    With a key named twice (``{"status": "wait", "status": "train"}``) which one counts is
+    the parser's choice: Python's keeps the last, others the first or refuse. Such an object
+    is a ValueError that does not quote the key. NaN and Infinity (Python's extensions) pass
+    here: every number a device uses is range-checked where it is read.
+    """
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        if len(obj := dict(pairs)) != len(pairs):
+            raise ValueError("an object names a key twice")
+        return obj
+    return json.loads(content, object_pairs_hook=unique)
+
+
+def server_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot name a server (None: it can); never quotes it (it may hold a password).
+
+    It must be http:// or https:// with a host (a missing scheme would fail every request as
+    a network error, retried for minutes) and hold no user:password@ (it would replace the
+    device's Bearer credentials, and URLs are printed and logged).
+    """
+    try:
+        split = urlsplit(url)
+        split.port  # noqa: B018 -- its check: a port out of [0, 65535] is a ValueError
+    except ValueError:
+        return "the server URL is not a URL (a malformed host or port)"
+    if split.scheme.lower() not in ("http", "https") or not split.hostname:
+        return "the server URL must be http:// or https:// and name a host, e.g. " \
+            "https://fl.example.org"
+    if split.username is not None or split.password is not None:
+        return "the server URL holds a user name or password (user:password@): the device " \
+            "sends its own credentials (Bearer), which they would replace; remove them"
+    return None
 
 
 # What a device accepts in a task (GET /v1/task): a server that sends anything else is broken
@@ -89,6 +132,8 @@ def task_problem(task: dict[str, Any]) -> str | None:
         value = task.get(key)
         if value is not None and not (type(value) is int and 0 <= value <= MAX_ID):
             return f"{key} must be an integer in [0, {MAX_ID}]"
+    if (problem := _secagg_problem(task)) is not None:
+        return problem
     acts = task["status"] == "train" or (task["status"] == "finished" and task.get("config"))
     if acts:  # it trains or personalizes: everything that takes must be there
         if task.get("run_id") is None or task.get("round") is None:
@@ -98,6 +143,24 @@ def task_problem(task: dict[str, Any]) -> str | None:
         if not isinstance(task.get("global_hash"), str) or not _SHA256.match(task["global_hash"]):
             return "global_hash must be 64 lowercase hex digits (a SHA-256)"
     return None
+
+
+def _secagg_problem(task: dict[str, Any]) -> str | None:
+    """Why a task's SecAgg setup, if it has one, cannot be used (None: it can, or has none).
+
+    A setup never reads as "no secure aggregation" (``{}``, ``0``, ``""``): the update would
+    leave in the clear. Its values are checked where it is used (``wire.setup_from_wire``).
+    """
+    from pflkit.sdk.secagg.messages import RoundSetup  # here: it imports this module
+    from pflkit.sdk.secagg.wire import TASK_KEY
+
+    setup = task.get(TASK_KEY)
+    if setup is None:
+        return None
+    if not isinstance(setup, dict):
+        return f"{TASK_KEY} must be an object (the round's secure-aggregation setup)"
+    missing = sorted(f.name for f in dataclasses.fields(RoundSetup) if f.name not in setup)
+    return f"{TASK_KEY} lacks {', '.join(missing)}" if missing else None
 
 
 def preview_problem(preview: dict[str, Any]) -> str | None:

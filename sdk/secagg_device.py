@@ -30,9 +30,18 @@ SECAGG_ROUND = "secagg_round"  # cache.json: [run, round] of the last SecAgg thi
 
 
 def change_vector(update: State, global_state: State) -> np.ndarray:
-    """The update's change on its floating tensors, float64, flattened in name order."""
+    """The update's change on its floating tensors, float64, flattened in name order.
+
+    Each needs the global state's tensor of its name and shape (one line if missing): a
+    broadcast, e.g. of a (1,) tensor, would mask a change that is not the update's.
+    """
+    floating = [k for k in sorted(update) if update[k].is_floating_point()]
+    for k in floating:
+        if k not in global_state or global_state[k].shape != update[k].shape:
+            raise ValueError(f"secagg: cannot mask {k}: the round's global state has no tensor "
+                             f"of its name and shape {tuple(update[k].shape)}")
     parts = [(update[k].double() - global_state[k].double()).cpu().reshape(-1).numpy()
-             for k in sorted(update) if update[k].is_floating_point()]
+             for k in floating]
     return np.concatenate(parts) if parts else np.zeros(0)
 
 

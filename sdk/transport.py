@@ -20,14 +20,15 @@ body unread. Every answer must arrive whole, headers and body, within its deadli
 (:meth:`ServerConnection.deadline`; every socket operation is cut to it by
 :mod:`~pflkit.sdk.answer_deadline`): httpx's timeout bounds each read only, so a server that
 trickles its answer is cut off then, as a network failure (retried).
-A server URL may not hold a user name or password: they would replace the device's Bearer
-credentials, and URLs are printed and logged.
+A server URL must be http(s) naming a host, without user:password@ (else refused at once); a
+redirect is not followed; a JSON object naming a key twice is refused (protocol.strict_json).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,10 +39,18 @@ import httpx
 import numpy as np
 
 from pflkit.sdk.answer_deadline import Deadline, bound_by
-from pflkit.sdk.protocol import MAX_WAIT, RETRY_AFTER, one_line_detail, sendable
+from pflkit.sdk.protocol import (
+    MAX_WAIT,
+    RETRY_AFTER,
+    one_line_detail,
+    sendable,
+    server_url_problem,
+    strict_json,
+)
 
 log = logging.getLogger(__name__)
 
+_DELAY_SECONDS = re.compile(r"\+?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", re.ASCII)  # 10, .5, 1e2
 MAX_ELAPSED = 604800.0  # a week: RetryPolicy.max_elapsed's upper end
 _RETRYABLE = {429, 500, 502, 503, 504}
 MAX_JSON_ANSWER = 16 * 2**20  # a task, a secure-aggregation step's answer: well under 2 MiB
@@ -92,11 +101,8 @@ class ServerConnection:
     def __init__(self, server: str, retry: RetryPolicy, timeout: float,
                  jitter: np.random.Generator, max_download: int = MAX_DOWNLOAD,
                  answer_deadline: float | None = None) -> None:
-        split = urlsplit(server)  # a malformed URL is a ValueError too
-        if split.username is not None or split.password is not None:
-            raise ValueError("the server URL holds a user name or password (user:password@): "
-                             "the device sends its own credentials (Bearer), which they would "
-                             "replace; remove them")
+        if (problem := server_url_problem(server)) is not None:
+            raise ValueError(problem)
         for name, value, high in (("timeout", timeout, MAX_WAIT),
                                   ("answer_deadline", answer_deadline, MAX_ELAPSED)):
             if name == "timeout" or value is not None:
@@ -236,14 +242,14 @@ def check_secret(secret: str) -> None:
 def retry_after(response: httpx.Response) -> float | None:
     """The server's ``Retry-After`` in seconds, in [0, ``MAX_WAIT``].
 
-    None: absent, an HTTP date or a number out of that range (not honoured: backoff instead).
+    None: absent, an HTTP date, a number out of that range or in a form Python reads but the
+    wire does not (``1_0``, ``-0``, ``nan``): not honoured, backoff instead (as on Android).
     """
-    value = response.headers.get(RETRY_AFTER, "")
-    try:
-        seconds = float(value)
-    except ValueError:
+    value = response.headers.get(RETRY_AFTER, "").strip()
+    if not _DELAY_SECONDS.fullmatch(value):
         return None
-    return seconds if 0 <= seconds <= MAX_WAIT else None
+    seconds = float(value)
+    return seconds if seconds <= MAX_WAIT else None
 
 
 def json_answer(response: httpx.Response, what: str,
@@ -254,9 +260,10 @@ def json_answer(response: httpx.Response, what: str,
     Anything else is a one-line ValueError that names ``what`` and echoes none of the answer.
     """
     try:
-        body = json.loads(response.content)
-    except (ValueError, RecursionError):
-        raise ValueError(f"{what}: the server's answer is not JSON") from None
+        body = strict_json(response.content)
+    except (ValueError, RecursionError) as err:  # strict_json's own message quotes nothing
+        why = f" ({err})" if err.__class__ is ValueError else ""
+        raise ValueError(f"{what}: the server's answer is not JSON{why}") from None
     if not isinstance(body, dict):
         raise ValueError(f"{what}: the server's answer is a JSON {type(body).__name__}, not an "
                          "object")
@@ -281,10 +288,13 @@ def _check_seconds(name: str, value: object, high: float, zero_ok: bool = False)
 
 def _detail(response: httpx.Response, *hidden: str | None) -> str:
     """The refusal's message; each of ``hidden`` masked before the message is cut to length."""
+    if response.is_redirect:  # its body is a web server's page: the Location is the message
+        return one_line_detail(f"redirect to {response.headers['Location']} not followed: give "
+                               "the client the server's final URL", hidden)
     content = response.content
     for secret in filter(None, hidden):
         content = content.replace(secret.encode(), b"<secret>")
     try:
-        return one_line_detail(json.loads(content))
+        return one_line_detail(json.loads(content), hidden)
     except (ValueError, RecursionError):
-        return one_line_detail(content.decode("utf-8", "replace"))
+        return one_line_detail(content.decode("utf-8", "replace"), hidden)
