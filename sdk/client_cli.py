@@ -13,7 +13,6 @@ allows that package: built-in names and installed entry points need nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,7 +27,7 @@ from pflkit.sdk.client import (
     load_client_data,
 )
 from pflkit.sdk.console import entry_point
-from pflkit.sdk.protocol import MAX_ID, MAX_WAIT
+from pflkit.sdk.protocol import MAX_ID, MAX_WAIT, server_url_problem
 from pflkit.sdk.registry import ImportPolicy, ImportRefused, add_project_path
 from pflkit.sdk.transport import MAX_DOWNLOAD, MAX_ELAPSED, MAX_ERROR_ANSWER
 
@@ -42,16 +41,32 @@ def _log_level(value: str) -> str:
     return value.lower()
 
 
-def _in(low: float, high: float, *, open_low: bool = False) -> Callable[[Any], Any]:
-    """A callback refusing a value outside [low, high] (``open_low``: (low, high]), NaN too."""
+def _number(value: float) -> str:
+    """A bound as --help writes it: whole numbers in full (2^40 is 1099511627776, not 1.1e+12)."""
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _bounded(what: str, low: float, high: float, *, open_low: bool = False) -> dict[str, Any]:
+    """An option's ``help`` stating its range and the ``callback`` that checks exactly it.
+
+    ``open_low``: (low, high] instead of [low, high]; NaN is outside every range.
+    """
+    stated = f"{'(' if open_low else '['}{_number(low)}, {_number(high)}]"
+
     def check(value: Any) -> Any:
         if value is None:
             return value
         if not ((low < value) if open_low else (low <= value)) or not value <= high:  # NaN too
-            raise typer.BadParameter(f"must be in {'(' if open_low else '['}{low}, {high}], "
-                                     f"got {value}")
+            raise typer.BadParameter(f"must be in {stated}, got {value}")
         return value
-    return check
+    return {"help": f"{what}, {stated}", "callback": check}
+
+
+def _server_url(value: str) -> str:
+    """An http(s) URL with a host, checked at once: ``localhost:8000`` was retried for 600 s."""
+    if problem := server_url_problem(value):
+        raise typer.BadParameter(problem)
+    return value
 
 
 def _allow_imports(values: list[str] | None) -> list[str] | None:
@@ -65,28 +80,27 @@ def _allow_imports(values: list[str] | None) -> list[str] | None:
 
 @app.command()
 def main(
-    server: Annotated[str, typer.Option(help="base URL of pfl-server")],
+    server: Annotated[str, typer.Option(callback=_server_url,
+                                        help="base URL of pfl-server: http(s)://HOST[:PORT]")],
     data: Annotated[Path, typer.Option(help="folder with data.safetensors")],
     token: Annotated[str | None, typer.Option(help="enrollment token (first run only)")] = None,
     state: Annotated[Path | None, typer.Option(help="state folder (default DATA/.pflkit)")
                      ] = None,
-    rounds: Annotated[int | None, typer.Option(
-        callback=_in(0, MAX_ID), help="stop after training this many rounds")] = None,
-    threads: Annotated[int | None, typer.Option(callback=_in(1, 4096),
-                                                help="torch CPU threads")] = None,
-    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "cpu",
+    rounds: Annotated[int | None, typer.Option(**_bounded(
+        "stop after training this many rounds (0: only enroll)", 0, MAX_ID))] = None,
+    threads: Annotated[int | None, typer.Option(**_bounded("torch CPU threads", 1, 4096))
+                       ] = None,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N, N in [0, 9999]")] = "cpu",
     precision: Annotated[str, typer.Option(help="fp32 | bf16 (training autocast)")] = "fp32",
-    give_up_after: Annotated[float, typer.Option(
-        callback=_in(0, int(MAX_ELAPSED)), help="seconds of failed retries")] = 600.0,
-    max_backoff: Annotated[float, typer.Option(
-        callback=_in(0, int(MAX_WAIT), open_low=True), help="longest wait between retries")] = 10.0,
-    max_download_bytes: Annotated[int, typer.Option(
-        callback=_in(MAX_ERROR_ANSWER, 2**40), help="largest global state to download")
-                                  ] = MAX_DOWNLOAD,
-    answer_deadline: Annotated[float | None, typer.Option(
-        callback=_in(0, int(MAX_ELAPSED), open_low=True),
-        help="seconds an answer may take to arrive whole (default: timeout + bound at 64 KiB/s)")
-                               ] = None,
+    give_up_after: Annotated[float, typer.Option(**_bounded(
+        "seconds of failed retries before giving up", 0, MAX_ELAPSED))] = 600.0,
+    max_backoff: Annotated[float, typer.Option(**_bounded(
+        "longest wait between retries, seconds", 0, MAX_WAIT, open_low=True))] = 10.0,
+    max_download_bytes: Annotated[int, typer.Option(**_bounded(
+        "largest global state to download, bytes", MAX_ERROR_ANSWER, 2**40))] = MAX_DOWNLOAD,
+    answer_deadline: Annotated[float | None, typer.Option(**_bounded(
+        "seconds an answer may take to arrive whole (default: timeout + bound at 64 KiB/s)",
+        0, MAX_ELAPSED, open_low=True))] = None,
     allow_imports: Annotated[list[str] | None, typer.Option(
         callback=_allow_imports,
         help="a package (or package.module:attr) whose import paths a run may name; "

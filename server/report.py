@@ -12,8 +12,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from pflkit.sdk.rundir import RunDir  # noqa: E402
+
+# summary fields that count something (clients, test rows): whole numbers, whatever their type
+COUNTS = frozenset({"n", "clients", "own_clients"})
 
 
 def _rows(run_dir: RunDir) -> list[dict[str, Any]]:
@@ -57,6 +61,7 @@ def plot_curves(rows: list[dict[str, Any]], plots: Path, title: str) -> list[Pat
         for key, label in curves:
             _curve(ax, rows, key, label)
         ax.set(xlabel="round", ylabel=ylabel, title=f"{title}: {name}")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # no round 1.5
         made.append(_save(fig, ax, plots / f"{name}.png"))
     return made
 
@@ -73,6 +78,7 @@ def plot_client_distribution(final: dict[str, Any], plots: Path) -> Path | None:
             ax.hist(values, bins=20, range=(0, 1), alpha=0.6, label=label)
     ax.set(xlabel="personalized top-1 accuracy", ylabel="clients",
            title="per-client accuracy after the last round")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # no 2.5 clients
     return _save(fig, ax, plots / "clients.png", grid=False)
 
 
@@ -117,9 +123,12 @@ def undefined(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: Any, key: str = "") -> str:
+    """A table cell: ``n/a``, a count as a whole number (``20``, not ``20.0000``), or 4 digits."""
     if undefined(value):
         return "n/a"
+    if key in COUNTS and isinstance(value, float) and value.is_integer():
+        return str(int(value))
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
@@ -211,10 +220,10 @@ def write_report(run_dir: Path) -> Path:
     if final:
         lines += ["## Final (last round, not the best)", "", "| metric | value |", "|---|---|"]
         for key, value in final.get("global_model", {}).items():
-            lines.append(f"| global model, global test: {key} | {_fmt(value)} |")
+            lines.append(f"| global model, global test: {key} | {_fmt(value, key)} |")
         for group in ("clients", "new_clients"):
             for key, value in final.get(group, {}).get("summary", {}).items():
-                lines.append(f"| {group}: {key} | {_fmt(value)} |")
+                lines.append(f"| {group}: {key} | {_fmt(value, key)} |")
         lines.append("")
     lines += _versus_generic(final) + _privacy(rows) + _diverged(rows, final)
     lines += ["## Curves", "", "![accuracy](plots/accuracy.png)", "", "![loss](plots/loss.png)", ""]

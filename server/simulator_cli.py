@@ -37,6 +37,16 @@ def _fail(err: Exception) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _stopped(run_dir: Path | None) -> typer.Exit:
+    """Ctrl-C: the committed rounds stay (docs/simulator.md), so say how to go on; exit 130."""
+    files = RunDir(run_dir) if run_dir is not None else None
+    if files is not None and files.config_file.is_file():  # the run got far enough to resume
+        done = files.rounds_done()
+        typer.echo(f"pfl-sim: stopped by Ctrl-C with {done} round{'' if done == 1 else 's'} "
+                   f"committed; continue with: pfl-sim --resume {run_dir}", err=True)
+    return typer.Exit(130)
+
+
 def build_config(path: Path | None, flags: dict[str, Any], params: list[str],
                  overrides: list[str]) -> SimConfig:
     """File, then the named flags, then ``--param`` and ``--set`` (later wins); validated once."""
@@ -44,6 +54,10 @@ def build_config(path: Path | None, flags: dict[str, Any], params: list[str],
     for dotted, value in flags.items():
         if value is not None:
             set_key(raw, dotted, value)
+    if flags.get("training.fraction") is not None:  # --fraction replaces the file's count
+        if flags.get("training.clients_per_round") is not None:
+            raise ConfigError("give --clients-per-round or --fraction, not both")
+        raw["training"].pop("clients_per_round", None)
     for item in params:
         key, sep, value = item.partition("=")
         if not sep:
@@ -58,19 +72,25 @@ def build_config(path: Path | None, flags: dict[str, Any], params: list[str],
     return SimConfig.from_mapping(raw)
 
 
-def _resumed_execution(run_dir: Path, flags: dict[str, Any], overrides: list[str],
+def _config_keys(flags: dict[str, tuple[str, Any]]) -> dict[str, Any]:
+    """``{"--flag": (config key, value)}`` -> ``{config key: value}``, as build_config takes."""
+    return dict(flags.values())
+
+
+def _resumed_execution(run_dir: Path, flags: dict[str, tuple[str, Any]], overrides: list[str],
                        changes: list[str]) -> ExecutionConfig:
     """A resumed run keeps its config; only where it runs ([execution]) may change.
 
-    ``changes``: the other options given (``--rounds``, ``--config``, ...), each refused
-    rather than silently ignored.
+    ``changes``: the other options given (``--rounds``, ``--config``, ...), each refused by the
+    name the user typed rather than silently ignored.
     """
-    other = changes + [repr(o) for o in overrides if not o.strip().startswith("execution.")]
+    other = changes + [f"--set {o}" for o in overrides if not o.strip().startswith("execution.")]
     if other:
-        raise ConfigError(f"--resume keeps the run's config; only execution.* keys can be "
-                          f"set, not {other[0]}")
+        raise ConfigError(f"--resume continues the run as configured, so {other[0]} cannot be "
+                          f"given (only {', '.join(flags)} and --set execution.KEY=VALUE can "
+                          "change; another --out starts a new run)")
     raw = RunDir(run_dir).config().to_mapping()
-    for dotted, value in flags.items():
+    for dotted, value in _config_keys(flags).items():
         if value is not None:
             set_key(raw, dotted, value)
     return SimConfig.from_mapping(apply_overrides(raw, overrides)).execution
@@ -142,21 +162,26 @@ def main(
 
     logging.basicConfig(level=logging.ERROR if quiet else logging.WARNING)
     add_project_path()
-    execution_flags = {"execution.executor": executor, "execution.device": device,
-                       "execution.precision": precision, "execution.ray_address": ray_address,
-                       "execution.personalize_on": personalize_on}
+    execution_flags = {  # --flag: (config key, value)
+        "--executor": ("execution.executor", executor), "--device": ("execution.device", device),
+        "--precision": ("execution.precision", precision),
+        "--ray-address": ("execution.ray_address", ray_address),
+        "--personalize-on": ("execution.personalize_on", personalize_on)}
     run_flags = {
-        "data.dataset": dataset, "data.root": data_root, "data.resize": resize,
-        "data.kind": partition, "data.num_clients": clients, "data.alpha": alpha,
-        "data.test_fraction": test_fraction, "model.name": model, "algorithm.name": algorithm,
-        "rounds": rounds, "training.clients_per_round": clients_per_round,
-        "training.fraction": fraction, "training.epochs": epochs,
-        "training.batch_size": batch_size, "training.lr": lr, "seed": seed,
-        "eval_interval": eval_interval,
+        "--dataset": ("data.dataset", dataset), "--data-root": ("data.root", data_root),
+        "--resize": ("data.resize", resize), "--partition": ("data.kind", partition),
+        "--clients": ("data.num_clients", clients), "--alpha": ("data.alpha", alpha),
+        "--test-fraction": ("data.test_fraction", test_fraction),
+        "--model": ("model.name", model), "--algorithm": ("algorithm.name", algorithm),
+        "--rounds": ("rounds", rounds),
+        "--clients-per-round": ("training.clients_per_round", clients_per_round),
+        "--fraction": ("training.fraction", fraction), "--epochs": ("training.epochs", epochs),
+        "--batch-size": ("training.batch_size", batch_size), "--lr": ("training.lr", lr),
+        "--seed": ("seed", seed), "--eval-interval": ("eval_interval", eval_interval),
     }
     try:
         if resume is not None:
-            changes = [key for key, value in run_flags.items() if value is not None]
+            changes = [flag for flag, (_, value) in run_flags.items() if value is not None]
             changes += [name for name, given in (("--param", param), ("--config", config),
                                                  ("--out", out)) if given]
             sim = Simulation.resume(resume, progress=not quiet,
@@ -167,11 +192,13 @@ def main(
                 raise ConfigError("give --out RUN_DIR (or --resume RUN_DIR)")
             if config is not None:
                 add_project_path(config.parent)
-            sim = Simulation(build_config(config, run_flags | execution_flags, param or [],
-                                          set_ or []), out, progress=not quiet)
+            sim = Simulation(build_config(config, _config_keys(run_flags | execution_flags),
+                                          param or [], set_ or []), out, progress=not quiet)
         result = sim.run()
     except (ConfigError, ExtensionError, ValueError, OSError, KeyError) as err:
         raise _fail(err) from err
+    except KeyboardInterrupt:
+        raise _stopped(resume or out) from None
     summary = result.final.get("clients", {}).get("summary", {})
     typer.echo(f"global model top-1 on the global test set: "
                f"{result.final['global_model']['top1']:.4f}")

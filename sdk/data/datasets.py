@@ -14,9 +14,16 @@ from pathlib import Path
 
 import numpy as np
 
+from pflkit.sdk.config_types import shown
 from pflkit.sdk.data.folder import load_folder
 from pflkit.sdk.data.image_files import DIGIT_CLASSES, FILE_DATASETS, from_uint8
-from pflkit.sdk.data.spec import Dataset, DatasetSource, DatasetSpec, Preprocessing
+from pflkit.sdk.data.spec import (
+    Dataset,
+    DatasetNotFoundError,
+    DatasetSource,
+    DatasetSpec,
+    Preprocessing,
+)
 from pflkit.sdk.registry import ExtensionError, check_call, known_names, resolve_as
 from pflkit.sdk.seeding import numpy_rng
 
@@ -83,8 +90,20 @@ def load_dataset(
     name: str, root: Path | str | None = None, size: tuple[int, int] | None = None,
     seed: int = 0,
 ) -> Dataset:
-    """Load a dataset, preprocessed; ``size`` resizes images (e.g. (32, 32) for LeNet-5)."""
-    return dataset_source(name).load_checked(name, Path(root) if root else None, size, seed)
+    """Load a dataset, preprocessed; ``size`` resizes images (e.g. (32, 32) for LeNet-5).
+
+    A ``root`` that is not a folder is refused: a user who names one (``--data-root``) must
+    not silently get the files of another place the loader also looks in (Fashion-MNIST's
+    Debian package, ``$PFLKIT_DATA_DIR``) or a dataset that needs no files. The loader tries
+    first, so that where it finds nothing its own message says which files to put where.
+    """
+    folder = Path(root) if root else None
+    dataset = dataset_source(name).load_checked(name, folder, size, seed)
+    if folder is not None and not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "no such folder"
+        raise DatasetNotFoundError(f"dataset '{name}': data root {shown(str(folder))}: {what} "
+                                   "(--data-root, [data] root)")
+    return dataset
 
 
 def dataset_spec(name: str, size: tuple[int, int] | None = None,
