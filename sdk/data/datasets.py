@@ -92,10 +92,11 @@ def load_dataset(
 ) -> Dataset:
     """Load a dataset, preprocessed; ``size`` resizes images (e.g. (32, 32) for LeNet-5).
 
-    A ``root`` that is not a folder is refused: a user who names one (``--data-root``) must
-    not silently get the files of another place the loader also looks in (Fashion-MNIST's
-    Debian package, ``$PFLKIT_DATA_DIR``) or a dataset that needs no files. The loader tries
-    first, so that where it finds nothing its own message says which files to put where.
+    A ``root`` that is not a folder is refused, whatever the dataset: a user who names one
+    (``--data-root``) must not get a dataset that needs no files as if it had been read; a
+    root given is also the only place the file loaders look (Fashion-MNIST's Debian package
+    and ``$PFLKIT_DATA_DIR`` are for runs that name none). The loader tries first, so that
+    where it finds nothing its own message says which files to put where.
     """
     folder = Path(root) if root else None
     dataset = dataset_source(name).load_checked(name, folder, size, seed)

@@ -82,9 +82,10 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 def _search_dirs(root: Path | None, env: str | None, default: Path | None) -> list[Path]:
-    dirs: list[Path] = []
+    """Where to look: a root given is the only place (an empty one must not read another)."""
     if root is not None:
-        dirs.append(Path(root))
+        return [Path(root)]
+    dirs: list[Path] = []
     if env and os.environ.get(env):
         dirs.append(Path(os.environ[env]))
     if os.environ.get("PFLKIT_DATA_DIR"):

@@ -30,8 +30,12 @@ def test_a_data_root_that_does_not_exist_is_refused_naming_it(tmp_path, monkeypa
     typo = tmp_path / "fahsion"
     code, output = pfl_sim(tmp_path / "run", dataset, typo)
     assert code == 2, output
-    assert output.strip() == f"error: dataset '{dataset}': data root '{typo}': no such folder " \
-                             "(--data-root, [data] root)"
+    if dataset == "digits":  # it needs no files: the root is refused as a folder
+        assert output.strip() == f"error: dataset 'digits': data root '{typo}': no such " \
+                                 "folder (--data-root, [data] root)"
+    else:  # the loader looked in the root alone, and says which files to put there
+        assert output.strip().startswith("error: dataset 'fmnist': files not found. Put ")
+        assert str(typo) in output and "elsewhere" not in output
     assert not (tmp_path / "run").exists()  # refused before anything is written
 
 
@@ -39,9 +43,12 @@ def test_a_data_root_that_is_a_file_is_refused_naming_it(tmp_path, monkeypatch):
     monkeypatch.setenv("PFLKIT_FMNIST_DIR", str(fake_mnist_folder(tmp_path / "elsewhere")))
     archive = tmp_path / "fashion.tar"
     archive.write_bytes(b"not a folder")
-    code, output = pfl_sim(tmp_path / "run", "fmnist", archive)
+    code, output = pfl_sim(tmp_path / "run", "digits", archive)
     assert code == 2, output
     assert f"data root '{archive}': is not a folder" in output
+    code, output = pfl_sim(tmp_path / "run", "fmnist", archive)
+    assert code == 2, output
+    assert str(archive) in output and "elsewhere" not in output
 
 
 def test_the_folder_named_is_the_folder_read(tmp_path):
@@ -53,3 +60,14 @@ def test_the_refusal_is_one_line_whatever_the_folder_is_called(tmp_path):
     code, output = pfl_sim(tmp_path / "run", "digits", tmp_path / "x\ny\t")
     assert code == 2, output
     assert output.strip().count("\n") == 0 and "x\\ny\\t': no such folder" in output
+
+
+def test_an_empty_data_root_is_not_read_past(tmp_path, monkeypatch):
+    """An empty folder named as the root fell back to $PFLKIT_FMNIST_DIR's files."""
+    monkeypatch.setenv("PFLKIT_FMNIST_DIR", str(fake_mnist_folder(tmp_path / "elsewhere")))
+    empty = tmp_path / "fashion"
+    empty.mkdir()
+    code, output = pfl_sim(tmp_path / "run", "fmnist", empty)
+    assert code == 2, output
+    assert str(empty) in output and "elsewhere" not in output
+    assert not (tmp_path / "run").exists()
