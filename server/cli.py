@@ -14,6 +14,7 @@ the API.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 from enum import StrEnum
@@ -55,7 +56,7 @@ def _main() -> None:
 def flagged_settings() -> set[str]:
     """The settings ``serve`` takes as flags (errors name the flag, else the file's key)."""
     return {*inspect.signature(serve).parameters} & {*ServerSettings.model_fields} | \
-        {"admin_token"}  # as --admin-token-file
+        {"admin_token", "run_overrides"}  # as --admin-token-file, --set
 
 
 @app.command()
@@ -111,6 +112,7 @@ def serve(
 ) -> None:
     """Prepare the database, then serve the API until interrupted."""
     flags = {"data_dir": data_dir, "database_url": database_url, "run_config": run_config,
+             "run_overrides": json.dumps(set_) if set_ else None,
              "allow_imports": ",".join(allow_imports) if allow_imports else None,
              "dataset_dir": dataset_dir,
              "host": host, "port": port, "workers": workers,
@@ -152,10 +154,8 @@ def serve(
         run_toml = None
         if settings.run_config is not None:  # validated whole before anything is created
             add_project_path(settings.run_config.parent)
-            run_toml = SimConfig.load(settings.run_config, set_ or [],
+            run_toml = SimConfig.load(settings.run_config, settings.run_overrides,
                                       settings.imports).to_toml()
-        elif set_:
-            raise ConfigError("--set changes the run config: give --run-config too")
         service = build_service(settings)
         service.runs.ensure(run_toml)
         reopened = service.rounds.recover()

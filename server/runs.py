@@ -35,6 +35,8 @@ from pflkit.server.store import RunTerms, Store
 from pflkit.server.update_check import SAFETENSORS_DTYPES, schema_bytes
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from pflkit.sdk.algorithms.base import Algorithm, State
     from pflkit.sdk.data.spec import DatasetSpec
     from pflkit.sdk.run_config import Schedule, SimConfig
@@ -207,6 +209,13 @@ def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules
     return digest, setup.config.rounds, terms, config_toml
 
 
+def refuse_while_live(s: Session) -> None:
+    """One run at a time: Conflict while another is active or paused."""
+    live = s.scalar(select(Run).where(Run.status.in_(LIVE)))
+    if live is not None:
+        raise Conflict(f"run {live.id} is {live.status}; stop it before creating another")
+
+
 class Runs:
     """Run lifecycle and progress."""
 
@@ -219,6 +228,8 @@ class Runs:
         Building the initial global state needs PyTorch: a process without it (an HTTP
         worker) does that in a short-lived child process instead of importing it for good.
         """
+        with self.store.transaction() as s:  # not seconds of building before a 409
+            refuse_while_live(s)
         args = (config_toml, self.store.settings.blobs, RunRules.of(self.store.settings))
         if "torch" in sys.modules:
             digest, rounds, terms, config_toml = prepare_run(*args)
@@ -227,9 +238,7 @@ class Runs:
                 prepared = pool.submit(prepare_run, *args).result()
             digest, rounds, terms, config_toml = prepared
         with self.store.transaction() as s:
-            live = s.scalar(select(Run).where(Run.status.in_(LIVE)))
-            if live is not None:
-                raise Conflict(f"run {live.id} is {live.status}; stop it before creating another")
+            refuse_while_live(s)  # again: another create may have committed meanwhile
             run = Run(config_toml=config_toml, status="active", rounds_total=rounds,
                       rounds_done=0, global_hash=digest)
             s.add(run)
@@ -239,14 +248,16 @@ class Runs:
         return run
 
     def ensure(self, config_toml: str | None = None) -> None:
-        """Create a run if the database has none: ``config_toml``, else settings.run_config."""
-        run_config = self.store.settings.run_config
-        if config_toml is None and run_config is None:
+        """Create a run if the database has none: ``config_toml``, else the run_config file's."""
+        if config_toml is None and self.store.settings.run_config is None:
             return
         with self.store.transaction() as s:
-            if self.store.current_run(s) is not None:
+            if (run := self.store.current_run(s)) is not None:  # a restart: the file waits
+                log.info("run_config not started: the database holds run %d (%s); "
+                         "POST /v1/runs (pfl-admin runs create) starts a new run", run.id,
+                         run.status)
                 return
-        self.create(config_toml or run_config.read_text())  # type: ignore[union-attr]
+        self.create(config_toml or self.store.settings.run_config_toml())
 
     def transition(self, run_id: int, action: str) -> None:
         """Pause, resume or stop a run (see TRANSITIONS)."""

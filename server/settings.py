@@ -7,6 +7,7 @@ purpose: a server never starts with a placeholder secret.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Collection
 from pathlib import Path
@@ -30,14 +31,15 @@ from pflkit.sdk.aggregation_config import (
     Rule,
     TrimFraction,
 )
-from pflkit.sdk.config_toml import read_toml
+from pflkit.sdk.config_toml import apply_overrides, dump_toml, read_toml
 from pflkit.sdk.config_types import MAX_CLIENTS, ConfigError, closest, describe, in_range
 from pflkit.sdk.protocol import sendable
 from pflkit.sdk.registry import ImportPolicy
 
 ENV_PREFIX = "PFL_SERVER_"
 PROCESS_VARIABLES = {"CONFIG_FILE", "WAKE_SOCKET"}  # PFL_SERVER_* that are not settings
-FLAGS = {"admin_token": "--admin-token-file"}  # settings whose pfl-server flag is not --<name>
+# settings whose pfl-server flag is not --<name>
+FLAGS = {"admin_token": "--admin-token-file", "run_overrides": "--set"}
 # Every number has a range (docs/server.md): no setting may be infinite, NaN, or so large
 # that the server waits for ever or allocates without bound.
 WEEK = 7 * 24 * 3600.0
@@ -63,6 +65,9 @@ class ServerSettings(BaseSettings):
     # below, where an error cannot show it: pydantic's min_length quoted the token)
     admin_token: SecretStr
     run_config: Path | None = None  # pfl-sim TOML; started as the first run if none exists
+    # KEY=VALUE overrides of run_config, applied each time the file is read (the first run,
+    # and POST /v1/runs without a config): an environment variable takes them as a JSON list
+    run_overrides: Annotated[tuple[str, ...], NoDecode] = ()
     # packages (or exact package.module:attr) whose import paths run configs may name: code
     # the server imports and calls. Built-in names and installed entry points need nothing.
     # A flag or environment variable takes them comma-separated
@@ -116,6 +121,34 @@ class ServerSettings(BaseSettings):
             raise ValueError("must be printable ASCII without spaces: it travels in an HTTP "
                              "header (not shown here)")
         return value
+
+    @field_validator("run_overrides", mode="before")
+    @classmethod
+    def _json_list(cls, value: object) -> object:
+        """The environment's JSON list (a VALUE may hold commas: ``[1, 2]``)."""
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise ValueError('must be a JSON list of KEY=VALUE strings (["rounds=5"])') from None
+
+    @field_validator("run_overrides")
+    @classmethod
+    def _key_values(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """Each KEY=VALUE well-formed, however often the server reads run_config."""
+        try:
+            apply_overrides({}, value)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _overrides_of_a_file(self) -> ServerSettings:
+        if self.run_overrides and self.run_config is None:
+            raise ValueError("run_overrides (--set) change the run config: set run_config "
+                             "(--run-config) too")
+        return self
 
     @field_validator("allow_imports", mode="before")
     @classmethod
@@ -175,6 +208,16 @@ class ServerSettings(BaseSettings):
             model_config = SettingsConfigDict(**{**cls.model_config, "toml_file": path})
 
         return _WithFile(**{k: v for k, v in flags.items() if v is not None})
+
+    def run_config_toml(self) -> str:
+        """``run_config`` as it reads now, with ``run_overrides``: each run made of it.
+
+        Read as pfl-sim reads a config (at most MAX_CONFIG_BYTES of UTF-8 TOML), each time:
+        an edit on disk counts from the next run, and ``--set`` applies to every run.
+        """
+        if self.run_config is None:
+            raise ConfigError("no config_toml given and the server has no run_config file")
+        return dump_toml(apply_overrides(read_toml(self.run_config), self.run_overrides))
 
     @property
     def db_url(self) -> str:

@@ -12,7 +12,7 @@ from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.api.bodies import json_body, json_schema
 from pflkit.server.api.deps import AdminDep, ServiceDep, require_admin
 from pflkit.server.api.schemas import PruneIn, PrunePublic, RunCreateIn, RunPublic
-from pflkit.server.errors import Invalid
+from pflkit.server.runs import refused_as_invalid
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 RunId = Annotated[int, Path(ge=0, le=MAX_ID)]
@@ -23,10 +23,9 @@ async def create_run(body: Annotated[RunCreateIn, json_body(RunCreateIn, after=r
                      service: ServiceDep) -> RunPublic:
     """Create a run from a pfl-sim TOML config; 409 while another run is active or paused."""
     text = body.config_toml
-    if text is None:
-        if service.settings.run_config is None:
-            raise Invalid("no config_toml given and the server has no run_config file")
-        text = service.settings.run_config.read_text()
+    if text is None:  # read again, with the server's --set overrides
+        with refused_as_invalid():
+            text = await run_in_threadpool(service.settings.run_config_toml)
     run = await run_in_threadpool(service.runs.create, text)
     return RunPublic(**service.runs.status(run.id))
 
