@@ -93,7 +93,7 @@ def summarize(reports: Iterable[ClientReport]) -> dict[str, float]:
     """
     reports = list(reports)
     scored = sum(not math.isnan(r.own_top1) for r in reports)
-    out: dict[str, float] = {"clients": float(len(reports)), "own_clients": float(scored)}
+    out: dict[str, float] = {"clients": len(reports), "own_clients": scored}  # counts: ints
     if not reports:
         return out
     for name in ClientReport.__dataclass_fields__:

@@ -73,3 +73,14 @@ def test_counting_axes_have_whole_number_ticks(tmp_path, ticks, plot, axis):
     values = ticks[plot][axis]
     assert values, f"{plot}: no {axis} ticks"
     assert all(float(v).is_integer() for v in values), f"{plot} {axis} ticks: {values}"
+
+
+def test_final_json_writes_client_counts_as_integers():
+    """The report hid ``"clients": 20.0``; the summary itself now counts in ints."""
+    from pflkit.sdk.evaluation import ClientReport, summarize
+
+    nan = float("nan")
+    reports = [ClientReport(c, nan if c == 2 else 0.5, 0.1, 0.2, 1.0, 0.5, 0.5) for c in range(3)]
+    summary = json.loads(json.dumps(summarize(reports)))
+    assert (summary["clients"], summary["own_clients"]) == (3, 2)
+    assert type(summary["clients"]) is int and type(summary["own_clients"]) is int
