@@ -247,6 +247,7 @@ def plot_partition(federation: Federation, path: Path, max_bars: int = 200) -> P
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     full = federation.class_histogram()
     hist = full[:max_bars]  # 10,000 users would make a figure 1,200 inches wide
@@ -260,6 +261,7 @@ def plot_partition(federation: Federation, path: Path, max_bars: int = 200) -> P
     shown = f" (first {len(hist)} of {len(full)})" if len(hist) < len(full) else ""
     ax.set_xlabel("client = a dataset user (partition.txt names it)" if federation.users
                   else "client")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # no client 0.5
     ax.set_ylabel("train samples")
     ax.set_title(f"{federation.spec.name}: samples per client{shown}, coloured by class")
     if hist.shape[1] <= 10:

@@ -84,3 +84,13 @@ def test_final_json_writes_client_counts_as_integers():
     summary = json.loads(json.dumps(summarize(reports)))
     assert (summary["clients"], summary["own_clients"]) == (3, 2)
     assert type(summary["clients"]) is int and type(summary["own_clients"]) is int
+
+
+def test_the_partition_plot_numbers_clients_in_whole_numbers(tmp_path, ticks):
+    """Three clients were ticked at -0.5, 0.0, 0.5, ..., 2.5."""
+    from pflkit.sdk.data import PartitionConfig, build_federation, load_dataset, plot_partition
+
+    fed = build_federation(load_dataset("synthetic"), PartitionConfig("iid", 3), seed=0)
+    plot_partition(fed, tmp_path / "partition.png")
+    values = ticks["partition.png"]["x"]
+    assert values and all(float(v).is_integer() for v in values), values
