@@ -14,7 +14,8 @@ import java.util.Map;
  * to {@code List<Object>}, string to {@link String}, number to {@link Double}, true/false to
  * {@link Boolean}, null to {@link #NULL}. Strict means: no trailing commas, no comments, no
  * NaN/Infinity, no leading zeros, no duplicate object keys, no unescaped control characters, no
- * text after the value. Every error names the line and column.
+ * text after the value. Every error names the line and column, and shows at most one
+ * character of the text (a server's answer may be megabytes, or quote a secret).
  */
 public final class Json {
   /** The JSON {@code null} literal (a sentinel, so a missing key and null differ). */
@@ -43,6 +44,30 @@ public final class Json {
     SyntaxException(String message) {
       super(message);
     }
+  }
+
+  /**
+   * What a parsed value is ({@code "a string"}, {@code "an object"}, ...; {@code "nothing"} for
+   * null), never what it holds: for errors about a server's answer, which may be megabytes
+   * long, hold escape sequences or quote the device's secret.
+   */
+  public static String kind(Object value) {
+    if (value == null) {
+      return "nothing";
+    }
+    if (value == NULL) {
+      return "null";
+    }
+    if (value instanceof Map) {
+      return "an object";
+    }
+    if (value instanceof List) {
+      return "an array";
+    }
+    if (value instanceof String) {
+      return "a string";
+    }
+    return value instanceof Boolean ? "a boolean" : "a number";
   }
 
   /** Parse a complete JSON text; throws {@link SyntaxException} naming where it went wrong. */
@@ -112,7 +137,7 @@ public final class Json {
         if (c == '-' || (c >= '0' && c <= '9')) {
           return readNumber();
         }
-        throw error("unexpected character '" + c + "', expected a value");
+        throw error("unexpected character " + shown(c) + ", expected a value");
     }
   }
 
@@ -141,7 +166,7 @@ public final class Json {
       String key = readString();
       if (map.containsKey(key)) {
         pos = keyPos;
-        throw error("duplicate key \"" + key + "\"");
+        throw error("duplicate key: an object names a key twice");  // it may be any text
       }
       skipWhitespace();
       expect(':');
@@ -244,7 +269,7 @@ public final class Json {
           break;
         default:
           pos--;
-          throw error("invalid escape '\\" + e + "'");
+          throw error("invalid escape: a backslash before " + shown(e));
       }
     }
   }
@@ -312,6 +337,14 @@ public final class Json {
     while (pos < text.length() && isDigit(text.charAt(pos))) {
       pos++;
     }
+  }
+
+  /**
+   * One character of the text as an error shows it: printable ASCII quoted, anything else
+   * (an escape sequence's ESC, a newline) as its code, so a message stays one printable line.
+   */
+  private static String shown(char c) {
+    return c >= ' ' && c <= '~' ? "'" + c + "'" : String.format("U+%04X", (int) c);
   }
 
   private static boolean isDigit(char c) {

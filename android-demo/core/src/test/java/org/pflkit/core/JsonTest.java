@@ -40,7 +40,7 @@ public class JsonTest {
         {"[NaN]", "expected a value"},
         {"[1.]", "fraction"},
         {"[1e]", "exponent"},
-        {"{\"a\": 1, \"a\": 2}", "duplicate key \"a\""},
+        {"{\"a\": 1, \"a\": 2}", "line 1 column 10: duplicate key"},
         {"{\"a\": 1} x", "unexpected text after"},
         {"[\"tab\there\"]", "unescaped control character"},
         {"[\"\\x\"]", "invalid escape"},
@@ -54,13 +54,41 @@ public class JsonTest {
         {"[1e999]", "out of range"},
     };
     for (String[] c : cases) {
-      try {
-        Json.parse(c[0]);
-        fail("accepted " + c[0]);
-      } catch (Json.SyntaxException e) {
-        assertTrue(c[0] + " -> " + e.getMessage(), e.getMessage().contains(c[1]));
-      }
+      String message = refusal(c[0]);
+      assertTrue(c[0] + " -> " + message, message.contains(c[1]));
     }
+  }
+
+  /**
+   * A message shows at most one character of the text, and that one printable: the text may
+   * be a server's answer of megabytes, with escape sequences, quoting a device's secret.
+   */
+  @Test
+  public void anErrorQuotesNoneOfAHostileText() {
+    String key = "s3cret\\u001b[2J" + "k".repeat(100_000);
+    String[][] cases = {
+        {"{\"" + key + "\": 1, \"" + key + "\": 2}",
+            "duplicate key: an object names a key twice"},
+        {"[\"\\\u001b\"]", "invalid escape: a backslash before U+001B"},
+        {"\u001b[2J", "unexpected character U+001B, expected a value"},
+        {"[\"\\q\"]", "invalid escape: a backslash before 'q'"},
+    };
+    for (String[] c : cases) {
+      String message = refusal(c[0]);
+      assertTrue(message, message.endsWith(": " + c[1]));
+      assertTrue(message, message.matches("line \\d+ column \\d+: [ -~]+"));
+    }
+  }
+
+  /** The message of the SyntaxException {@code text} raises. */
+  private static String refusal(String text) {
+    try {
+      Json.parse(text);
+    } catch (Json.SyntaxException e) {
+      return e.getMessage();
+    }
+    fail("accepted " + text);
+    return null;
   }
 
   @Test

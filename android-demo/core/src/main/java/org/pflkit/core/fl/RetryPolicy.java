@@ -1,6 +1,7 @@
 package org.pflkit.core.fl;
 
 import java.util.Random;
+import java.util.regex.Pattern;
 
 /**
  * When to try again: capped exponential backoff with jitter, {@code delay_k = min(cap, base 2^k)
@@ -8,13 +9,39 @@ import java.util.Random;
  * in [0, 3600] is honoured as given. The whole request gives up after {@code maxElapsed}.
  */
 public final class RetryPolicy {
+  /** The longest single wait, {@code baseMillis} and {@code capMillis}'s upper end: an hour. */
+  public static final long MAX_WAIT_MILLIS = (long) Task.MAX_RETRY_AFTER * 1000;
+  /** {@code maxElapsedMillis}'s upper end: a week (the Python SDK's RetryPolicy ranges). */
+  public static final long MAX_ELAPSED_MILLIS = 604_800_000L;
+  /**
+   * The longest {@code Retry-After} value read: a wait in [0, 3600] seconds needs far fewer
+   * characters, and a hostile header of megabytes is not scanned.
+   */
+  static final int MAX_RETRY_AFTER_CHARS = 64;
+  /** Seconds as the Python SDK reads them: 10, +10, 1., .5, 1e2; each digit read once. */
+  private static final Pattern SECONDS =
+      Pattern.compile("\\+?(\\d+(\\.\\d*)?|\\.\\d+)([eE][+-]?\\d+)?");
+
   public final long baseMillis;
   public final long capMillis;
   public final long maxElapsedMillis;
 
+  /**
+   * {@code baseMillis} in (0, 3600000], {@code capMillis} in [baseMillis, 3600000] and
+   * {@code maxElapsedMillis} in [0, 604800000] (a week); anything else is refused in one line.
+   */
   public RetryPolicy(long baseMillis, long capMillis, long maxElapsedMillis) {
-    if (baseMillis <= 0 || capMillis < baseMillis || maxElapsedMillis < 0) {
-      throw new IllegalArgumentException("need 0 < base <= cap and maxElapsed >= 0");
+    if (baseMillis <= 0 || baseMillis > MAX_WAIT_MILLIS) {
+      throw new IllegalArgumentException("RetryPolicy: baseMillis must be in (0, "
+          + MAX_WAIT_MILLIS + "], found " + baseMillis);
+    }
+    if (capMillis < baseMillis || capMillis > MAX_WAIT_MILLIS) {
+      throw new IllegalArgumentException("RetryPolicy: capMillis must be in [baseMillis, "
+          + MAX_WAIT_MILLIS + "], found " + capMillis);
+    }
+    if (maxElapsedMillis < 0 || maxElapsedMillis > MAX_ELAPSED_MILLIS) {
+      throw new IllegalArgumentException("RetryPolicy: maxElapsedMillis must be in [0, "
+          + MAX_ELAPSED_MILLIS + "], found " + maxElapsedMillis);
     }
     this.baseMillis = baseMillis;
     this.capMillis = capMillis;
@@ -36,10 +63,12 @@ public final class RetryPolicy {
    * The wait a {@code Retry-After} value asks for: seconds in [0, {@link Task#MAX_RETRY_AFTER}]
    * (pfl-server may send a fraction); -1 when absent, out of that range or an HTTP date (then
    * the backoff applies), the Python SDK's rule. A date is not honoured: on a phone whose
-   * clock is off it would ask for a wait of hours, or none.
+   * clock is off it would ask for a wait of hours, or none. A value over 64 characters is not
+   * read (its time to check stays bounded whatever a server sends).
    */
   public static long retryAfterMillis(String value) {
-    if (value == null || !value.trim().matches("\\+?(\\d+\\.?\\d*|\\.\\d+)([eE][+-]?\\d+)?")) {
+    if (value == null || value.length() > MAX_RETRY_AFTER_CHARS
+        || !SECONDS.matcher(value.trim()).matches()) {
       return -1;
     }
     double seconds = Double.parseDouble(value.trim());

@@ -13,6 +13,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Random;
 import java.util.TreeMap;
+import org.pflkit.core.Json;
 import org.pflkit.core.JsonWriter;
 import org.pflkit.core.TensorData;
 import org.pflkit.core.secagg.RoundSetup;
@@ -188,7 +189,7 @@ final class SecAggRound {
 
   private static byte[] bytes(Object text) {
     if (!(text instanceof String)) {
-      throw new SecAggException("expected base64 text, found " + text);
+      throw new SecAggException("expected base64 text, found " + Json.kind(text));
     }
     try {
       return Base64.getDecoder().decode((String) text);

@@ -65,10 +65,12 @@ final class ServerConnection {
         if (answer.status < 300) {
           return answer;
         }
-        if (answer.status < 400) {  // never followed: the secret would go wherever it points
-          throw new ServerRefused(answer.status, "redirect to "
-              + oneLine(String.valueOf(answer.header("location"))) + " not followed: give "
-              + "the client the server's final URL");
+        String location = answer.header("location");
+        if (answer.status < 400 && location != null) {
+          // never followed (the secret would go wherever it points); its body is a web
+          // server's page, so the Location is the message
+          throw new ServerRefused(answer.status, oneLine("redirect to " + location
+              + " not followed: give the client the server's final URL", secret, hidden));
         }
         long asked = RetryPolicy.retryAfterMillis(answer.header(Wire.RETRY_AFTER_HEADER));
         // 429 and 5xx may be repeated; any other refusal only when the server says when
@@ -105,29 +107,35 @@ final class ServerConnection {
 
   /**
    * The server's message (its JSON {@code detail}, else the body) as one bounded line, each of
-   * {@code hidden} masked first; FastAPI's validation lists as {@code key: msg; ...}, as the
-   * Python SDK shows them.
+   * {@code hidden} masked in the body and again in the decoded message (a server may escape
+   * one in its JSON, {@code \u0039} for {@code 9}); FastAPI's validation lists as
+   * {@code key: msg; ...}, as the Python SDK shows them.
    */
   private static String detail(HttpTransport.Response answer, String... hidden) {
-    String text = new String(answer.body, UTF8);
+    String text = mask(new String(answer.body, UTF8), hidden);
+    try {
+      Object parsed = Json.parse(text);
+      Object detail = parsed instanceof Map ? ((Map<?, ?>) parsed).get(Wire.DETAIL) : null;
+      if (detail instanceof List) {
+        return oneLine(validationErrors((List<?>) detail), hidden);
+      }
+      if (detail != null && detail != Json.NULL) {
+        return oneLine(String.valueOf(detail), hidden);
+      }
+    } catch (Json.SyntaxException e) {
+      // not JSON: the body itself is the message
+    }
+    return oneLine(text, hidden);
+  }
+
+  /** {@code text} with each of {@code hidden} (a secret: printable, no spaces) as <secret>. */
+  private static String mask(String text, String... hidden) {
     for (String secret : hidden) {
       if (secret != null && !secret.isEmpty()) {
         text = text.replace(secret, "<secret>");
       }
     }
-    try {
-      Object parsed = Json.parse(text);
-      Object detail = parsed instanceof Map ? ((Map<?, ?>) parsed).get(Wire.DETAIL) : null;
-      if (detail instanceof List) {
-        return oneLine(validationErrors((List<?>) detail));
-      }
-      if (detail != null && detail != Json.NULL) {
-        return oneLine(String.valueOf(detail));
-      }
-    } catch (Json.SyntaxException e) {
-      // not JSON: the body itself is the message
-    }
-    return oneLine(text);
+    return text;
   }
 
   /** {@code [{"loc": ["query", "num_samples"], "msg": "..."}]} as {@code num_samples: ...}. */
@@ -154,17 +162,17 @@ final class ServerConnection {
 
   /**
    * Text from the server shown to a user: whitespace runs as one space, every other character
-   * that does not print (an escape sequence's ESC, a format control) as {@code ?}, at most 300
-   * characters.
+   * that does not print (an escape sequence's ESC, a format control) as {@code ?}, each of
+   * {@code hidden} as {@code <secret>}, then cut to at most 300 characters.
    */
-  static String oneLine(String text) {
+  static String oneLine(String text, String... hidden) {
     String line = text.replaceAll("\\s+", " ").trim();
     StringBuilder shown = new StringBuilder(line.length());
     for (int i = 0; i < line.length(); i++) {
       char c = line.charAt(i);
       shown.append(c == ' ' || printable(c) ? c : '?');
     }
-    line = shown.toString();
+    line = mask(shown.toString(), hidden);
     return line.length() <= MAX_MESSAGE ? line : line.substring(0, MAX_MESSAGE) + "...";
   }
 

@@ -147,14 +147,16 @@ public final class Task {
 
   private static String string(Object v, String key) {
     if (!(v instanceof String)) {
-      throw new IllegalArgumentException("task: " + key + " must be a string, found " + v);
+      throw new IllegalArgumentException("task: " + key + " must be a string, found "
+          + Json.kind(v));
     }
     return (String) v;
   }
 
   private static double number(Object v, String key) {
     if (!(v instanceof Double)) {
-      throw new IllegalArgumentException("task: " + key + " must be a number, found " + v);
+      throw new IllegalArgumentException("task: " + key + " must be a number, found "
+          + Json.kind(v));
     }
     return (Double) v;
   }

@@ -53,6 +53,10 @@ public final class UrlConnectionTransport implements HttpTransport {
   private final int maxBodyBytes;
   private final long answerDeadlineMillis;
 
+  /**
+   * {@code connectTimeoutMillis} and {@code readTimeoutMillis} in 1..3600000 (an hour, the
+   * Python SDK's timeout range; HttpURLConnection would read 0 as "wait for ever").
+   */
   public UrlConnectionTransport(int connectTimeoutMillis, int readTimeoutMillis) {
     this(connectTimeoutMillis, readTimeoutMillis, DEFAULT_MAX_BODY_BYTES);
   }
@@ -69,6 +73,8 @@ public final class UrlConnectionTransport implements HttpTransport {
    */
   public UrlConnectionTransport(int connectTimeoutMillis, int readTimeoutMillis,
       int maxBodyBytes, long answerDeadlineMillis) {
+    checkTimeout("connectTimeoutMillis", connectTimeoutMillis);
+    checkTimeout("readTimeoutMillis", readTimeoutMillis);
     if (maxBodyBytes < 1) {
       throw new IllegalArgumentException("maxBodyBytes must be in 1.." + Integer.MAX_VALUE
           + ", found " + maxBodyBytes);
@@ -81,6 +87,13 @@ public final class UrlConnectionTransport implements HttpTransport {
     this.readTimeoutMillis = readTimeoutMillis;
     this.maxBodyBytes = maxBodyBytes;
     this.answerDeadlineMillis = answerDeadlineMillis;
+  }
+
+  private static void checkTimeout(String name, int millis) {
+    if (millis < 1 || millis > RetryPolicy.MAX_WAIT_MILLIS) {
+      throw new IllegalArgumentException(name + " must be in 1.." + RetryPolicy.MAX_WAIT_MILLIS
+          + ", found " + millis);
+    }
   }
 
   /** Milliseconds an answer may take to arrive whole when the request sends {@code sent}. */

@@ -208,8 +208,16 @@ public class HostileServerTest {
     FederatedClient c = enrolled();
     script.add(raw("HTTP/1.1 302 Found\r\nLocation: http://evil.example/v1/task\r\n"
         + "Content-Length: 2\r\n\r\n", "{}".getBytes(StandardCharsets.UTF_8)));
-    pollFails(c, "redirect");
+    pollFails(c, "server refused (302): redirect to http://evil.example/v1/task not followed: "
+        + "give the client the server's final URL");
     assertEquals(1, requests.size());  // not followed
+    script.add(raw("HTTP/1.1 301 Moved\r\nLocation: http://evil.example/?s=s3cret\r\n"
+        + "Content-Length: 0\r\n\r\n", new byte[0]));
+    pollFails(c, "redirect to http://evil.example/?s=<secret> not followed");
+    // a 3xx without a Location is a refusal like any other, its message the body's detail
+    script.add(text(300, "{\"detail\": \"pick one\"}"));
+    pollFails(c, "server refused (300): pick one");
+    assertEquals(3, requests.size());
     // an upload answered by a redirect was not received: the round stays pending
     File pending = new File(tmp.getRoot(), PendingRound.FILE);
     script.add(text(200, "{\"status\": \"train\", \"retry_after\": 1.0, \"run_id\": 1, "
@@ -298,6 +306,19 @@ public class HostileServerTest {
       script.add(text(200, "{\"retry_after\": 1, " + lie[0] + "}"));
       pollFails(c, lie[1]);
     }
+    // a value of the wrong kind is named by its kind: never its text (megabytes, escape
+    // sequences, a quoted secret)
+    String hostile = "\"s3cret \\u001b[2J" + "x".repeat(30_000) + "\"";
+    String[][] kinds = {
+        {"\"retry_after\": " + hostile, "retry_after must be a number, found a string"},
+        {"\"retry_after\": [" + hostile + "]", "retry_after must be a number, found an array"},
+        {"\"retry_after\": 1, \"global_hash\": {\"s\": " + hostile + "}",
+            "global_hash must be a string, found an object"},
+    };
+    for (String[] kind : kinds) {
+      script.add(text(200, "{\"status\": \"wait\", " + kind[0] + "}"));
+      pollFails(c, "task: " + kind[1]);
+    }
     script.add(text(200, "{\"retry_after\": 1, \"status\": \"train\", \"run_id\": "
         + "2147483647, \"round\": 0, \"config\": {}, \"global_hash\": " + hash + "}"));
     assertEquals(Long.valueOf(2147483647L), c.poll().runId);
@@ -322,6 +343,12 @@ public class HostileServerTest {
     FederatedClient c = enrolled();
     script.add(text(401, "bad credentials: Bearer s3cret\u001b[2J"));
     pollFails(c, "server refused (401): bad credentials: Bearer <secret>?[2J");
+    // a server escaping the secret in its JSON ("t" as \u0074) does not reveal it either,
+    // nor does a message cut at 300 characters in the middle of it
+    script.add(text(403, "{\"detail\": \"bad credentials: Bearer s3cre\\u0074\"}"));
+    pollFails(c, "server refused (403): bad credentials: Bearer <secret>");
+    script.add(text(403, "{\"detail\": \"" + "x".repeat(297) + "s3cre\\u0074\"}"));
+    pollFails(c, "server refused (403): " + "x".repeat(297) + "<se...");
     script.add(text(422, "{\"detail\": [{\"type\": \"greater_than\", \"loc\": [\"query\", "
         + "\"num_samples\"], \"msg\": \"Input should be greater than 0\", \"input\": \"0\"}, "
         + "{\"loc\": [\"body\", \"items\", 2], \"msg\": \"bad\"}]}"));

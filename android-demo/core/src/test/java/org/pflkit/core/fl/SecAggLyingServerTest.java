@@ -64,6 +64,8 @@ public class SecAggLyingServerTest {
   private int refusals;
   private UnaryOperator<Map<Long, byte[][]>> tamperKeys = UnaryOperator.identity();
   private UnaryOperator<Map<String, Object>> tamperRequest = UnaryOperator.identity();
+  /** The keys directory as it goes out in JSON: id to [cipher key, mask key] in base64. */
+  private UnaryOperator<Map<String, Object>> tamperDirectory = UnaryOperator.identity();
   private UnaryOperator<Map<String, Object>> tamperSetup = UnaryOperator.identity();
 
   @Before
@@ -170,7 +172,7 @@ public class SecAggLyingServerTest {
       Map<String, Object> directory = new TreeMap<>();
       tamperKeys.apply(others).forEach((id, pair) ->
           directory.put(Long.toString(id), Arrays.asList(b64(pair[0]), b64(pair[1]))));
-      out.put("keys", directory);
+      out.put("keys", tamperDirectory.apply(directory));
     } else if (step.equals("shares")) {
       Map<String, Object> inbox = new TreeMap<>();
       peers.forEach((id, peer) -> {
@@ -315,6 +317,18 @@ public class SecAggLyingServerTest {
     };
     assertEquals("client 1: client 2's advertised key is not a usable X25519 public key",
         refusal());
+    assertEquals(Collections.singletonList("POST keys"), posted);
+  }
+
+  /** A key that is not text is named by its kind: never the server's text, of any length. */
+  @Test
+  public void aPeerKeyThatIsNotTextIsRefusedWithoutQuotingIt() throws Exception {
+    String hostile = "s3cret \u001b[2J" + "x".repeat(100_000);
+    tamperDirectory = directory -> {
+      directory.put("2", Arrays.asList(Collections.singletonMap("k", hostile), "AAAA"));
+      return directory;
+    };
+    assertEquals("expected base64 text, found an object", refusal());
     assertEquals(Collections.singletonList("POST keys"), posted);
   }
 
