@@ -18,6 +18,7 @@ MAX_ID = 2**31 - 1  # client, run, token ids and round numbers fit a 32-bit sign
 # status: 429 and 503 always may, a 409 only when the server sets it (e.g. an enrollment that
 # lost a race for a client id; the token is still valid).
 RETRY_AFTER = "Retry-After"
+MAX_RETRY_AFTER_CHARS = 64  # a longer value is not read (3600 s never needs more; as on Android)
 
 # An upload's safetensors metadata may hold its training metrics under this key, as a JSON
 # object of at most MAX_METRICS names (each 1 to MAX_METRIC_NAME printable characters: they

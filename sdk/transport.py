@@ -6,9 +6,8 @@ that. Any other 4xx raises :class:`ServerRefused` with the server's message on o
 server that does not answer usefully within the budget raises :class:`ServerUnavailable`.
 
 A request that cannot be sent as it is (httpx's ``LocalProtocolError``: an illegal header) is
-no network fault: it raises ``ValueError`` at once, without the error's text, which quotes the
-headers and so the secret. A secret is checked before any request for what a header can
-carry, so a token pasted with a stray carriage return is named as such, not sent.
+no network fault: it raises ``ValueError`` at once, without the error's text (it quotes the
+headers, so the secret). A secret is checked before any request for what a header can carry.
 
 Every answer is read with a bound, as it streams in: a JSON answer up to ``MAX_JSON_ANSWER``
 bytes, a download up to the caller's ``max_bytes``; a server that sends more (or announces more
@@ -40,6 +39,7 @@ import numpy as np
 
 from pflkit.sdk.answer_deadline import Deadline, bound_by
 from pflkit.sdk.protocol import (
+    MAX_RETRY_AFTER_CHARS,
     MAX_WAIT,
     RETRY_AFTER,
     one_line_detail,
@@ -240,13 +240,13 @@ def check_secret(secret: str) -> None:
 
 
 def retry_after(response: httpx.Response) -> float | None:
-    """The server's ``Retry-After`` in seconds, in [0, ``MAX_WAIT``].
+    """The server's ``Retry-After`` in seconds, in [0, ``MAX_WAIT``]; None: backoff instead.
 
-    None: absent, an HTTP date, a number out of that range or in a form Python reads but the
-    wire does not (``1_0``, ``-0``, ``nan``): not honoured, backoff instead (as on Android).
+    Not honoured (as on Android): absent, an HTTP date, a number out of that range, over 64
+    characters, or in a form Python reads but the wire does not (``1_0``, ``-0``, ``nan``).
     """
     value = response.headers.get(RETRY_AFTER, "").strip()
-    if not _DELAY_SECONDS.fullmatch(value):
+    if len(value) > MAX_RETRY_AFTER_CHARS or not _DELAY_SECONDS.fullmatch(value):
         return None
     seconds = float(value)
     return seconds if seconds <= MAX_WAIT else None
