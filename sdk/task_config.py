@@ -29,14 +29,12 @@ from pflkit.sdk.config_types import (
     fields_at,
     in_range,
 )
-from pflkit.sdk.data.spec import MAX_CLASSES, DatasetSpec
+from pflkit.sdk.data.spec import MAX_AXES, MAX_AXIS, MAX_CLASSES, DatasetSpec
 from pflkit.sdk.lr_schedule import LearningRateSchedule
 from pflkit.sdk.models import check_input_shape, model_builder
 from pflkit.sdk.registry import ImportPolicy, ImportRefused
 from pflkit.sdk.run_config import ConfigError, SimConfig
 
-MAX_AXES = 8  # axes of one input: (F,), (C, H, W), (C, D, H, W), ...
-MAX_AXIS = 2**31 - 1  # an axis's size fits a signed 32-bit index
 InputShape = Annotated[tuple[Annotated[int, Strict(), in_range(1, MAX_AXIS)], ...],
                        Field(max_length=MAX_AXES)]
 

@@ -25,10 +25,10 @@ import numpy as np
 import torch
 
 from pflkit.sdk.data.spec import MAX_CLASSES, Dataset, DatasetError, DatasetNotFoundError
+from pflkit.sdk.data.tensors import REAL_KINDS, check_user_ids
 from pflkit.sdk.tensorio import state_from_bytes
 
 SPLITS = ("train", "test")
-_NUMBERS = "biuf"  # numpy kinds: bool, signed, unsigned, float (no complex, text or objects)
 
 Named = tuple[str, torch.Tensor]  # (where it was read, e.g. "ROOT/train_x.npy", the tensor)
 
@@ -45,7 +45,7 @@ def _npy_header_check(path: Path) -> None:
             np.lib.format.read_array_header_2_0
         shape, _, dtype = read(handle)
         held = path.stat().st_size - handle.tell()
-    if dtype.kind not in _NUMBERS:
+    if dtype.kind not in REAL_KINDS:
         raise DatasetError(f"{path}: holds {dtype} values, not real numbers (ints, floats or "
                            "bools)")
     claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
@@ -129,23 +129,7 @@ def _check_split(got: dict[str, Named]) -> None:
             raise DatasetError(f"{where}: {what} must be integers, one per {per} "
                                f"({len(x)},), got {ids.dtype} {tuple(ids.shape)}")
     if "users" in got:
-        _check_user_ids(*got["users"])
-
-
-def _check_user_ids(where: str, users: torch.Tensor) -> None:
-    """User ids are int64 values, as ``Dataset.from_users`` takes them.
-
-    A bool column (a mask saved by mistake) would make at most two users, and a uint64 id
-    beyond int64 would be dealt and reported under a negative id.
-    """
-    if users.dtype == torch.bool:
-        raise DatasetError(f"{where}: train users must be integer user ids, got bool (True "
-                           "and False would be two users)")
-    beyond = np.flatnonzero(users.numpy() >= 2**63) if users.dtype == torch.uint64 else ()
-    if len(beyond):
-        row = int(beyond[0])
-        raise DatasetError(f"{where}: user id {int(users.numpy()[row])} at row {row} is beyond "
-                           "int64 (user ids are -2**63..2**63-1)")
+        check_user_ids(*got["users"])
 
 
 def _labels(where: str, y: torch.Tensor, num_classes: int | None) -> torch.Tensor:

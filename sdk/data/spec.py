@@ -16,6 +16,7 @@ A user's dataset is a :class:`DatasetSource`, or just its ``load`` function
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,20 +25,27 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pflkit.sdk.data.tensors import LabeledTensors, nonfinite_problem
+from pflkit.sdk.data.tensors import (
+    DatasetError,
+    LabeledTensors,
+    as_numbers,
+    nonfinite_problem,
+    raw_rows,
+    user_column,
+    users_rows,
+)
 
 Shape = tuple[int, ...]
 # Classes of any dataset (pfl-sim, pfl-server's tasks, the folder dataset's inferred classes):
 # a model head with more outputs is a mistake (a stray label id such as 10**12).
 MAX_CLASSES = 100_000
+# One input's axes, as a device checks a task's input_shape (sdk/task_config.py) and pfl-sim
+MAX_AXES = 8  # axes of one input: (F,), (C, H, W), (C, D, H, W), ...
+MAX_AXIS = 2**31 - 1  # an axis's size fits a signed 32-bit index
 
 
 class DatasetNotFoundError(FileNotFoundError):
     """A dataset's files are not where pflkit looked; the message says where to put them."""
-
-
-class DatasetError(ValueError):
-    """A dataset loader returned something that does not fit the contract (one line)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,13 @@ class Preprocessing:
     std: tuple[float, ...]
     pixel_scale: float = 255.0
     resize: str = "bilinear"
+
+    def __post_init__(self) -> None:
+        numbers = (*self.mean, *self.std, self.pixel_scale)
+        if not (len(self.mean) == len(self.std) == self.channels >= 1 and min(self.size) >= 1
+                and all(map(math.isfinite, numbers)) and min(*self.std, self.pixel_scale) > 0):
+            raise DatasetError("Preprocessing: channels and size >= 1, one finite mean and std "
+                               f"> 0 per channel, a finite pixel_scale > 0; got {self}")
 
     @property
     def input_shape(self) -> Shape:
@@ -104,12 +119,14 @@ class Standardize:
             if not len(self.mean) == len(self.std) == self.shape[-1]:
                 raise DatasetError(f"Standardize: mean and std need {self.shape[-1]} entries "
                                    f"(the last axis of {self.shape})")
-            if min(self.std) <= 0:
-                raise DatasetError("Standardize: every std must be > 0")
+            if not all(map(math.isfinite, self.mean + self.std)) or min(self.std) <= 0:
+                raise DatasetError("Standardize: every mean and std must be finite, every std "
+                                   f"> 0, got mean {self.mean}, std {self.std}")
 
     @classmethod
-    def fit(cls, raw: torch.Tensor, layout: str | None = None) -> Standardize:
+    def fit(cls, raw: torch.Tensor | np.ndarray, layout: str | None = None) -> Standardize:
         """Mean and std of each last-axis entry over every other axis of ``raw`` (N, ...)."""
+        raw = as_numbers("Standardize.fit's raw inputs", raw)
         flat = raw.to(torch.float64).reshape(-1, raw.shape[-1])
         std = flat.std(dim=0, unbiased=False).clamp_min(1e-8)
         return cls(tuple(raw.shape[1:]), tuple(flat.mean(dim=0).tolist()),
@@ -173,68 +190,39 @@ class Dataset:
                  users: torch.Tensor | None = None) -> Dataset:
         """Build from raw (x, y) pairs; ``preprocessing`` (default: none) is applied to x.
 
-        ``users`` (optional) names the user of each train row, as a user column would.
+        x and y are tensors, numpy arrays or lists of real numbers, y integers; ``users``
+        (optional) names the user of each train row, as a user column would.
         """
-        pre = preprocessing or Standardize(tuple(train[0].shape[1:]))
-
-        def split(pair: tuple[torch.Tensor, torch.Tensor]) -> LabeledTensors:
-            x, y = pair
-            return LabeledTensors(pre.apply(torch.as_tensor(x)),
-                                  torch.as_tensor(y).to(torch.int64))
-
-        ids = None if users is None else _user_column(name, users, len(train[1]))
-        return cls(DatasetSpec(name, tuple(classes), pre), split(train), split(test), ids)
+        rows = {split: raw_rows(f"dataset '{name}': the {split} split", pair)
+                for split, pair in (("train", train), ("test", test))}
+        pre = preprocessing or Standardize(tuple(rows["train"][0].shape[1:]))
+        for split, (x, _) in rows.items():
+            _check_fits(f"dataset '{name}': the {split} split's x", x, pre)
+        ids = None if users is None else user_column(name, users, len(rows["train"][1]))
+        train_rows, test_rows = (LabeledTensors(pre.apply(x), y) for x, y in rows.values())
+        return cls(DatasetSpec(name, tuple(classes), pre), train_rows, test_rows, ids)
 
     @classmethod
     def from_users(cls, name: str, classes: list[str] | tuple[str, ...],
                    per_user: Mapping[int, tuple[torch.Tensor, torch.Tensor]],
                    test: tuple[torch.Tensor, torch.Tensor],
                    preprocessing: Preprocessing | Standardize | None = None) -> Dataset:
-        """Build from one raw (x, y) pair per user id: the train split is their concatenation."""
-        if not per_user:
-            raise DatasetError(f"dataset '{name}': from_users needs at least one user")
-        pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
-        for user, (x, y) in per_user.items():
-            pairs.append(_user_rows(name, user, x, y, pairs[0][0] if pairs else None))
-        users = torch.repeat_interleave(torch.tensor(list(per_user), dtype=torch.int64),
-                                        torch.tensor([len(y) for _, y in pairs]))
-        train = (torch.cat([x for x, _ in pairs]), torch.cat([y for _, y in pairs]))
-        return cls.from_raw(name, classes, train, test, preprocessing, users)
+        """Build from one raw (x, y) pair per user id: the train split is their concatenation.
+
+        A user with no rows (``([], [])`` too) is no user: nothing of it is kept.
+        """
+        x, y, users = users_rows(name, per_user)
+        return cls.from_raw(name, classes, (x, y), test, preprocessing, users)
 
 
-def _user_column(name: str, users: object, rows: int) -> torch.Tensor:
-    """A user column as int64: ids that are not integers are refused, never rounded or cast.
-
-    Rounding would deal two users' rows to one client (1.2 and 1.7 are both 1; a missing id,
-    NaN, would make every row without a user one user).
-    """
-    wanted = f"dataset '{name}': users must be int64 ({rows},), one per train row"
-    try:
-        column = torch.as_tensor(users)
-    except (TypeError, ValueError, RuntimeError) as err:
-        raise DatasetError(f"{wanted} ({' '.join(str(err).split())})") from None
-    if column.is_floating_point() or column.is_complex():
-        raise DatasetError(f"{wanted}, got {column.dtype} {tuple(column.shape)}: ids are never "
-                           "rounded (1.2 and 1.7 would be one user)")
-    return column.to(torch.int64)
-
-
-def _user_rows(name: str, user: object, x: object, y: object, first: torch.Tensor | None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One user's raw (x, y) for ``from_users``: int64 id, paired rows, ``first``'s shape."""
-    if isinstance(user, bool) or not isinstance(user, int | np.integer) or \
-            not -2**63 <= int(user) < 2**63:
-        raise DatasetError(f"dataset '{name}': from_users takes int64 user ids, got {user!r}: "
-                           "number the users, e.g. dict(enumerate(per_name.values())), so no "
-                           "two ids ('007' and '7') become one user")
-    x, y = torch.as_tensor(x), torch.as_tensor(y)
-    if x.dim() < 1 or y.dim() != 1 or len(x) != len(y):
-        raise DatasetError(f"dataset '{name}': user {user} has x {tuple(x.shape)} and y "
-                           f"{tuple(y.shape)}: one label per row of x")
-    if first is not None and x.shape[1:] != first.shape[1:]:
-        raise DatasetError(f"dataset '{name}': user {user}'s inputs are {tuple(x.shape[1:])}, "
-                           f"the first user's {tuple(first.shape[1:])}")
-    return x, y
+def _check_fits(what: str, x: torch.Tensor, pre: Preprocessing | Standardize) -> None:
+    """Refuse raw inputs of another shape than the preprocessing takes, before applying it."""
+    takes = f"(N, {pre.channels}, H, W)" if isinstance(pre, Preprocessing) else \
+        f"(N, *{pre.input_shape})"
+    fits = x.dim() == 4 and x.shape[1] == pre.channels if isinstance(pre, Preprocessing) else \
+        tuple(x.shape[1:]) == pre.input_shape
+    if not fits:
+        raise DatasetError(f"{what} is {tuple(x.shape)}, the preprocessing takes {takes}")
 
 
 def check_dataset(ref: str, dataset: object) -> Dataset:
@@ -245,6 +233,13 @@ def check_dataset(ref: str, dataset: object) -> Dataset:
     shape, c = tuple(dataset.spec.input_shape), dataset.spec.num_classes
     if not 1 <= c <= MAX_CLASSES:
         raise DatasetError(f"dataset '{ref}' has {c} classes: a dataset has 1 to {MAX_CLASSES}")
+    if not 1 <= len(shape) <= MAX_AXES or not all(1 <= n <= MAX_AXIS for n in shape):
+        raise DatasetError(f"dataset '{ref}': inputs are {shape}: 1 to {MAX_AXES} axes, each 1 "
+                           f"to {MAX_AXIS} long, as devices take them")
+    names = dataset.spec.classes
+    if odd := [n for i, n in enumerate(names) if not isinstance(n, str) or n in names[:i]]:
+        raise DatasetError(f"dataset '{ref}': class {odd[0]!r} is named twice or is no text "
+                           "(one distinct name per class)")
     for split, part in (("train", dataset.train), ("test", dataset.test)):
         x, y = part.x, part.y
         if x.dtype != torch.float32 or tuple(x.shape[1:]) != shape:
