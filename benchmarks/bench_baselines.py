@@ -9,21 +9,17 @@ The nine methods of the SuPerFed paper's tables: FedAvg, FedProx, SCAFFOLD, LG-F
 FedPer, APFL, pFedMe, Ditto, FedRep. Also run: FedAvg+FT (``fedavg_ft``) and local-only
 (``local``), which the SuPerFed targets compare against too.
 
-FedAvg is not trained separately: ``fedavg_ft`` trains exactly as ``fedavg`` (same seeds, same
-``fit``), so FedAvg's row is the ``fedavg_ft`` run's final global model scored on each client's
-own test split, before fine-tuning. That saves one full run of the CPU budget.
+FedAvg is not trained separately: ``fedavg_ft`` trains exactly as ``fedavg`` (same seeds and
+``fit``), so FedAvg's row is its final global model on each client's own test split.
 
     make bench-baselines                 (ROUNDS=100, all methods, PFLKIT_THREADS=1)
     ROUNDS=500 overrides a setting's default rounds (100; twonn-50-r500: 500)
-    METHODS=fedper,fedrep make bench-baselines   (a subset; rows merge into baselines.json,
-                                                  also while another subset runs)
-    ROUNDS_PFEDME=50 make bench-baselines   (fewer rounds for one method, when the clock demands)
-    DEADLINE=01:30 make bench-baselines     (UTC; shrink every remaining method's rounds by one
-                                             factor so that all of them finish by then)
-    SETTING=twonn-100 make bench-baselines  (100 clients; twocnn-50: the TwoCNN-style net.
-                                             Results go to baselines_<setting>.json/.md; the
-                                             default setting keeps the name baselines.json;
-                                             twonn-50-r500: 50 clients at R=500)
+    METHODS=fedper,fedrep    (a subset; rows merge into baselines.json, also while another runs)
+    ROUNDS_PFEDME=50         (fewer rounds for one method, when the clock demands)
+    DEADLINE=01:30           (UTC; shrink every remaining method's rounds by one factor so that
+                              all of them finish by then; planned with COST, never printed)
+    SETTING=twonn-100        (100 clients; twocnn-50: the TwoCNN-style net; twonn-50-r500: 50
+                              clients at R=500. Results: baselines_<setting>.json/.md)
 """
 
 from __future__ import annotations
@@ -53,7 +49,7 @@ PAPER_NINE = ("fedavg", "fedprox", "scaffold", "lg_fedavg", "fedper", "apfl", "p
               "fedrep")
 RUN_ORDER = ("fedavg_ft", "fedprox", "local", "fedper", "lg_fedavg", "fedrep", "scaffold",
              "ditto", "apfl", "pfedme")  # fedavg comes from the fedavg_ft run
-# relative cost of one round (FedAvg = 1), measured on TwoNN / FMNIST: for DEADLINE planning
+# cost of a round (FedAvg = 1) estimated at 00439e4: DEADLINE planning only, never printed
 COST = {"fedavg_ft": 1.0, "fedprox": 1.8, "local": 1.0, "fedper": 1.1, "lg_fedavg": 0.9,
         "fedrep": 0.8, "scaffold": 1.3, "ditto": 2.0, "apfl": 2.8, "pfedme": 5.9}
 LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedavg_ft": "FedAvg+FT",
@@ -108,6 +104,31 @@ def diverged_fits(run_dir: Path, final: dict[str, Any] | None = None) -> int:
     lines = RunDir(run_dir).metrics.read_text().splitlines()
     fits = sum(len(json.loads(line).get("diverged", [])) for line in lines if line.strip())
     return fits + len((final or {}).get("diverged", []))
+
+
+def cost_note(rows: dict[str, Any]) -> str:
+    """Per-round wall time of each row's own run. No ratios: merged rows ran at other loads."""
+    timed = [f"{LABELS.get(m, m)} {r['seconds'] / r['rounds']:.2f} s" for m, r in rows.items()
+             if r.get("seconds") and r.get("rounds")]
+    return ("Wall time per round of each method's own run (its seconds / rounds, evaluations "
+            "included; rows of separate invocations ran under other loads): " + ", ".join(timed)
+            + ".\n\n") if timed else ""
+
+
+def page(results: dict[str, Any], name: str, setting: str, kept_plot: str = "") -> str:
+    """The results page of a results payload; its timings come from its rows (cost_note)."""
+    rows, rounds = results["rows"], results["rounds"]
+    return ("# Baselines: FMNIST pathological non-IID (2 shards/client), "
+            f"{setting_title(setting, rounds)}\n\n"
+            f"Command: `{results['command']}` (ROUNDS={rounds}, {results['threads']} torch "
+            "thread).\n5 clients/round, E=10, B=10, lr 0.01 x 0.99^round, SGD m=0.9, wd 1e-4; "
+            "each client's own test split = 20% of its rows. Numbers after the LAST round; "
+            "personalized model of each method on each client's own test split; ECE/MCE "
+            "with 15 bins, mean over clients. FedAvg = the FedAvg+FT run's global model "
+            f"before fine-tuning (identical training). Curve: {name}_curve.png.\n\n"
+            + cost_note(rows) + results["table"] + reduced_note(rows, rounds, name)
+            + "".join(f"\n{LABELS[m]}: run on its own after the other rows (`{c}`).\n"
+                      for m, c in results.get("reruns", {}).items()) + kept_plot)
 
 
 def fedavg_row(run_dir: Path, rounds: int) -> dict[str, Any]:
@@ -266,26 +287,12 @@ def main() -> None:
             reruns[method] = command.replace("&& ", f"&& METHODS={method} ", 1).split("  (")[0]
         elif why is None:
             reruns.pop(method, None)
-        save(name, {"rounds": rounds, "threads": threads, "command": command,
-                    "setting": config("fedavg", rounds, setting).to_toml(), "rows": rows,
-                    "runs": runs, "curves": curves, "failed": failed, "reruns": reruns,
-                    "paper_nine": list(PAPER_NINE), "table": text})
-        (RESULTS / f"{name}.md").write_text(
-            "# Baselines: FMNIST pathological non-IID (2 shards/client), "
-            f"{setting_title(setting, rounds)}\n\n"
-            f"Command: `{command}` (ROUNDS={rounds}, {threads} torch thread).\n"
-            "5 clients/round, E=10, B=10, lr 0.01 x 0.99^round, SGD m=0.9, wd 1e-4; each "
-            "client's own test split = 20% of its rows. Numbers after the LAST round; "
-            "personalized model of each method on each client's own test split; ECE/MCE "
-            "with 15 bins, mean over clients. FedAvg = the FedAvg+FT run's global model "
-            f"before fine-tuning (identical training). Curve: {name}_curve.png.\n\n"
-            "One FedAvg round of the 50-client TwoNN setting (5 clients x 96 steps x 10 "
-            "epochs) took 2.8 s on an idle core; the other methods cost about (FedAvg = 1): "
-            + ", ".join(f"{LABELS[m]} {c}" for m, c in COST.items()) + ".\n\n" + text
-            + reduced_note(rows, rounds, name)
-            + "".join(f"\n{LABELS[m]}: run on its own after the other rows (`{c}`).\n"
-                      for m, c in reruns.items()) + kept_plot
-        )
+        results = {"rounds": rounds, "threads": threads, "command": command,
+                   "setting": config("fedavg", rounds, setting).to_toml(), "rows": rows,
+                   "runs": runs, "curves": curves, "failed": failed, "reruns": reruns,
+                   "paper_nine": list(PAPER_NINE), "table": text}
+        save(name, results)
+        (RESULTS / f"{name}.md").write_text(page(results, name, setting, kept_plot))
         print(text, flush=True)
 
 
