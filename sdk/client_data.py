@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from pflkit.sdk.data.tensors import LabeledTensors, nonfinite_problem
+from pflkit.sdk.data.tensors import LabeledTensors, check_labels, nonfinite_problem
 from pflkit.sdk.tensorio import (
     CorruptStateError,
     atomic_write_bytes,
@@ -24,8 +24,12 @@ DATA_FILE = "data.safetensors"  # pfl-client --data DIR reads DIR/data.safetenso
 
 
 def save_client_data(path: Path, data: LabeledTensors) -> None:
-    """Write a device's training data in the ``pfl-client --data`` format (x float32, y int64)."""
-    save = {"x": data.x.to(torch.float32), "y": data.y.to(torch.int64)}
+    """Write a device's training data in the ``pfl-client --data`` format (x float32, y int64).
+
+    Labels of any integer width are kept; float labels are refused, never truncated (0.7 is
+    no class), as ``Dataset.from_raw`` refuses them.
+    """
+    save = {"x": data.x.to(torch.float32), "y": check_labels("the device's data", data.y)}
     atomic_write_bytes(Path(path), state_to_bytes(save))
 
 

@@ -119,7 +119,7 @@ def check_user_ids(where: str, users: torch.Tensor) -> torch.Tensor:
     return _check_int64(f"{where}:", "user id", users, "user ids are -2**63..2**63-1")
 
 
-def _check_labels(whose: str, y: torch.Tensor) -> torch.Tensor:
+def check_labels(whose: str, y: torch.Tensor) -> torch.Tensor:
     """Integer labels as int64: float labels are refused, never truncated (0.7 is not class 0).
 
     Bools are labels 0 and 1, as in the ``folder`` dataset.
@@ -156,7 +156,7 @@ def _labeled_rows(whose: str, x: torch.Tensor, y: torch.Tensor
             value = x[row].flatten()[beyond[row]][0].item()
             raise DatasetError(f"{whose}'s x holds {value:g} at row {row}, beyond float32 "
                                "(inputs are float32: |x| <= 3.4e38)")
-    return x, _check_labels(whose, y)
+    return x, check_labels(whose, y)
 
 
 def raw_rows(whose: str, pair: object) -> tuple[torch.Tensor, torch.Tensor]:

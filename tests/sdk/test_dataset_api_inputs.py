@@ -234,3 +234,18 @@ def test_inputs_no_device_takes_are_refused(x: np.ndarray, shape: str):
     assert refusal(lambda: source.load_checked("d", None, None, 0)) == (
         f"dataset 'd': inputs are {shape}: 1 to 8 axes, each 1 to 2147483647 long, as devices "
         "take them")
+
+
+def test_save_client_data_refuses_float_labels_never_truncates(tmp_path):
+    """``save_client_data`` wrote labels 0.7 and 1.7 as classes 0 and 1."""
+    from pflkit.sdk.client import save_client_data
+    from pflkit.sdk.data.tensors import LabeledTensors
+
+    path = tmp_path / "data.safetensors"
+    with pytest.raises(ValueError, match=r"^the device's data's labels y are torch.float64, "
+                       r"not integers \(the first not whole, 0.7 at row 0, is no class\)$"):
+        save_client_data(path, LabeledTensors(torch.zeros(2, 3), torch.tensor([0.7, 1.7],
+                                                                            dtype=torch.float64)))
+    assert not path.exists()
+    save_client_data(path, LabeledTensors(torch.zeros(2, 3), torch.tensor([0, 1]).to(torch.uint8)))
+    assert path.exists()
