@@ -109,7 +109,7 @@ def server_url_problem(url: str) -> str | None:
         return "the server URL must be http:// or https:// and name a host, e.g. " \
             "https://fl.example.org"
     if split.username is not None or split.password is not None:
-        return "the server URL holds a user name or password (user:password@): the device " \
+        return "the server URL holds a user name or password (user:password@): the client " \
             "sends its own credentials (Bearer), which they would replace; remove them"
     return None
 

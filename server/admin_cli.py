@@ -33,7 +33,7 @@ from pflkit.sdk.config_types import ConfigError
 from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.admin_client import AdminClient, AdminError
 from pflkit.server.admin_settings import SettingsError, resolve
-from pflkit.server.admin_view import clients_table, plural, prune_line, render_status, when
+from pflkit.server.admin_view import clients_table, created_line, prune_line, render_status, when
 from pflkit.server.api.schemas import MAX_TOKEN_TTL
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
@@ -200,9 +200,7 @@ def create_run(
     if as_json:
         _print_json(run.model_dump())
     else:
-        typer.echo(f"run {run.id} created: {run.algorithm} / {run.model}, "
-                   f"{plural(run.rounds_total, 'round')}, "
-                   f"{plural(run.enrolled_clients, 'client')} enrolled")
+        typer.echo(created_line(run))
 
 
 def _transition(ctx: typer.Context, action: str, run_id: int | None, done: str) -> None:

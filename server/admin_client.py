@@ -5,6 +5,12 @@ It imports only httpx, pydantic and the API's own response models
 server: no FastAPI, SQLAlchemy or PyTorch. Every failure is an :class:`AdminError` with a
 one-line message (server unreachable, 401 wrong admin token, 404 unknown client or run, 409,
 422 with the server's detail), which the CLI prints instead of a traceback.
+
+The server is trusted no further than a device trusts it (sdk/transport.py): its URL must be
+http(s) naming a host without ``user:password@``; an answer is read up to ``MAX_ANSWER`` bytes
+(a refusal's up to ``MAX_ERROR_ANSWER``), unencoded, and must arrive whole within
+``deadline`` seconds; a redirect is not followed; JSON naming a key twice is refused; and no
+message shows the admin token, whatever the server quotes back.
 """
 
 from __future__ import annotations
@@ -12,13 +18,16 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import BaseModel, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from pflkit.sdk.protocol import one_line_detail
+from pflkit.sdk.answer_deadline import Deadline, bound_by
+from pflkit.sdk.protocol import one_line_detail, sendable, server_url_problem, strict_json
 from pflkit.server.api.schemas import ClientPublic, PrunePublic, RunPublic, TokenPublic
 
 API = "/v1"
-Reply = TypeVar("Reply", bound=BaseModel)
+Reply = TypeVar("Reply")
+MAX_ANSWER = 256 * 2**20  # bytes: a run's history of 100000 rounds, a million clients' list
+MAX_ERROR_ANSWER = 64 * 2**10  # bytes of a refusal read: only its message is shown
 
 
 PASSING = (502, 503, 504)  # the server (or its proxy) cannot answer now: asking again may work
@@ -44,10 +53,17 @@ class AdminError(RuntimeError):
 class AdminClient:
     """Admin operations over HTTP with the admin token as Bearer credentials."""
 
-    def __init__(self, url: str, token: str, timeout: float = 60.0) -> None:
-        self.url = url.rstrip("/")
+    def __init__(self, url: str, token: str, timeout: float = 60.0,
+                 deadline: float = 600.0) -> None:
+        """``timeout`` bounds each connect and read, ``deadline`` each whole answer (seconds)."""
+        if (problem := server_url_problem(url)) is not None:  # never quoted: it may hold a password
+            raise ValueError(problem)
+        self.url, self._token, self._seconds = url.rstrip("/"), token, deadline
         self._http = httpx.Client(base_url=self.url + API, timeout=timeout,
-                                  headers={"Authorization": f"Bearer {token}"})
+                                  headers={"Authorization": f"Bearer {token}",
+                                           "Accept-Encoding": "identity"})
+        self._deadline = Deadline()
+        bound_by(self._http, self._deadline)
 
     def __enter__(self) -> AdminClient:
         return self
@@ -65,7 +81,11 @@ class AdminClient:
                      ) -> TokenPublic:
         """Issue a one-time enrollment token, optionally reserving ``client_id``."""
         body = {"client_id": client_id, "ttl_seconds": ttl_seconds}
-        return _parse(TokenPublic, self._call("POST", "/enrollment-tokens", json=body))
+        token = _parse(TokenPublic, self._call("POST", "/enrollment-tokens", json=body))
+        if not sendable(token.token):  # a device could not send it; it would reach a terminal
+            raise AdminError("unexpected answer from the server: the enrollment token is not "
+                             "printable ASCII without spaces")
+        return token
 
     def revoke_token(self, token_id: int) -> None:
         """Make an unused enrollment token useless."""
@@ -73,7 +93,7 @@ class AdminClient:
 
     def clients(self) -> list[ClientPublic]:
         """Every enrolled client, revoked ones included."""
-        return [_parse(ClientPublic, row) for row in self._call("GET", "/clients")]
+        return _parse(list[ClientPublic], self._call("GET", "/clients"))
 
     def revoke_client(self, client_id: int) -> None:
         """Revoke a client: its secret stops working and it leaves future samples."""
@@ -104,37 +124,83 @@ class AdminClient:
     # -- transport -------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, json: Any = None) -> Any:
+        """The answer's JSON (None: no body); any failure is a one-line :class:`AdminError`."""
         try:
-            reply = self._http.request(method, path, json=json)
+            status, headers, body = self._send(method, path, json)
         except httpx.LocalProtocolError as err:  # its message may quote the token's header
             raise AdminError(f"cannot send the request to {self.url} "
                              f"({type(err).__name__})") from None
-        except httpx.TransportError as err:
-            reason = str(err) or type(err).__name__
+        except httpx.TransportError as err:  # its message may quote the server's bytes
+            reason = one_line_detail(str(err) or type(err).__name__, (self._token,))
             raise AdminError(f"cannot reach the server at {self.url}: {reason}") from None
-        if reply.status_code >= 400:
-            raise AdminError(self._refusal(reply), reply.status_code)
-        if reply.status_code == 204 or not reply.content:
+        if not 200 <= status < 300:
+            raise AdminError(self._refusal(status, headers, body), status)
+        if not body:
             return None
         try:
-            return reply.json()
-        except ValueError:
-            raise AdminError(f"{method} {path}: the server's answer is not JSON "
-                             f"(is {self.url} a pfl-server?)", reply.status_code) from None
+            return strict_json(body)
+        except (ValueError, RecursionError) as err:  # strict_json's own message quotes nothing
+            why = f"{err}; " if err.__class__ is ValueError else ""
+            raise AdminError(f"{method} {path}: the server's answer is not JSON ({why}is "
+                             f"{self.url} a pfl-server?)", status) from None
 
-    def _refusal(self, reply: httpx.Response) -> str:
+    def _send(self, method: str, path: str, json: Any) -> tuple[int, httpx.Headers, bytes]:
+        """One request: its answer's status, headers and body, read within the bounds above."""
+        self._deadline.start(self._seconds)
         try:
-            detail = one_line_detail(reply.json())
-        except ValueError:
-            detail = " ".join(reply.text.split())[:200] or reply.reason_phrase
-        if reply.status_code == 401:
+            with self._http.stream(method, path, json=json) as reply:
+                return reply.status_code, reply.headers, _bounded(reply, f"{method} {path}")
+        except httpx.TimeoutException:
+            if self._deadline.passed():
+                raise httpx.ReadTimeout(f"no whole answer within {self._seconds:g} s") from None
+            raise
+        finally:
+            self._deadline.start(None)
+
+    def _refusal(self, status: int, headers: httpx.Headers, body: bytes) -> str:
+        """The refusal on one line; the admin token never shows, whatever the server quoted."""
+        if 300 <= status < 400:  # a web server's page: the Location is the message
+            detail = one_line_detail(f"redirect to {headers.get('Location', '?')} not "
+                                     "followed: give pfl-admin the server's final URL",
+                                     (self._token,))
+            return f"the server answered {status}: {detail}"
+        try:
+            detail = one_line_detail(strict_json(body), (self._token,))
+        except (ValueError, RecursionError):
+            detail = one_line_detail(body.decode("utf-8", "replace"), (self._token,))
+        if status == 401:
             return f"the server refused the admin token (401: {detail})"
-        return f"the server answered {reply.status_code}: {detail}"
+        return f"the server answered {status}: {detail}"
 
 
-def _parse(model: type[Reply], data: Any) -> Reply:
-    """Validate an answer against its model; a mismatch is an :class:`AdminError`."""
+def _bounded(reply: httpx.Response, what: str) -> bytes:
+    """The body, unencoded and up to its bound; a refusal's is cut there, a 2xx's refused."""
+    ok = 200 <= reply.status_code < 300
+    limit = MAX_ANSWER if ok else MAX_ERROR_ANSWER
+    if reply.headers.get("Content-Encoding", "").strip().lower() not in ("", "identity"):
+        if ok:
+            raise AdminError(f"{what}: the server's answer has a Content-Encoding pfl-admin did "
+                             "not ask for (it asks for identity); it was not read",
+                             reply.status_code)
+        return b"(an encoded message: not read)"
+    declared = reply.headers.get("Content-Length", "")
+    if ok and declared.isdigit() and int(declared) > limit:
+        raise AdminError(f"{what}: the server's answer is over {limit} bytes (its "
+                         "Content-Length); it was not read", reply.status_code)
+    body = bytearray()
+    for chunk in reply.iter_raw():
+        body += chunk
+        if len(body) > limit and ok:
+            raise AdminError(f"{what}: the server's answer is over {limit} bytes; the rest "
+                             "was not read", reply.status_code)
+        if len(body) > limit:
+            break
+    return bytes(body[:limit])
+
+
+def _parse(kind: type[Reply], data: Any) -> Reply:
+    """Validate an answer against its type; a mismatch is an :class:`AdminError`."""
     try:
-        return model.model_validate(data)
+        return TypeAdapter(kind).validate_python(data)
     except ValidationError as err:
         raise AdminError(f"unexpected answer from the server: {err.errors()[0]['msg']}") from None

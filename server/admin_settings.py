@@ -11,8 +11,9 @@ Each value comes from the first place that has it:
    has no default.
 
 A token is printable ASCII without spaces (it travels in an HTTP header); one that is not is
-refused without being shown. A file holding the token that other users may read is used, with
-a warning (``chmod 600``).
+refused without being shown. So is a URL with ``user:password@`` (httpx would send them as
+Basic credentials instead of the token). A file holding the token that other users may read
+is used, with a warning (``chmod 600``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import httpx
 
 from pflkit.sdk.config_toml import read_toml
 from pflkit.sdk.config_types import ConfigError, closest
-from pflkit.sdk.protocol import sendable
+from pflkit.sdk.protocol import sendable, server_url_problem
 
 URL_ENV = "PFLKIT_URL"
 TOKEN_ENV = "PFLKIT_ADMIN_TOKEN"
@@ -86,7 +87,13 @@ def check_token(token: str, source: str) -> str:
 
 
 def check_url(url: str) -> str:
-    """A server URL httpx can send to: http(s), a host, a valid port."""
+    """A server URL httpx can send to: http(s), a host, a valid port, no user:password@.
+
+    A URL that may hold a password (it has an ``@``) is refused without being shown.
+    """
+    problem = server_url_problem(url)
+    if problem is not None and "@" in url:
+        raise SettingsError(problem)
     if not url.startswith(("http://", "https://")):
         raise SettingsError(f"server URL {url!r} must start with http:// or https://")
     try:
@@ -95,6 +102,8 @@ def check_url(url: str) -> str:
         raise SettingsError(f"server URL {url!r} is not valid: {err}") from None
     if not host:
         raise SettingsError(f"server URL {url!r} has no host")
+    if problem is not None:
+        raise SettingsError(problem)
     return url
 
 

@@ -1,7 +1,9 @@
 """What ``pfl-admin`` prints: text and tables made from the server's answers, nothing else.
 
 Pure functions of the answers (and the clock, passed in), so a view is tested without a
-server; the commands that fetch the answers are in :mod:`pflkit.server.admin_cli`.
+server; the commands that fetch the answers are in :mod:`pflkit.server.admin_cli`. Whatever
+the server sent, a view is printable text: strings are never Rich markup and show each
+unprintable character (an escape sequence) as ``?``; a timestamp out of range shows as ``?``.
 """
 
 from __future__ import annotations
@@ -27,10 +29,18 @@ def plural(count: int, noun: str) -> str:
 
 
 def when(seconds: float | None) -> str:
-    """A server timestamp as UTC date and time ("-" for none)."""
+    """A server timestamp as UTC date and time ("-" for none, "?" for none a date can be)."""
     if seconds is None:
         return "-"
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, ValueError, OSError):  # 1e300, NaN: not a time
+        return "?"
+
+
+def printable(text: str) -> str:
+    """``text`` with each unprintable character (ESC, a line break) shown as ``?``."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def clients_table(clients: Sequence[ClientPublic]) -> Table:
@@ -45,9 +55,15 @@ def clients_table(clients: Sequence[ClientPublic]) -> Table:
 def prune_line(p: PrunePublic) -> str:
     """What a prune freed, in one line."""
     verb = "would delete" if p.dry_run else "deleted"
-    return (f"{verb} {plural(p.files, 'blob')}, {p.bytes / 1e6:.1f} MB ({p.updates} of ended "
+    return (f"{verb} {plural(p.files, 'blob')}, {_megabytes(p.bytes)} MB ({p.updates} of ended "
             f"rounds' updates, {plural(p.global_states, 'older global state')}, "
             f"{p.unreferenced} named by no row); kept {p.recent} written in the last hour")
+
+
+def _megabytes(count: int) -> str:
+    """Bytes as MB to one decimal, in integers: a float overflows at 10^309 (a lying server)."""
+    tenths = (count + 50_000) // 100_000
+    return f"{tenths // 10}.{tenths % 10}"
 
 
 def device_text(text: str) -> Text:
@@ -57,12 +73,19 @@ def device_text(text: str) -> Text:
     control and other unprintable characters (an escape sequence) shown as ``?``, and at most
     ``MAX_METRIC_NAME`` characters (what uploads may use; older rows are cut).
     """
-    clean = "".join(c if c.isprintable() else "?" for c in text)
+    clean = printable(text)
     return Text(clean if len(clean) <= MAX_METRIC_NAME else f"{clean[:MAX_METRIC_NAME - 1]}…")
 
 
 def _number(value: Any) -> Text:
-    return Text(f"{value:.4g}" if isinstance(value, float) else str(value))
+    return Text(f"{value:.4g}" if isinstance(value, float) else printable(str(value)))
+
+
+def created_line(run: RunPublic) -> str:
+    """A new run: ``run 2 created: fedavg / twonn, 5 rounds, 3 clients enrolled``."""
+    return printable(f"run {run.id} created: {run.algorithm} / {run.model}, "
+                     f"{plural(run.rounds_total, 'round')}, "
+                     f"{plural(run.enrolled_clients, 'client')} enrolled")
 
 
 def _ids(ids: list[int]) -> str:
@@ -84,7 +107,7 @@ def render_status(run: RunPublic, now: float | None = None) -> Group:
     """One snapshot of a run: headline, the open round's participants, recent rounds' metrics."""
     now = time.time() if now is None else now
     head = Text.assemble(
-        (f"run {run.id}", "bold"), f"  {run.status}  {run.algorithm} / {run.model}  ",
+        (f"run {run.id}", "bold"), printable(f"  {run.status}  {run.algorithm} / {run.model}  "),
         (f"rounds {run.rounds_done}/{run.rounds_total} done", "bold"),
         f"  {plural(run.enrolled_clients, 'client')} enrolled")
     parts: list[Any] = [head]
@@ -94,10 +117,10 @@ def render_status(run: RunPublic, now: float | None = None) -> Group:
     if current is not None:
         waiting = sorted(set(current.sampled) - set(current.received))
         left = max(0.0, current.deadline - now)
-        parts.append(Text(
+        parts.append(Text(printable(
             f"round {current.index} {current.status}: received {len(current.received)} of "
             f"{len(current.sampled)} sampled (sampled {_ids(current.sampled)}; "
-            f"waiting for {_ids(waiting)}); deadline in {left:.0f} s"))
+            f"waiting for {_ids(waiting)}); deadline in {left:.0f} s")))
     elif run.status == "active":
         parts.append(Text("no round open (waiting for enough enrolled clients)"))
     if run.history:

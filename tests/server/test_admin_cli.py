@@ -131,11 +131,11 @@ def test_failures_are_one_line_and_change_nothing(make_server, tmp_path):
                                 str(2**31)), code=2)  # a bad flag value: exit 2, as for -1
     assert "'--client-id': Input should be less than or equal to 2147483647" in line
 
-    # a bad run config: the server's 422 reason on one line, no run created; a good one while
-    # run 1 is active: 409
+    # while run 1 is active any create is a 409, checked before the config is built (seconds
+    # of building for a refusal); a bad config once it is stopped: below
     (tmp_path / "bad.toml").write_text(run_toml("no_such_method"))
-    line = one_line_error(admin(tmp_path, *conn, "runs", "create", "bad.toml"))
-    assert "422: run config:" in line and "no_such_method" in line
+    assert "409: run 1 is active" in one_line_error(admin(tmp_path, *conn, "runs", "create",
+                                                          "bad.toml"))
     (tmp_path / "good.toml").write_text(run_toml("fedavg"))
     assert "409" in one_line_error(admin(tmp_path, *conn, "runs", "create", "good.toml"))
     assert "missing.toml" in one_line_error(admin(tmp_path, *conn, "runs", "create",
@@ -156,6 +156,14 @@ def test_failures_are_one_line_and_change_nothing(make_server, tmp_path):
     with server.admin() as http:
         runs = http.get("/v1/runs/current").json()
     assert (runs["id"], runs["status"]) == (1, "active")
+
+    # a bad run config: the server's 422 reason on one line, no run created
+    assert ok(admin(tmp_path, *conn, "runs", "stop")).startswith("run 1 stopped")
+    line = one_line_error(admin(tmp_path, *conn, "runs", "create", "bad.toml"))
+    assert "422: run config:" in line and "no_such_method" in line
+    with server.admin() as http:
+        runs = http.get("/v1/runs/current").json()
+    assert (runs["id"], runs["status"]) == (1, "stopped")
 
 
 def test_the_live_view_draws_in_a_terminal_through_a_restart_until_ctrl_c(make_server, tmp_path):
