@@ -6,6 +6,8 @@ loader also looks in (the Debian package, ``$PFLKIT_FMNIST_DIR``) without a word
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from test_data import fake_mnist_folder
 from typer.testing import CliRunner
@@ -27,7 +29,8 @@ def pfl_sim(out, dataset: str, root) -> tuple[int, str]:
 def test_a_data_root_that_does_not_exist_is_refused_naming_it(tmp_path, monkeypatch, dataset):
     elsewhere = fake_mnist_folder(tmp_path / "elsewhere") / "MNIST" / "raw"
     monkeypatch.setenv("PFLKIT_FMNIST_DIR", str(elsewhere))  # files the loader would find
-    typo = tmp_path / "fahsion"
+    monkeypatch.chdir(tmp_path)  # a short name: a long one is shown cut
+    typo = Path("fahsion")
     code, output = pfl_sim(tmp_path / "run", dataset, typo)
     assert code == 2, output
     if dataset == "digits":  # it needs no files: the root is refused as a folder
@@ -41,7 +44,8 @@ def test_a_data_root_that_does_not_exist_is_refused_naming_it(tmp_path, monkeypa
 
 def test_a_data_root_that_is_a_file_is_refused_naming_it(tmp_path, monkeypatch):
     monkeypatch.setenv("PFLKIT_FMNIST_DIR", str(fake_mnist_folder(tmp_path / "elsewhere")))
-    archive = tmp_path / "fashion.tar"
+    monkeypatch.chdir(tmp_path)  # a short name: a long one is shown cut
+    archive = Path("fashion.tar")
     archive.write_bytes(b"not a folder")
     code, output = pfl_sim(tmp_path / "run", "digits", archive)
     assert code == 2, output
@@ -56,8 +60,9 @@ def test_the_folder_named_is_the_folder_read(tmp_path):
     assert code == 0, output
 
 
-def test_the_refusal_is_one_line_whatever_the_folder_is_called(tmp_path):
-    code, output = pfl_sim(tmp_path / "run", "digits", tmp_path / "x\ny\t")
+def test_the_refusal_is_one_line_whatever_the_folder_is_called(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a short name: a long one is shown cut
+    code, output = pfl_sim(tmp_path / "run", "digits", Path("x\ny\t"))
     assert code == 2, output
     assert output.strip().count("\n") == 0 and "x\\ny\\t': no such folder" in output
 

@@ -139,13 +139,14 @@ def test_a_server_url_that_cannot_work_is_refused_at_once(tmp_path, url):
     data = LabeledTensors(torch.rand(4, 1, 4, 4, generator=gen), torch.arange(4))
     with pytest.raises(ValueError, match=r"^the server URL ") as refused:
         FederatedClient(url, tmp_path, data, token=SECRET,
-                        retry=RetryPolicy(base=0.01, cap=0.02, max_elapsed=0.0))
+                        retry=RetryPolicy(base=0.01, cap=0.02, max_elapsed=0.0))  # retried: never
     assert "hunter2" not in str(refused.value) and "\n" not in str(refused.value)
     assert not (tmp_path / "credentials.json").exists()
 
 
 def test_a_retry_after_python_reads_but_the_wire_has_not_is_backed_off(tmp_path, hostile):
-    client = device(tmp_path, hostile, retry=RetryPolicy(base=0.01, cap=0.02, max_elapsed=5.0))
+    budget = RetryPolicy(base=0.01, cap=0.02, max_elapsed=5.0)  # retried: a 10 s wait is over it
+    client = device(tmp_path, hostile, retry=budget)
     hostile.add(answer(503, b"", [("Retry-After", "1_0")]), json_answer(200, WAIT))
     assert client.step().status == "wait"  # before: read as 10 s, over the budget: gave up
     hostile.add(answer(503, b"", [("Retry-After", "0.01")]), json_answer(200, WAIT))
