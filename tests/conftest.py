@@ -23,6 +23,19 @@ os.environ["OMP_NUM_THREADS"] = str(TORCH_THREADS)  # inherited by every spawned
 torch.set_num_threads(TORCH_THREADS)
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Every test starts at one torch thread, whatever the test before it ran in-process.
+
+    ``pfl-client --threads 4096`` through typer's CliRunner (its --help range test) set the
+    worker's torch to 4096 threads: every later test of that worker ran oversubscribed (CI took
+    56 minutes) and its simulations stopped matching the 1-thread server bit for bit.
+    """
+    yield
+    if torch.get_num_threads() != TORCH_THREADS:
+        torch.set_num_threads(TORCH_THREADS)
+
+
 @pytest.fixture(scope="session")
 def synthetic():
     """The seeded synthetic dataset (28x28, 10 classes)."""

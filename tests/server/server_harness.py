@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import torch
 from waiting import GUARD
 
 BIN = Path(sys.executable).parent
@@ -162,6 +163,9 @@ def spawn_client(server: Server, data_dir: Path, token: str | None) -> subproces
 def simulated_global(config_text: str, run_dir: Path):
     """The global state pfl-sim reaches with the same config (the reference result)."""
     import tomllib
+
+    # the servers and clients it is compared with run one thread (tests/conftest.py)
+    assert torch.get_num_threads() == 1, f"the test process runs {torch.get_num_threads()} threads"
 
     from pflkit.sdk.run_config import SimConfig
     from pflkit.server.simulator import Simulation
