@@ -57,19 +57,59 @@ def test_a_fraction_sample_follows_each_rounds_roster():
         pytest.approx(epsilon(2.0, 20, 40, 3, 1e-5))
 
 
-def test_a_calibrated_run_counts_each_round_at_the_z_it_was_noised_with():
-    """With dp_target_epsilon a server calibrates z for each round's roster: 10 rounds at
-    1000 clients (z 1.0), then 10 at 20 (z 5.5). Their composition is 8.33, past the target 8
-    that the last round's z alone reported (and a single z for all would say 4.8)."""
+def _calibrated_after(spent: list[tuple[float, int, int, int]], rounds: int, m: int, n: int,
+                      target: float, delta: float) -> float:
+    """The smallest z (to 1e-4) for ``rounds`` more rounds of m of n after ``spent`` (runs of
+    (z, m, n, count)), by hand: dp-accounting's accountant, a doubling bracket, bisection."""
+    def within(z: float) -> bool:
+        accountant = RdpAccountant(
+            neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+        for z_run, m_run, n_run, count in [*spent, (z, m, n, rounds)]:
+            accountant.compose(dp_accounting.SampledWithoutReplacementDpEvent(
+                n_run, m_run, dp_accounting.GaussianDpEvent(z_run / 2)), count)
+        return accountant.get_epsilon(delta) <= target
+
+    low, high = 0.01, 1.0
+    while not within(high):
+        low, high = high, 2 * high
+    while high - low > 1e-4:
+        middle = (low + high) / 2
+        low, high = (low, middle) if within(middle) else (middle, high)
+    return high
+
+
+def test_a_calibrated_run_keeps_to_its_target_when_the_roster_changes():
+    """With dp_target_epsilon a server calibrates each round's z for the rounds already run,
+    at the z they were noised with, and the rest of the run at this round's roster: 10 rounds
+    at 1000 clients (z 1.0), then 10 at 20. Each round calibrated alone for its roster spent
+    8.33 of the target 8 (z 5.5 at 20 clients); the 20-client rounds now take z 6.09."""
     rules = AggregationConfig(dp_clip_norm=1.0, dp_target_epsilon=8.0)
     schedule = Schedule(20, Sampling(clients_per_round=10))
     spent = privacy_spent(rules, schedule, 20, 20, rosters=(1000,) * 10 + (20,) * 9)
     z_big = calibrate_noise(8.0, 1e-5, 20, 10, 1000)
-    z_small = calibrate_noise(8.0, 1e-5, 20, 10, 20)
+    z_small = _calibrated_after([(z_big, 10, 1000, 10)], 10, 10, 20, 8.0, 1e-5)
+    assert spent["dp_noise_multiplier"] == pytest.approx(z_small, abs=2e-3)  # the tolerance
     rounds = [(10, 1000)] * 10 + [(10, 20)] * 10
-    expected = _composed([z_big] * 10 + [z_small] * 10, rounds, 1e-5)
+    expected = _composed([z_big] * 10 + [spent["dp_noise_multiplier"]] * 10, rounds, 1e-5)
     assert spent["dp_epsilon"] == pytest.approx(expected, rel=1e-9)
-    assert spent["dp_epsilon"] > 8.3
+    assert 7.99 < spent["dp_epsilon"] <= 8.0
+    halfway = privacy_spent(rules, schedule, 1000, 10)  # before the roster shrank: as before
+    assert halfway["dp_noise_multiplier"] == z_big
+
+
+def test_a_roster_that_shrinks_after_the_first_round_keeps_to_the_target():
+    """5 of 1000 clients, then 5 of 10 twice: each round calibrated alone spent 3.73 of 3."""
+    rules = AggregationConfig(dp_clip_norm=1.0, dp_target_epsilon=3.0, dp_delta=1e-6)
+    schedule = Schedule(3, Sampling(clients_per_round=5))
+    spent = privacy_spent(rules, schedule, 10, 3, rosters=(1000, 10))
+    assert 2.99 < spent["dp_epsilon"] <= 3.0
+
+
+def test_a_target_the_rounds_already_run_spent_is_refused_not_overspent():
+    from pflkit.sdk.privacy_accounting import PrivacyBudgetExceeded
+
+    with pytest.raises(PrivacyBudgetExceeded, match=r"^the rounds already run spent epsilon "):
+        calibrate_noise(1.0, 1e-5, 5, 10, 20, spent=((0.5, 10, 20, 3),))
 
 
 def test_under_secagg_every_round_is_unsampled_whatever_the_roster():
