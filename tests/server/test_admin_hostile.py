@@ -49,7 +49,11 @@ def hostile():
 
 def admin(url: str, *args: str) -> subprocess.CompletedProcess:
     """The installed pfl-admin with the admin token on the command line."""
-    return subprocess.run([str(BIN / "pfl-admin"), "--url", url, "--token", TOKEN, *args],
+    return admin_with(url, TOKEN, *args)
+
+
+def admin_with(url: str, token: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "pfl-admin"), "--url", url, "--token", token, *args],
                           capture_output=True, text=True, timeout=GUARD,
                           env={"PATH": "/usr/bin:/bin", "COLUMNS": "300", "HOME": "/nonexistent"})
 
@@ -77,6 +81,21 @@ def test_the_admin_token_never_shows_whatever_the_server_quotes(hostile):
     assert "302: redirect to https://proxy/login?was=<secret> not followed" in failed(
         admin(hostile.url, "prune"))
     assert [s.headers["authorization"] for s in hostile.served] == [f"Bearer {TOKEN}"] * 4
+
+
+def test_a_token_with_a_backslash_and_quotes_never_shows_in_a_structured_detail(hostile):
+    r"""A detail that is an object was printed as Python's repr, which escapes ``\`` and
+    ``'``: such a token showed as ``tok\en``, unmasked. A body too deep to parse is shown
+    as text, where the token is JSON-escaped."""
+    token = "ad\\m'in\"t0ken"
+    deep = '{"detail": "' + json.dumps(token)[1:-1] + '", "x": ' + "[" * 10**5 + "]" * 10**5 + "}"
+    hostile.add(json_answer(403, {"detail": {"got": token, token: [f"Bearer {token}"]}}),
+                answer(400, deep.encode()))
+    for done in (admin_with(hostile.url, token, "status", "--once"),
+                 admin_with(hostile.url, token, "clients", "list")):
+        line = failed(done)
+        assert "<secret>" in line and "t0ken" not in line and "in'" not in line, line
+    assert [s.headers["authorization"] for s in hostile.served] == [f"Bearer {token}"] * 2
 
 
 def test_a_url_holding_a_user_or_password_is_refused_before_any_request(hostile, tmp_path):
