@@ -82,7 +82,7 @@ def _masked(value: Any, hidden: tuple[str, ...]) -> Any:
     r"""``value`` with each secret shown as ``<secret>`` in every string of it (keys too).
 
     In a structure, before it is printed: Python's repr escapes a secret's ``\`` and ``'``
-    (an admin token with a backslash showed as ``ab\cd``, unmasked). In text that is still
+    (an admin token with a backslash showed as ``ab\\cd``, unmasked). In text that is still
     JSON (a body too deep to parse) the secret also shows JSON-escaped. RecursionError for a
     structure nested past Python's limit (callers show the text instead).
     """

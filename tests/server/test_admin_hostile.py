@@ -85,7 +85,7 @@ def test_the_admin_token_never_shows_whatever_the_server_quotes(hostile):
 
 def test_a_token_with_a_backslash_and_quotes_never_shows_in_a_structured_detail(hostile):
     r"""A detail that is an object was printed as Python's repr, which escapes ``\`` and
-    ``'``: such a token showed as ``tok\en``, unmasked. A body too deep to parse is shown
+    ``'``: such a token showed as ``tok\\en``, unmasked. A body too deep to parse is shown
     as text, where the token is JSON-escaped."""
     token = "ad\\m'in\"t0ken"
     deep = '{"detail": "' + json.dumps(token)[1:-1] + '", "x": ' + "[" * 10**5 + "]" * 10**5 + "}"
