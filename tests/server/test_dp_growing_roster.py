@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from service_harness import current, global_of, service_for
 
-from pflkit.sdk.privacy_accounting import epsilon_of_rounds
+from pflkit.sdk.privacy_accounting import calibrate_noise, epsilon_of_rounds
 from pflkit.sdk.tensorio import read_metadata, state_to_bytes
 
 Z, DELTA = 1.0, 1e-5
@@ -48,3 +48,22 @@ def test_each_round_is_accounted_at_its_own_population(tmp_path, database, reque
     assert metrics["dp_epsilon"] == pytest.approx(truth, rel=1e-9)
     stored = read_metadata(service.store.blobs.get(digest))  # the model card's epsilon
     assert float(stored["dp_epsilon"]) == pytest.approx(truth, rel=1e-9)
+
+
+def test_a_target_epsilon_holds_when_the_roster_grows(tmp_path):
+    """dp_target_epsilon = 4 over 5 rounds: two rounds of 2 of 3, then three of 2 of 40. Each
+    round calibrated for its own roster alone spent 4.51; the server now calibrates each for
+    the rounds already run, and the run ends within the target."""
+    target = "[aggregation]\ndp_clip_norm = 0.5\ndp_target_epsilon = 4.0\n"
+    service, _ = service_for(tmp_path, None, per_round=2, run_extra=target)
+    first = [close_a_round(service)[0]]
+    for cid in range(3, 40):
+        service.enrollment.enroll(service.enrollment.issue_token(cid, None)[1])
+    rounds = first + [close_a_round(service)[0] for _ in range(4)]  # the 2nd opened on 3
+    z_small = calibrate_noise(4.0, DELTA, 5, 2, 3)
+    z_grown = calibrate_noise(4.0, DELTA, 3, 2, 40, ((z_small, 2, 3, 2),))
+    assert [m["dp_noise_multiplier"] for m in rounds] == [z_small] * 2 + [z_grown] * 3
+    spent = rounds[-1]["dp_epsilon"]
+    assert spent == pytest.approx(epsilon_of_rounds(((z_small, 2, 3, 2), (z_grown, 2, 40, 3)),
+                                                    DELTA), rel=1e-9)
+    assert 3.99 < spent <= 4.0
