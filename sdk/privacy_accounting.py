@@ -28,14 +28,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from pflkit.sdk.adaptive_clipping import COUNT_STDDEV_SHARE, AdaptiveClipping, sum_noise_multiplier
 from pflkit.sdk.aggregation_config import MIN_ACCOUNTED_NOISE, AggregationConfig
+from pflkit.sdk.round_rdp import (
+    epsilon_of_rdp,
+    replace_one_accountant,
+    round_event,
+    runs_rdp,
+    unit_rdp,
+)
 
 if TYPE_CHECKING:
-    from dp_accounting.rdp import RdpAccountant
-
     from pflkit.sdk.run_config import Schedule
 
 CALIBRATION_TOLERANCE = 1e-3  # on the noise multiplier found for a target epsilon
@@ -73,48 +76,7 @@ def epsilon_of_rounds(runs: tuple[tuple[float, int, int, int], ...], delta: floa
                              f"accounted (below, epsilon is past 1e12 and overflows), got {z!r}")
     if not any(count for *_, count in runs):
         return 0.0
-    return _epsilon(_rdp(runs), delta)
-
-
-def _rdp(runs: tuple[tuple[float, int, int, int], ...]) -> np.ndarray:
-    """The RDP of ``runs`` at the accountant's orders: each round's, times its count, summed.
-
-    dp-accounting's RdpAccountant composes the same way; a round's RDP takes 0.28 s (sampling
-    without replacement), so each (z, m, n) is computed once, not once per round per close.
-    """
-    total = np.zeros(len(_orders()))
-    for z, sample_size, population, count in runs:
-        total += count * _round_rdp(z, sample_size, population)
-    return total
-
-
-@functools.lru_cache(maxsize=4096)
-def _round_rdp(noise_multiplier: float, sample_size: int, population: int) -> np.ndarray:
-    rdp = _unit_rdp(noise_multiplier, sample_size, population)
-    rdp.flags.writeable = False  # shared by every caller of the cache
-    return rdp
-
-
-def _unit_rdp(noise_multiplier: float, sample_size: int, population: int) -> np.ndarray:
-    """The RDP of one round (dp-accounting's, replace-one)."""
-    import dp_accounting
-    from dp_accounting.rdp import RdpAccountant
-
-    accountant = RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
-    return accountant.compose(_round_event(noise_multiplier, sample_size, population)).rdp
-
-
-@functools.cache
-def _orders() -> np.ndarray:
-    from dp_accounting.rdp import RdpAccountant
-
-    return RdpAccountant().orders
-
-
-def _epsilon(rdp: np.ndarray, delta: float) -> float:
-    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
-
-    return float(compute_epsilon(_orders(), rdp, delta)[0])
+    return epsilon_of_rdp(runs_rdp(runs), delta)
 
 
 def _runs(rounds: list[Round]) -> tuple[tuple[float, int, int, int], ...]:
@@ -152,14 +114,6 @@ def check_terms(name: str, value: float, sample_size: int, population: int, roun
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
 
 
-def _round_event(noise_multiplier: float, sample_size: int, population: int) -> object:
-    import dp_accounting
-
-    # replace-one sensitivity of the clipped sum is 2C; the noise's std is z * C
-    noise = dp_accounting.GaussianDpEvent(noise_multiplier / 2)
-    return dp_accounting.SampledWithoutReplacementDpEvent(population, sample_size, noise)
-
-
 @functools.lru_cache(maxsize=4096)
 def calibrate_noise(target_epsilon: float, delta: float, rounds: int, sample_size: int,
                     population: int, spent: tuple[tuple[float, int, int, int], ...] = ()
@@ -181,22 +135,22 @@ def calibrate_noise(target_epsilon: float, delta: float, rounds: int, sample_siz
 
     if not spent:
         def event(z: float) -> object:
-            return dp_accounting.SelfComposedDpEvent(_round_event(z, sample_size, population),
+            return dp_accounting.SelfComposedDpEvent(round_event(z, sample_size, population),
                                                      rounds)
 
         bracket = dp_accounting.LowerEndpointAndGuess(MIN_NOISE, 1.0)
         return float(dp_accounting.calibrate_dp_mechanism(
-            _empty_accountant, event, target_epsilon, delta, bracket,
+            replace_one_accountant, event, target_epsilon, delta, bracket,
             tol=CALIBRATION_TOLERANCE))
-    before = _rdp(spent)  # dp-accounting's calibration starts from an empty accountant
-    if _epsilon(before, delta) >= target_epsilon:
+    before = runs_rdp(spent)  # dp-accounting's calibration starts from an empty accountant
+    if epsilon_of_rdp(before, delta) >= target_epsilon:
         raise PrivacyBudgetExceeded(
-            f"the rounds already run spent epsilon {_epsilon(before, delta):.3f} at delta "
+            f"the rounds already run spent epsilon {epsilon_of_rdp(before, delta):.3f} at delta "
             f"{delta:g}, all of aggregation.dp_target_epsilon = {target_epsilon:g}; no noise "
             "keeps to it")
 
     def gap(z: float) -> float:
-        return _epsilon(before + rounds * _unit_rdp(z, sample_size, population), delta) - \
+        return epsilon_of_rdp(before + rounds * unit_rdp(z, sample_size, population), delta) - \
             target_epsilon
 
     low, high = MIN_NOISE, 1.0
@@ -206,13 +160,6 @@ def calibrate_noise(target_epsilon: float, delta: float, rounds: int, sample_siz
         return low
     z = float(optimize.brentq(gap, low, high, xtol=CALIBRATION_TOLERANCE))
     return z if gap(z) <= 0 else z + CALIBRATION_TOLERANCE  # never over the target
-
-
-def _empty_accountant() -> RdpAccountant:
-    import dp_accounting
-    from dp_accounting.rdp import RdpAccountant
-
-    return RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
 
 
 @dataclass(frozen=True)
