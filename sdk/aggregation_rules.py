@@ -182,19 +182,22 @@ class AggregatorFactory:
     round: a resumed run and the server's close of a round pass the stored one in
     (``clip_norm``; None: the config's first), and store ``clip.value`` with the global state.
     ``earlier``: ``(sample_size, population)`` of the run's rounds before this one, where a
-    server's roster changed them (empty: every round at this one's), for DP's accounting.
+    server's roster changed them (empty: every round at this one's), and ``noised`` the z each
+    was noised with where recorded, for DP's accounting (:func:`dp_rounds`).
     """
 
     def __init__(self, default: Callable[[State, int], Aggregator], rules: AggregationConfig,
                  scratch: Path, schedule: Schedule, seed: int,
                  clip_norm: float | None = None,
-                 earlier: Sequence[tuple[int, int]] = ()) -> None:
+                 earlier: Sequence[tuple[int, int]] = (),
+                 noised: Sequence[float | None] = ()) -> None:
         self.default = default
         self.rules = rules
         self.scratch = scratch
         self.schedule = schedule
         self.seed = seed
         self.earlier = tuple(earlier)
+        self.noised = tuple(noised)
         first = rules.dp_clip_norm if clip_norm is None else clip_norm
         self.clip = None if first is None else ClipNorm(first)
 
@@ -202,7 +205,7 @@ class AggregatorFactory:
         """The aggregator of round ``round_index`` over ``population`` clients."""
         rules = self.rules
         dp = dp_rounds(rules, population, self.schedule.sample_size(population),
-                       self.schedule.rounds, self.earlier)
+                       self.schedule.rounds, self.earlier, self.noised)
         if dp is not None:
             dp.check_budget(round_index)
             return DpFedAvgAggregator(global_state, dp, self.seed, round_index, self.clip)

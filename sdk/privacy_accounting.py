@@ -22,6 +22,7 @@ module's callers without paying for it.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import numbers
 from collections.abc import Sequence
@@ -205,12 +206,16 @@ class DpRounds:
 
 
 def dp_rounds(rules: AggregationConfig, population: int, sample_size: int, rounds: int,
-              earlier: Sequence[tuple[int, int]] = ()) -> DpRounds | None:
+              earlier: Sequence[tuple[int, int]] = (), noised: Sequence[float | None] = ()
+              ) -> DpRounds | None:
     """The DP setting of a run on ``population`` clients (None without DP).
 
     ``earlier``: ``(sample_size, population)`` of the rounds already run, oldest first, where a
     server's roster made them differ (left out: every round at this one's); with
     ``dp_target_epsilon`` each was run with the z calibrated for it (:func:`_round_noise`).
+    ``noised``: the z each earlier round was noised with, where the server recorded it (None
+    or left out: computed again): what was applied is accounted, even if an older version or
+    another floor chose it, and a restarted server does not calibrate every roster again.
 
     ``dp_target_epsilon`` calibrates the noise multiplier for the planned ``rounds`` (with the
     rounds already run); otherwise ``dp_noise_multiplier`` is used as given. With adaptive
@@ -228,8 +233,9 @@ def dp_rounds(rules: AggregationConfig, population: int, sample_size: int, round
         earlier = [(m, m) for m, _ in earlier]
 
     past: list[Round] = []
-    for m, n in earlier:
-        past.append(_round_noise(rules, rounds, tuple(past), m, n))
+    for (m, n), z_then in itertools.zip_longest(earlier, noised[:len(earlier)]):
+        past.append(_round_noise(rules, rounds, tuple(past), m, n) if z_then is None
+                    else (z_then, m, n))
     z = _round_noise(rules, rounds, tuple(past), sample_size, population)[0]
     adaptive = None
     if rules.dp_adaptive_quantile is not None:
@@ -261,16 +267,17 @@ def _round_noise(rules: AggregationConfig, rounds: int, past: tuple[Round, ...],
 
 def privacy_spent(rules: AggregationConfig, schedule: Schedule, population: int,
                   rounds_done: int, clip_norm: float | None = None,
-                  rosters: Sequence[int] = ()) -> dict[str, float]:
+                  rosters: Sequence[int] = (), noised: Sequence[float | None] = ()
+                  ) -> dict[str, float]:
     """The history's DP columns after ``rounds_done`` rounds (empty without DP).
 
     ``clip_norm``: the C the last round clipped to (``dp_clip_norm`` column), if known.
     ``rosters``: the population of each earlier round, oldest first, on a server whose roster
-    changes (left out: every round at ``population``).
+    changes (left out: every round at ``population``); ``noised`` as :func:`dp_rounds`'s.
     """
     earlier = [(schedule.sample_size(n), n) for n in rosters]
     dp = dp_rounds(rules, population, schedule.sample_size(population), schedule.rounds,
-                   earlier)
+                   earlier, noised)
     if dp is None:
         return {}
     spent = {"dp_epsilon": dp.epsilon(rounds_done), "dp_delta": dp.delta,

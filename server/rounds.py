@@ -21,6 +21,7 @@ This is the part of the server that computes with tensors (PyTorch).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
@@ -58,26 +59,28 @@ class RoundKeeper:
         setup, s = self.store.setup(run), self.store.settings
         with self.store.transaction() as db:
             stored = db.get(RunClipNorm, run.id)
-            earlier = self._earlier_rosters(db, rnd) if setup.aggregation.private else []
+            earlier = self._earlier_rounds(db, rnd) if setup.aggregation.private else []
         factory = AggregatorFactory(setup.algorithm.aggregation.new_aggregator,
                                     setup.aggregation,
                                     s.data_dir / "scratch", setup.schedule, setup.hidden_seed,
                                     None if stored is None else stored.clip_norm,
-                                    [(setup.schedule.sample_size(n), n) for n in earlier])
+                                    [(setup.schedule.sample_size(n), n) for n, _ in earlier],
+                                    [z for _, z in earlier])
         return Coordinator(setup.algorithm, setup.schedule, rnd.roster,
                            self.store.global_states.get(rnd.global_hash), setup.hidden_seed,
                            rnd.index, aggregator_factory=factory), factory
 
     @staticmethod
-    def _earlier_rosters(db: Session, rnd: Round) -> list[int]:
-        """How many clients each earlier round of the run was drawn from, oldest first.
+    def _earlier_rounds(db: Session, rnd: Round) -> list[tuple[int, float | None]]:
+        """Each earlier round's roster size and recorded noise multiplier (or None), oldest first.
 
         Clients enroll and are revoked during a run, so DP accounts each round at its own
-        population: all at the newest one's understated epsilon (20 then 1000 clients).
+        population (all at the newest one's understated epsilon: 20 then 1000 clients), and
+        at the noise it was given (:func:`~pflkit.sdk.privacy_accounting.dp_rounds`).
         """
-        sizes = select(func.json_array_length(Round.roster)).where(
-            Round.run_id == rnd.run_id, Round.index < rnd.index).order_by(Round.index)
-        return [int(n) for n in db.scalars(sizes)]
+        rows = db.execute(select(func.json_array_length(Round.roster), Round.metrics).where(
+            Round.run_id == rnd.run_id, Round.index < rnd.index).order_by(Round.index))
+        return [(int(n), _recorded_noise(metrics)) for n, metrics in rows]
 
     def recover(self) -> int:
         """After a crash: rounds left ``closing`` are reopened (their close is redone)."""
@@ -187,7 +190,7 @@ class RoundKeeper:
         # epsilon after this round, as pfl-sim's metrics rows have it; the global state carries
         # it too, so a device's export can write it in the model card (docs/privacy.md)
         spent = privacy_spent(setup.aggregation, setup.schedule, len(rnd.roster), rnd.index + 1,
-                              clip, [n for _, n in rules.earlier])
+                              clip, [n for _, n in rules.earlier], rules.noised)
         n = len(rnd.roster)
         meta = {"rounds_done": str(rnd.index + 1),
                 **server_metadata(spent, n, setup.schedule.sample_size(n))}
@@ -253,3 +256,11 @@ def _round_metrics(updates: list[Update] | Any) -> dict[str, Any]:
         if weight > 0:
             out[key] = sum(v * n for v, n in rows) / weight
     return out
+
+
+def _recorded_noise(metrics: dict[str, Any] | None) -> float | None:
+    """The noise multiplier a closed round's metrics recorded (None: none, or not a number)."""
+    z = (metrics or {}).get("dp_noise_multiplier")
+    if isinstance(z, bool) or not isinstance(z, int | float) or not math.isfinite(z) or z <= 0:
+        return None
+    return float(z)

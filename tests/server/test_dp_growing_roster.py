@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from service_harness import current, global_of, service_for
+from sqlalchemy import select
 
 from pflkit.sdk.privacy_accounting import calibrate_noise, epsilon_of_rounds
 from pflkit.sdk.tensorio import read_metadata, state_to_bytes
@@ -67,3 +68,32 @@ def test_a_target_epsilon_holds_when_the_roster_grows(tmp_path):
     assert spent == pytest.approx(epsilon_of_rounds(((z_small, 2, 3, 2), (z_grown, 2, 40, 3)),
                                                     DELTA), rel=1e-9)
     assert 3.99 < spent <= 4.0
+
+
+def test_the_noise_a_round_was_given_is_what_is_accounted(tmp_path):
+    """Each earlier round is accounted at the noise multiplier its close recorded, not at one
+    computed again: a server upgraded mid-run (earlier versions calibrated each roster alone)
+    or given another floor noised its rounds otherwise, and after a restart the server
+    recalibrated every roster change of the run (3 s each). While the roster stays, the next
+    round keeps that noise; a new roster is calibrated after what was spent."""
+    from pflkit.server.orm import Round
+
+    target = "[aggregation]\ndp_clip_norm = 0.5\ndp_target_epsilon = 4.0\n"
+    service, _ = service_for(tmp_path, None, per_round=2, run_extra=target)
+    close_a_round(service)
+    with service.store.transaction() as db:  # as if that round had been noised with less
+        first = db.scalars(select(Round).where(Round.index == 0)).one()
+        z_given = 0.8 * first.metrics["dp_noise_multiplier"]
+        first.metrics = {**first.metrics, "dp_noise_multiplier": z_given}
+    metrics, _ = close_a_round(service)  # the second round, opened on the same 3 clients
+    assert metrics["dp_noise_multiplier"] == z_given
+    assert metrics["dp_epsilon"] == pytest.approx(
+        epsilon_of_rounds(((z_given, 2, 3, 2),), DELTA), rel=1e-9)
+    for cid in range(3, 40):
+        service.enrollment.enroll(service.enrollment.issue_token(cid, None)[1])
+    close_a_round(service)  # the third round opened on 3 clients too
+    metrics, _ = close_a_round(service)
+    z_grown = calibrate_noise(4.0, DELTA, 2, 2, 40, ((z_given, 2, 3, 3),))
+    assert metrics["dp_noise_multiplier"] == z_grown
+    assert metrics["dp_epsilon"] == pytest.approx(
+        epsilon_of_rounds(((z_given, 2, 3, 3), (z_grown, 2, 40, 1)), DELTA), rel=1e-9)
