@@ -143,12 +143,11 @@ def calibrate_noise(target_epsilon: float, delta: float, rounds: int, sample_siz
         return float(dp_accounting.calibrate_dp_mechanism(
             replace_one_accountant, event, target_epsilon, delta, bracket,
             tol=CALIBRATION_TOLERANCE))
-    before = runs_rdp(spent)  # dp-accounting's calibration starts from an empty accountant
-    if epsilon_of_rdp(before, delta) >= target_epsilon:
+    before = runs_rdp(spent)  # the spent rounds' RDP, added to each candidate's
+    if (already := epsilon_of_rdp(before, delta)) >= target_epsilon:
         raise PrivacyBudgetExceeded(
-            f"the rounds already run spent epsilon {epsilon_of_rdp(before, delta):.3f} at delta "
-            f"{delta:g}, all of aggregation.dp_target_epsilon = {target_epsilon:g}; no noise "
-            "keeps to it")
+            f"the rounds already run spent epsilon {already:.3f} at delta {delta:g}, all of "
+            f"aggregation.dp_target_epsilon = {target_epsilon:g}; no noise keeps to it")
 
     def gap(z: float) -> float:
         return epsilon_of_rdp(before + rounds * unit_rdp(z, sample_size, population), delta) - \

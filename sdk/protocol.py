@@ -67,19 +67,21 @@ def one_line_detail(body: Any, hidden: tuple[str | None, ...] = ()) -> str:
     Each of ``hidden`` (secrets: printable, no spaces) shows as ``<secret>``, masked in the
     decoded text, so a server escaping one in its JSON (``\u0039`` for ``9``) cannot reveal it.
     """
-    hidden = tuple(filter(None, hidden))
-    detail = _masked(body.get("detail", body) if isinstance(body, dict) else body, hidden)
+    forms = sorted({form for secret in filter(None, hidden) for form in (
+        secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1])},
+        key=len, reverse=True)  # the escaped forms hold the plain one: they go first
+    detail = _masked(body.get("detail", body) if isinstance(body, dict) else body, forms)
     if isinstance(detail, list):  # request validation: [{"loc": [...], "msg": "..."}, ...]
         detail = "; ".join(
             f"{'.'.join(str(p) for p in item.get('loc', [])[1:])}: {item.get('msg', item)}"
             if isinstance(item, dict) else str(item) for item in detail)
     line = "".join(c if c.isprintable() else "?" for c in " ".join(str(detail).split()))
-    line = _masked(line, hidden)
+    line = _masked(line, forms)
     return line if len(line) <= MAX_DETAIL else line[:MAX_DETAIL] + "..."
 
 
-def _masked(value: Any, hidden: tuple[str, ...]) -> Any:
-    r"""``value`` with each secret shown as ``<secret>`` in every string of it (keys too).
+def _masked(value: Any, forms: list[str]) -> Any:
+    r"""``value`` with each of ``forms`` (a secret and its escapes) shown as ``<secret>``.
 
     In a structure, before it is printed: Python's repr escapes a secret's ``\`` and ``'``
     (an admin token with a backslash showed as ``ab\\cd``, unmasked). In text that is still
@@ -87,15 +89,13 @@ def _masked(value: Any, hidden: tuple[str, ...]) -> Any:
     structure nested past Python's limit (callers show the text instead).
     """
     if isinstance(value, str):
-        forms = {form for secret in hidden for form in (
-            secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1])}
-        for form in sorted(forms, key=len, reverse=True):  # escaped forms hold the plain one
+        for form in forms:
             value = value.replace(form, "<secret>")
         return value
     if isinstance(value, dict):
-        return {_masked(k, hidden): _masked(v, hidden) for k, v in value.items()}
+        return {_masked(k, forms): _masked(v, forms) for k, v in value.items()}
     if isinstance(value, list):
-        return [_masked(v, hidden) for v in value]
+        return [_masked(v, forms) for v in value]
     return value
 
 
