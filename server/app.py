@@ -138,6 +138,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             headers[RETRY_AFTER] = str(math.ceil(err.retry_after))
         if err.status == 401:
             headers["WWW-Authenticate"] = "Bearer"
+        if err.closes_connection:  # uvicorn closes it once the answer is written
+            headers["Connection"] = "close"
         return JSONResponse({"detail": err.message}, status_code=err.status, headers=headers)
 
     @app.exception_handler(OSError)

@@ -17,6 +17,8 @@ import inspect
 import json
 import logging
 import os
+import socket
+import ssl
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -26,13 +28,14 @@ import uvicorn
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
+from pflkit.sdk.config_types import ConfigError
 from pflkit.sdk.console import entry_point
 from pflkit.sdk.registry import add_project_path
 from pflkit.server.admin_settings import SettingsError, exposed_warning, read_token_file
 from pflkit.server.db import driver_message, shown_url
 from pflkit.server.errors import ServiceError
 from pflkit.server.http_protocol import BoundedHeadProtocol
-from pflkit.server.service import build_service
+from pflkit.server.service import build_service, undone_if_refused
 from pflkit.server.settings import ENV_PREFIX, ServerSettings, explain
 from pflkit.server.ticker import WAKE_ENV, Ticker
 
@@ -57,6 +60,30 @@ def flagged_settings() -> set[str]:
     """The settings ``serve`` takes as flags (errors name the flag, else the file's key)."""
     return {*inspect.signature(serve).parameters} & {*ServerSettings.model_fields} | \
         {"admin_token", "run_overrides"}  # as --admin-token-file, --set
+
+
+def check_listener(settings: ServerSettings) -> None:
+    """Refuse an address or TLS pair uvicorn cannot use, before anything is created.
+
+    uvicorn finds out only once it starts, after the database and the first run were made:
+    a traceback (a TLS file missing or not PEM) or its own line and exit 3 (a port in use).
+    """
+    if settings.tls_certfile is not None:
+        try:  # what uvicorn does with them
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(settings.tls_certfile,
+                                                                    settings.tls_keyfile)
+        except OSError as err:  # ssl.SSLError too
+            raise ConfigError(f"--tls-certfile {settings.tls_certfile}, --tls-keyfile "
+                              f"{settings.tls_keyfile}: not a certificate and its key "
+                              f"({' '.join(str(err.strerror or err).split())})") from err
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET  # as uvicorn binds
+    try:
+        with socket.socket(family) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((settings.host, settings.port))
+    except OSError as err:
+        raise ConfigError(f"--host {settings.host} --port {settings.port}: cannot listen there "
+                          f"({(err.strerror or str(err)).lower()})") from err
 
 
 @app.command()
@@ -90,6 +117,9 @@ def serve(
                                 ] = None,
     header_timeout: Annotated[float | None, typer.Option(
         help="seconds to send a request head; then the connection is closed")] = None,
+    body_timeout: Annotated[float | None, typer.Option(
+        help="seconds a request body may pause; then 408 and the connection is closed")
+                            ] = None,
     max_json_bytes: Annotated[int | None, typer.Option(help="larger JSON bodies: 413")] = None,
     keep_alive_timeout: Annotated[float | None, typer.Option(
         help="seconds an idle connection stays open")] = None,
@@ -120,7 +150,8 @@ def serve(
              "min_enrolled": min_enrolled, "round_deadline": round_deadline,
              "max_upload_bytes": max_upload_bytes, "max_num_samples": max_num_samples,
              "max_header_bytes": max_header_bytes, "keep_alive_timeout": keep_alive_timeout,
-             "header_timeout": header_timeout, "max_json_bytes": max_json_bytes,
+             "header_timeout": header_timeout, "body_timeout": body_timeout,
+             "max_json_bytes": max_json_bytes,
              "auth_failure_limit": auth_failure_limit,
              "auth_failure_window": auth_failure_window, "aggregation": aggregation,
              "clip_norm": clip_norm, "dp_clip_norm": dp_clip_norm,
@@ -147,19 +178,21 @@ def serve(
     add_project_path()  # run configs may name module:attr paths (uvicorn workers inherit it)
     # imported here, not at the top: uvicorn's workers re-import this module (multiprocessing
     # spawn), and they must stay without PyTorch
-    from pflkit.sdk.run_config import ConfigError, SimConfig
+    from pflkit.sdk.run_config import SimConfig
 
     try:
         settings = ServerSettings.load()
+        check_listener(settings)
         run_toml = None
         if settings.run_config is not None:  # validated whole before anything is created
             add_project_path(settings.run_config.parent)
             run_toml = SimConfig.load(settings.run_config, settings.run_overrides,
                                       settings.imports).to_toml()
-        service = build_service(settings)
-        service.runs.ensure(run_toml)
-        reopened = service.rounds.recover()
-        partial = service.store.blobs.remove_partial_writes()
+        with undone_if_refused(settings):
+            service = build_service(settings)
+            service.runs.ensure(run_toml)
+            reopened = service.rounds.recover()
+            partial = service.store.blobs.remove_partial_writes()
     except ValidationError as err:
         typer.echo(f"pfl-server: {explain(err)}", err=True)
         raise typer.Exit(2) from err

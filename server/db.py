@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -20,7 +22,8 @@ def make_engine(url: str) -> Engine:
         database = sqlite_file(url)
         if database is not None:
             _private_sqlite_file(database)
-        engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
+        engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False},
+                               json_serializer=finite_json)
 
         @event.listens_for(engine, "connect")
         def _pragmas(conn: Any, _record: Any) -> None:
@@ -34,7 +37,27 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True, json_serializer=finite_json)
+
+
+def finite_json(value: Any) -> str:
+    """A JSON column's text, every float in it finite: NaN and infinities are stored as null.
+
+    Python writes them as ``NaN``/``Infinity``, which PostgreSQL refuses: a round whose metric
+    mean overflowed (two devices reporting 1e308 for 1000 samples) failed to close every tick,
+    for ever. SQLite stored them, and the API showed null.
+    """
+    return json.dumps(_finite(value), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -59,6 +82,16 @@ def init_db(engine: Engine) -> sessionmaker[Session]:
     """Create missing tables; return the session factory."""
     Base.metadata.create_all(engine)
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def table_names(engine: Engine) -> set[str]:
+    """The tables of this schema the database holds."""
+    return set(inspect(engine).get_table_names()) & set(Base.metadata.tables)
+
+
+def drop_tables(engine: Engine) -> None:
+    """Drop this schema's tables (those a refused first start created)."""
+    Base.metadata.drop_all(engine)
 
 
 def shown_url(url: str) -> str:

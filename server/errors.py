@@ -11,6 +11,7 @@ class ServiceError(Exception):
     """A refused request; ``status`` is the HTTP status the API answers with."""
 
     status = 400
+    closes_connection = False  # the connection is closed after the answer
 
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -38,6 +39,13 @@ class NotFound(ServiceError):
     """No such run, round, client or blob."""
 
     status = 404
+
+
+class RequestTimeout(ServiceError):
+    """A request body stopped arriving: its connection is closed after the answer."""
+
+    status = 408
+    closes_connection = True
 
 
 class Conflict(ServiceError):

@@ -17,13 +17,20 @@ into HTTP statuses). The database is the source of truth, so any number of worke
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from pflkit.server.blobs import BlobStore, private_dir
-from pflkit.server.db import init_db, make_engine
+from pflkit.server.db import drop_tables, init_db, make_engine, sqlite_file, table_names
 from pflkit.server.enrollment import Enrollment
 from pflkit.server.retention import Retention
 from pflkit.server.runs import Runs
@@ -77,3 +84,46 @@ def build_service(settings: ServerSettings,
     private_dir(settings.data_dir)
     sessions = init_db(make_engine(settings.db_url))
     return FederationService(Store(settings, sessions, BlobStore(settings.blobs)), on_quorum)
+
+
+def first_missing(path: Path) -> Path | None:
+    """The outermost folder (or the file) of ``path`` that does not exist yet (None: it does)."""
+    path = Path(path).absolute()
+    if os.path.lexists(path):
+        return None
+    while not os.path.lexists(path.parent):
+        path = path.parent
+    return path
+
+
+@contextmanager
+def undone_if_refused(settings: ServerSettings) -> Iterator[None]:
+    """A start refused while preparing (a run config the rules refuse) leaves nothing behind.
+
+    What ``build_service`` and the first run would create -- the data and blob folders, the
+    SQLite file, the tables of a database that had none -- is removed when the block raises;
+    whatever existed before is left as it was.
+    """
+    paths = (settings.data_dir, settings.blobs, sqlite_file(settings.db_url))
+    made = {missing for path in paths if path and (missing := first_missing(path))}
+    engine = None if settings.db_url.startswith("sqlite") else make_engine(settings.db_url)
+    fresh = engine if engine is not None and not table_names(engine) else None
+    try:
+        yield
+    except Exception:
+        for path in made:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:  # the SQLite file: its journals too
+                for name in ("", "-wal", "-shm", "-journal"):
+                    with suppress(OSError):  # not made after all (a file in the way)
+                        path.with_name(path.name + name).unlink(missing_ok=True)
+        if fresh is not None:
+            try:
+                drop_tables(fresh)
+            except SQLAlchemyError:  # the refusal is the error to show, not this
+                logging.getLogger(__name__).exception("dropping the tables made failed")
+        raise
+    finally:
+        if engine is not None:
+            engine.dispose()

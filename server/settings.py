@@ -88,6 +88,9 @@ class ServerSettings(BaseSettings):
     # seconds from a connection's opening (or a request's first byte) to its complete head;
     # then it is closed (with 408 if a head began): half-open sockets cannot pile up
     header_timeout: Annotated[float, in_range(0.0, 3600.0, open_low=True)] = 30.0
+    # seconds a request body may go without a byte arriving; then 408 and the connection is
+    # closed: a body that stalls cannot hold its connection and its bytes so far for ever
+    body_timeout: Annotated[float, in_range(0.0, 3600.0, open_low=True)] = 60.0
     # larger JSON bodies (runs, tokens, enrollment, queries) get 413, read after credentials
     max_json_bytes: Annotated[int, in_range(1024, 64 * 2**20)] = 2**20
     # seconds an idle HTTP connection is kept open: longer than clients' poll interval and

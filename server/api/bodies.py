@@ -6,12 +6,14 @@ without credentials cost a worker ~767 MiB before the 401. A JSON body is read h
 in a dependency that runs after the route's credentials check (``json_body(Model, after=...)``)
 and stops at ``max_json_bytes`` (413). One rule for every JSON endpoint: a body that is not
 JSON (RFC 8259: ``NaN``, a lone surrogate, nesting deeper than 200, a number of more than 4300
-digits are not) gets 400; JSON that does not fit the schema gets 422. Schemas are strict: no
+digits are not; nor is an object naming a key twice, which proxies and parsers read apart)
+gets 400; JSON that does not fit the schema gets 422. Schemas are strict: no
 coercion (``"8"``, ``true`` and ``8.0`` are not the integer 8), no unknown fields.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -20,25 +22,39 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
+from pflkit.sdk.protocol import strict_json
 from pflkit.server.api.schemas import JsonIn
-from pflkit.server.errors import BadRequest, TooLarge
+from pflkit.server.errors import BadRequest, RequestTimeout, TooLarge
 
 M = TypeVar("M", bound=JsonIn)
 
 
 async def read_body(request: Request, limit: int, setting: str) -> bytes:
-    """Read the body, refusing it (413, naming ``setting``) once it exceeds ``limit`` bytes."""
+    """Read the body, refusing it (413, naming ``setting``) once it exceeds ``limit`` bytes.
+
+    A body that stops arriving for ``body_timeout`` seconds gets 408 and its connection is
+    closed: a stalled one would otherwise hold its connection and its bytes so far for ever.
+    """
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise TooLarge(f"body of {declared} bytes exceeds the {limit}-byte limit "
                        f"(setting {setting})")
-    chunks, size = [], 0
-    async for chunk in request.stream():
+    pause = request.app.state.service.settings.body_timeout
+    chunks: list[bytes] = []
+    size, stream = 0, request.stream()
+    while True:
+        try:
+            async with asyncio.timeout(pause):
+                chunk = await anext(stream, None)
+        except TimeoutError:
+            raise RequestTimeout(f"no byte of the body came for {pause:g} s (setting "
+                                 "body_timeout)", retry_after=1) from None
+        if chunk is None:
+            return b"".join(chunks)
         size += len(chunk)
         if size > limit:
             raise TooLarge(f"body exceeds the {limit}-byte limit (setting {setting})")
         chunks.append(chunk)
-    return b"".join(chunks)
 
 
 async def read_json(request: Request) -> Any:
@@ -46,9 +62,11 @@ async def read_json(request: Request) -> Any:
     limit = request.app.state.service.settings.max_json_bytes
     raw = await read_body(request, limit, "max_json_bytes")
     try:
-        return from_json(raw, allow_inf_nan=False)
+        data = from_json(raw, allow_inf_nan=False)
+        strict_json(raw)  # a key named twice: which one counts would be the parser's choice
     except ValueError as err:  # the parser's message names the place, never the value
         raise BadRequest(f"the body is not JSON: {err}") from err
+    return data
 
 
 def json_body(model: type[M], after: Callable[..., object]) -> Any:
