@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -31,7 +32,7 @@ from pflkit.sdk import console
 from pflkit.sdk.config_toml import apply_overrides, dump_toml, read_toml
 from pflkit.sdk.config_types import ConfigError
 from pflkit.sdk.protocol import MAX_ID
-from pflkit.server.admin_client import AdminClient, AdminError
+from pflkit.server.admin_client import MAX_DEADLINE, AdminClient, AdminError
 from pflkit.server.admin_settings import SettingsError, resolve
 from pflkit.server.admin_view import clients_table, created_line, prune_line, render_status, when
 from pflkit.server.api.schemas import MAX_TOKEN_TTL
@@ -75,23 +76,27 @@ def _connection(
     config: Annotated[Path | None, typer.Option(
         help="TOML with url, token or token_file (env PFLKIT_ADMIN_CONFIG; default "
              "~/.config/pflkit/admin.toml)", show_default=False)] = None,
+    answer_deadline: Annotated[float, typer.Option(
+        help=f"seconds each answer may take to arrive whole, in (0, {MAX_DEADLINE}] (a week)",
+        callback=_seconds_within(MAX_DEADLINE, "a week"))] = 600.0,
 ) -> None:
     """Administer a pfl-server: enrollment tokens, clients, runs, live status.
 
     Flags beat the environment, which beats the config file (docs/admin.md).
     """
-    ctx.obj = {"url": url, "token": token, "token_file": token_file, "config": config}
+    ctx.obj = {"connection": {"url": url, "token": token, "token_file": token_file,
+                              "config": config}, "answer_deadline": answer_deadline}
 
 
 def _client(ctx: typer.Context) -> AdminClient:
     root = ctx.find_root()
     try:
-        connection = resolve(**root.obj)
+        connection = resolve(**root.obj["connection"])
     except SettingsError as err:
         _fail(str(err))
     for warning in connection.warnings:
         typer.echo(f"pfl-admin: {warning}", err=True)
-    return AdminClient(connection.url, connection.token)
+    return AdminClient(connection.url, connection.token, deadline=root.obj["answer_deadline"])
 
 
 def _finite(value: float | None) -> float | None:
@@ -101,12 +106,14 @@ def _finite(value: float | None) -> float | None:
     return value
 
 
-def _ttl(value: float | None) -> float | None:
-    """A token's lifetime in (0, MAX_TOKEN_TTL] seconds, as the server accepts it."""
-    if value is not None and not 0 < _finite(value) <= MAX_TOKEN_TTL:  # type: ignore[operator]
-        raise typer.BadParameter(f"must be in (0, {MAX_TOKEN_TTL}] seconds (ten years), "
-                                 f"got {value:g}")
-    return value
+def _seconds_within(high: int, spelled: str) -> Callable[[float | None], float | None]:
+    """An option's check: None, or finite seconds in (0, ``high``] (``spelled`` in words)."""
+    def check(value: float | None) -> float | None:
+        if value is not None and not 0 < _finite(value) <= high:  # type: ignore[operator]
+            raise typer.BadParameter(f"must be in (0, {high}] seconds ({spelled}), "
+                                     f"got {value:g}")
+        return value
+    return check
 
 
 def _print_json(data: Any) -> None:
@@ -118,15 +125,14 @@ def _print_json(data: Any) -> None:
 @tokens_app.command("create")
 def create_tokens(
     ctx: typer.Context,
-    count: Annotated[int, typer.Option(min=1, max=10_000, help="how many tokens")] = 1,
+    count: Annotated[int, typer.Option(min=1, max=10_000, help="how many, in [1, 10000]")] = 1,
     client_id: Annotated[int | None, typer.Option(
         min=0, max=MAX_ID, help="reserve client ids: the tokens enroll as CLIENT_ID, "
-        "CLIENT_ID+1, ...",
+        f"CLIENT_ID+1, ...; CLIENT_ID in [0, {MAX_ID}]",
         show_default=False)] = None,
-    ttl: Annotated[float | None, typer.Option(help="seconds until the tokens expire, in "
-                                              f"(0, {MAX_TOKEN_TTL}] (default: never)",
-                                              show_default=False,
-                                              callback=_ttl)] = None,
+    ttl: Annotated[float | None, typer.Option(
+        help=f"seconds until the tokens expire, in (0, {MAX_TOKEN_TTL}] (default: never)",
+        show_default=False, callback=_seconds_within(MAX_TOKEN_TTL, "ten years"))] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create one-time enrollment tokens: one per line, or a JSON list with their ids.
@@ -134,6 +140,8 @@ def create_tokens(
     Each token is shown once. If the server refuses one midway, the tokens already created
     are still printed before the error.
     """
+    if client_id is not None and client_id + count - 1 > MAX_ID:  # before any is created
+        _fail(f"--client-id {client_id} with --count {count} reserves ids past {MAX_ID}")
     created: list[dict[str, Any]] = []
     try:
         with _client(ctx) as admin:
@@ -148,9 +156,8 @@ def create_tokens(
 
 
 @tokens_app.command("revoke")
-def revoke_token(ctx: typer.Context,
-                 token_id: Annotated[int, typer.Argument(min=0, max=MAX_ID,
-                                                           help="the token's id")]) -> None:
+def revoke_token(ctx: typer.Context, token_id: Annotated[int, typer.Argument(
+        min=0, max=MAX_ID, help="the token's id")]) -> None:
     """Revoke an unused enrollment token (its id is in `tokens create --json`)."""
     with _client(ctx) as admin:
         admin.revoke_token(token_id)
@@ -169,10 +176,8 @@ def list_clients(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 
 @clients_app.command("revoke")
-def revoke_client(ctx: typer.Context,
-                  client_id: Annotated[int, typer.Argument(min=0, max=MAX_ID,
-                                                            help="the client's id")]
-                  ) -> None:
+def revoke_client(ctx: typer.Context, client_id: Annotated[int, typer.Argument(
+        min=0, max=MAX_ID, help="the client's id")]) -> None:
     """Revoke a client: its secret stops working and it is no longer sampled."""
     with _client(ctx) as admin:
         admin.revoke_client(client_id)
@@ -231,7 +236,7 @@ def stop_run(ctx: typer.Context, run_id: RunArg = None) -> None:
 def prune(
     ctx: typer.Context,
     keep_globals: Annotated[int | None, typer.Option(
-        min=1, max=MAX_ID, help="keep each run's newest N global states, N in [1, 2^31-1] "
+        min=1, max=MAX_ID, help=f"keep each run's newest N global states, N in [1, {MAX_ID}] "
         "(default: keep all)", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="count, delete nothing")] = False,
     as_json: JsonOpt = False,
@@ -250,8 +255,8 @@ def status(
     run_id: RunArg = None,
     once: Annotated[bool, typer.Option("--once", help="print one snapshot and exit")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one snapshot as JSON")] = False,
-    interval: Annotated[float, typer.Option(min=0.1, max=3600, callback=_finite,
-                                            help="seconds between refreshes")] = 2.0,
+    interval: Annotated[float, typer.Option(
+        min=0.1, max=3600, callback=_finite, help="seconds between refreshes, [0.1, 3600]")] = 2.0,
 ) -> None:
     """Live view of a run (round, participants sampled/received, metrics) until it ends."""
     console = Console()
@@ -289,10 +294,7 @@ def main() -> None:
     """
     try:
         code = console.run(app, "pfl-admin")
-    except AdminError as err:
+    except (AdminError, _Failed) as err:  # the server's (1), or ours before asking it (2)
         typer.echo(f"pfl-admin: {err}", err=True)
-        raise SystemExit(1) from None
-    except _Failed as err:
-        typer.echo(f"pfl-admin: {err}", err=True)
-        raise SystemExit(err.code) from None
+        raise SystemExit(err.code if isinstance(err, _Failed) else 1) from None
     raise SystemExit(code)

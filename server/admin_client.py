@@ -28,6 +28,7 @@ API = "/v1"
 Reply = TypeVar("Reply")
 MAX_ANSWER = 256 * 2**20  # bytes: a run's history of 100000 rounds, a million clients' list
 MAX_ERROR_ANSWER = 64 * 2**10  # bytes of a refusal read: only its message is shown
+MAX_DEADLINE = 7 * 86400  # seconds: the longest wait for a whole answer, a week
 
 
 PASSING = (502, 503, 504)  # the server (or its proxy) cannot answer now: asking again may work

@@ -78,6 +78,9 @@ def device_text(text: str) -> Text:
 
 
 def _number(value: Any) -> Text:
+    """A metric's cell; ``n/a`` for null: a number the server could not define (inf, NaN)."""
+    if value is None:
+        return Text("n/a")
     return Text(f"{value:.4g}" if isinstance(value, float) else printable(str(value)))
 
 

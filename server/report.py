@@ -14,7 +14,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from pflkit.sdk.aggregation_config import AggregationConfig  # noqa: E402
 from pflkit.sdk.rundir import RunDir  # noqa: E402
+from pflkit.server.privacy_status import accountant  # noqa: E402
 
 # summary fields that count something (clients, test rows): whole numbers, whatever their type
 COUNTS = frozenset({"n", "clients", "own_clients"})
@@ -60,7 +62,7 @@ def plot_curves(rows: list[dict[str, Any]], plots: Path, title: str) -> list[Pat
         fig, ax = plt.subplots(figsize=(6, 3.5))
         for key, label in curves:
             _curve(ax, rows, key, label)
-        ax.set(xlabel="round", ylabel=ylabel, title=f"{title}: {name}")
+        ax.set(xlabel="rounds done", ylabel=ylabel, title=f"{title}: {name}")  # round r at r + 1
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # no round 1.5
         made.append(_save(fig, ax, plots / f"{name}.png"))
     return made
@@ -132,16 +134,20 @@ def _fmt(value: Any, key: str = "") -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
-def _privacy(rows: list[dict[str, Any]]) -> list[str]:
-    """The DP guarantee after the last recorded round (docs/privacy.md), if the run had one."""
+def _privacy(rows: list[dict[str, Any]], rules: dict[str, Any]) -> list[str]:
+    """The DP guarantee after the last recorded round (docs/privacy.md), if the run had one.
+
+    ``rules``: the run's ``[aggregation]``, which says how epsilon was accounted (secure
+    aggregation gets no amplification by sampling).
+    """
     last = next((r for r in reversed(rows) if "dp_epsilon" in r), None)
     if last is None:
         return []
     return ["## Privacy", "",
             f"User-level DP-FedAvg on the shared tensors: epsilon = {last['dp_epsilon']:.3f} at "
             f"delta = {last['dp_delta']:g} after {last['round'] + 1} rounds (noise multiplier "
-            f"{last['dp_noise_multiplier']:.4f}; RDP accountant, fixed-size sampling).", "",
-            *_clip_norms(rows)]
+            f"{last['dp_noise_multiplier']:.4f}; accountant: "
+            f"{accountant(AggregationConfig(**rules))}).", "", *_clip_norms(rows)]
 
 
 def _clip_norms(rows: list[dict[str, Any]]) -> list[str]:
@@ -213,7 +219,8 @@ def write_report(run_dir: Path) -> Path:
     rows = _rows(files)
     final = json.loads(files.final.read_text()) if files.final.is_file() else {}
     config = files.config_file.read_text() if files.config_file.is_file() else ""
-    title = tomllib.loads(config).get("algorithm", {}).get("name", "run") if config else "run"
+    settings = tomllib.loads(config)
+    title = settings.get("algorithm", {}).get("name", "run")
     plot_curves(rows, plots, title)
     dist = plot_client_distribution(final, plots)
     lines = [f"# pflkit run report: {files.path.name}", ""]
@@ -225,7 +232,8 @@ def write_report(run_dir: Path) -> Path:
             for key, value in final.get(group, {}).get("summary", {}).items():
                 lines.append(f"| {group}: {key} | {_fmt(value, key)} |")
         lines.append("")
-    lines += _versus_generic(final) + _privacy(rows) + _diverged(rows, final)
+    lines += _versus_generic(final) + _privacy(rows, settings.get("aggregation", {}))
+    lines += _diverged(rows, final)
     lines += ["## Curves", "", "![accuracy](plots/accuracy.png)", "", "![loss](plots/loss.png)", ""]
     if dist:
         lines += ["## Clients", "", "![clients](plots/clients.png)", ""]
