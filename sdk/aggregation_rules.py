@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pflkit.sdk.adaptive_clipping import sum_noise_multiplier
 from pflkit.sdk.aggregation_config import AggregationConfig
 from pflkit.sdk.algorithms.aggregators import Aggregator, State, WeightedMean
 from pflkit.sdk.algorithms.server_aggregation import ServerAggregation
@@ -69,7 +70,13 @@ def refuse_unfit_rules(rules: AggregationConfig, aggregation: ServerAggregation,
     - A robust rule, DP-FedAvg's noised mean and SecAgg's masked sum each replace the method's
       aggregator, which is only sound for the plain weighted mean: pFedMe's beta blend and
       SCAFFOLD's server step and control variate would be dropped or crash at the close.
+    - Adaptive clipping's count noise ``dp_clipped_count_stddev`` must exceed ``z / 2``
+      (:func:`~pflkit.sdk.adaptive_clipping.sum_noise_multiplier`), where both are given: no
+      round of such a run could close. (The default, ``m / 20``, is checked per round.)
     """
+    count_stddev, z = rules.dp_clipped_count_stddev, rules.dp_noise_multiplier
+    if count_stddev is not None and z is not None:
+        sum_noise_multiplier(z, count_stddev)
     schema = aggregation.update_schema(global_state)
     missing = [k for k, (_, dtype) in schema.items()
                if dtype.is_floating_point and k not in global_state]

@@ -51,10 +51,11 @@ def clip_problem(update: bytes, layout: SafetensorsLayout, global_state: bytes,
         for start in range(0, size, _BLOCK):
             u = _values(up, span, start, start + _BLOCK)
             g = _values(glob, base.tensors[name], start, start + _BLOCK)
-            squared += float(((u - g) ** 2).sum())
-            rounding += float(((eps * u) ** 2).sum())
+            with np.errstate(over="ignore"):  # an F64 change past 1e154 squares to inf
+                squared += float(((u - g) ** 2).sum())
+                rounding += float(((eps * u) ** 2).sum())
     norm, bound = math.sqrt(squared), clip_norm * (1 + RELATIVE_SLACK) + math.sqrt(rounding)
-    if norm > bound:
+    if norm > bound or math.isinf(norm):  # inf > inf is False: huge values widen the bound too
         return (f"its change has L2 norm {norm:.6g}, over the round's clip norm {clip_norm:g} "
                 f"(devices clip: aggregation.dp_clip_on_device)")
     return None

@@ -23,14 +23,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from pflkit.sdk.aggregation_rules import AggregatorFactory
-from pflkit.sdk.privacy_accounting import privacy_spent
+from pflkit.sdk.privacy_accounting import PrivacyBudgetExceeded, dp_rounds, privacy_spent
 from pflkit.sdk.tensorio import CorruptStateError, state_from_bytes, state_to_bytes
 from pflkit.server.coordinator import Coordinator, UpdateRejected
 from pflkit.server.faults import crash_point
@@ -39,6 +39,9 @@ from pflkit.server.privacy_status import server_metadata
 from pflkit.server.secagg_close import secagg_global
 from pflkit.server.secagg_rounds import SecAggRounds
 from pflkit.server.store import Store
+
+if TYPE_CHECKING:
+    from pflkit.server.runs import RunSetup
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +62,8 @@ class RoundKeeper:
         setup, s = self.store.setup(run), self.store.settings
         with self.store.transaction() as db:
             stored = db.get(RunClipNorm, run.id)
-            earlier = self._earlier_rounds(db, rnd) if setup.aggregation.private else []
+            earlier = self._earlier_rounds(db, rnd.run_id, rnd.index) \
+                if setup.aggregation.private else []
         factory = AggregatorFactory(setup.algorithm.aggregation.new_aggregator,
                                     setup.aggregation,
                                     s.data_dir / "scratch", setup.schedule, setup.hidden_seed,
@@ -71,7 +75,7 @@ class RoundKeeper:
                            rnd.index, aggregator_factory=factory), factory
 
     @staticmethod
-    def _earlier_rounds(db: Session, rnd: Round) -> list[tuple[int, float | None]]:
+    def _earlier_rounds(db: Session, run_id: int, index: int) -> list[tuple[int, float | None]]:
         """Each earlier round's roster size and recorded noise multiplier (or None), oldest first.
 
         Clients enroll and are revoked during a run, so DP accounts each round at its own
@@ -79,7 +83,7 @@ class RoundKeeper:
         at the noise it was given (:func:`~pflkit.sdk.privacy_accounting.dp_rounds`).
         """
         rows = db.execute(select(func.json_array_length(Round.roster), Round.metrics).where(
-            Round.run_id == rnd.run_id, Round.index < rnd.index).order_by(Round.index))
+            Round.run_id == run_id, Round.index < index).order_by(Round.index))
         return [(int(n), _recorded_noise(metrics)) for n, metrics in rows]
 
     def recover(self) -> int:
@@ -133,6 +137,8 @@ class RoundKeeper:
                                     and setup.schedule.sample_size(len(roster)) < 2):
             return None  # SecAgg masks between two devices at least
         index = run.rounds_done
+        if not self._within_budget(s, run, setup, index, len(roster)):
+            return None
         coord = Coordinator(setup.algorithm, setup.schedule, roster,
                             self.store.global_states.get(run.global_hash), setup.hidden_seed,
                             index)
@@ -143,6 +149,31 @@ class RoundKeeper:
         s.flush()
         log.info("run %d: round %d open, sampled %s", run.id, index, rnd.sampled)
         return rnd
+
+    def _within_budget(self, s: Session, run: Run, setup: RunSetup, index: int,
+                       population: int) -> bool:
+        """Whether round ``index`` may open: False (the run finished) past ``dp_max_epsilon``.
+
+        Checked before devices get the round, as pfl-sim checks before it trains one: the
+        round would otherwise be trained and uploaded and its close refused at every tick.
+        A DP setting this roster cannot take (a clipped count's noise too small for z) is a
+        ValueError here, before any device trains.
+        """
+        rules = setup.aggregation
+        if rules.dp_max_epsilon is None and rules.dp_adaptive_quantile is None:
+            return True  # nothing to check: no accounting (and no calibration) in this commit
+        earlier = self._earlier_rounds(s, run.id, index)
+        size = setup.schedule.sample_size
+        dp = dp_rounds(rules, population, size(population), setup.schedule.rounds,
+                       [(size(n), n) for n, _ in earlier], [z for _, z in earlier])
+        try:
+            if dp is not None:
+                dp.check_budget(index)
+        except PrivacyBudgetExceeded as err:
+            log.warning("run %d: finished after %d rounds: %s", run.id, index, err)
+            run.status = "finished"
+            return False
+        return True
 
     def close_round(self, round_id: int) -> None:
         """Fold the round's accepted blobs (client-id order), store the result, commit.
@@ -253,8 +284,9 @@ def _round_metrics(updates: list[Update] | Any) -> dict[str, Any]:
     for key in keys:
         rows = [(u.metrics[key], u.num_samples) for u in updates if key in u.metrics]
         weight = sum(n for _, n in rows)
-        if weight > 0:
-            out[key] = sum(v * n for v, n in rows) / weight
+        if weight > 0:  # a convex mean: finite uploads (even 1e308) give a finite mean
+            mean = math.fsum(v * (n / weight) for v, n in rows)
+            out[key] = mean if math.isfinite(mean) else None  # JSON (PostgreSQL) has no inf
     return out
 
 
