@@ -200,6 +200,9 @@ def _toml_value(value: Any) -> str:
         return '"' + "".join(_toml_char(c) for c in value) + '"'
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # in an array (steps = [{lr = 0.1}]): an inline table
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) \
+            + "}"
     raise ConfigError(f"cannot write {value!r} to TOML")
 
 

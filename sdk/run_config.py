@@ -56,6 +56,7 @@ from pflkit.sdk.config_types import (
     fields_at,
     in_range,
     plain_name,
+    shown,
 )
 from pflkit.sdk.config_types import ConfigError as ConfigError  # re-exported: callers catch it
 from pflkit.sdk.data.datasets import dataset_source
@@ -199,6 +200,20 @@ class SimConfig:
         """Canonical TOML (what ``config.toml`` in a run directory holds)."""
         return dump_toml(self.to_mapping())
 
+    def computed_part(self) -> SimConfig:
+        """The config less where it runs ([execution]) and where its data lies (data.root).
+
+        What a run's numbers follow: a resumed run continues under exactly this, anywhere.
+        """
+        return self.replace(data=dataclasses.replace(self.data, root=None),
+                            execution=ExecutionConfig())
+
+    def changes_from(self, before: SimConfig) -> list[str]:
+        """Each setting that differs from ``before`` as ``key: old -> new``, sorted by key."""
+        old, new = _flat(before.to_mapping()), _flat(self.to_mapping())
+        return [f"{key}: {_setting(old.get(key))} -> {_setting(new.get(key))}"
+                for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)]
+
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any], imports: ImportPolicy = OWN_CONFIG
                      ) -> SimConfig:
@@ -267,3 +282,19 @@ def _not_empty(raw: dict[str, Any], source: str) -> dict[str, Any]:
 def _drop_none(mapping: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _drop_none(v) if isinstance(v, dict) else v for k, v in mapping.items()
             if v is not None}
+
+
+def _flat(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested tables as ``{dotted key: value}``."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, Mapping):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _setting(value: Any) -> str:
+    """A setting's value as an error shows it (None: the key is not set)."""
+    return "unset" if value is None else shown(value)

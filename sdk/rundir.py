@@ -33,6 +33,8 @@ from pflkit.sdk.state_store import RunClientStore
 from pflkit.sdk.tensorio import CorruptStateError, json_text, load_state, read_metadata, save_state
 
 CLIP_NORM_KEY = "dp_clip_norm"  # global checkpoint metadata: the next round's C (repr)
+# global checkpoint metadata: the TOML of SimConfig.computed_part(), what its rounds ran under
+RUN_CONFIG_KEY = "run_config"
 
 
 def checkpoint_round(path: Path) -> int | None:
@@ -145,6 +147,44 @@ class RunDir:
             raise ConfigError(f"{self.path} is not a pfl-sim run directory (no config.toml)")
         return SimConfig.load(self.config_file)
 
+    @staticmethod
+    def commit_metadata(rounds_done: int, config: SimConfig, clip_norm: float | None
+                        ) -> dict[str, str]:
+        """A global checkpoint's metadata, which :meth:`rounds_done` and its peers read back.
+
+        It records the settings its rounds ran under (:meth:`resumed_config`) and DP's
+        ``clip_norm`` for the next round (None: no DP).
+        """
+        meta = {"rounds_done": str(rounds_done), "algorithm": config.algorithm.name,
+                RUN_CONFIG_KEY: config.computed_part().to_toml()}
+        return meta | ({CLIP_NORM_KEY: repr(clip_norm)} if clip_norm is not None else {})
+
+    def resumed_config(self) -> SimConfig:
+        """The config to continue the run with: ``config.toml``, unless edited since (ConfigError).
+
+        Anyone can edit the file; a run continued from it after an edit (``lr``, ``rounds``, a
+        method's parameter) would silently be half one run and half another, so its settings
+        must be those its committed rounds recorded, but for where it runs and ``data.root``.
+        A checkpoint of a pflkit that recorded none is trusted as before. (A config passed to
+        ``Simulation(config, run_dir, resume=True)`` is the caller's choice, and honoured.)
+        """
+        config = self.config()
+        text = read_metadata(self.latest.read_bytes()).get(RUN_CONFIG_KEY) \
+            if self.latest.is_file() else None  # nothing committed: it starts over as configured
+        if text is None:
+            return config
+        before = SimConfig.from_toml(text, f"{self.latest} (its {RUN_CONFIG_KEY})")
+        changes = config.computed_part().changes_from(before)
+        if changes:
+            more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
+            done = self.rounds_done()
+            raise ConfigError(f"--resume {self.path}: {self.config_file.name} changed since its "
+                              f"{done} committed round{'' if done == 1 else 's'} ran "
+                              f"({changes[0]}{more}), "
+                              "and a run continues as configured (only [execution] and "
+                              "data.root may change): restore it, or start a new run")
+        return config
+
     def rounds_done(self) -> int:
         """The last committed round count (0 before the first commit)."""
         if not self.latest.is_file():
@@ -170,15 +210,21 @@ class RunDir:
         """
         if not self.metrics.is_file():
             return
-        lines = [line for line in self.metrics.read_text().splitlines() if line.strip()]
+        lines = [line for line in self.metrics.read_bytes().splitlines() if line.strip()]
         rows = []
         for number, line in enumerate(lines, 1):
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
+                row = json.loads(line)  # bytes: a byte that is not UTF-8 is an error too
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:
                 if number < len(lines):
+                    why = err.msg if isinstance(err, json.JSONDecodeError) else "not UTF-8"
                     raise CorruptStateError(f"{self.metrics}: line {number} is not JSON "
-                                            f"({err.msg})") from None
+                                            f"({why})") from None
+                continue
+            if not (isinstance(row, dict) and type(row.get("round")) is int):  # edited by hand
+                raise CorruptStateError(f"{self.metrics}: line {number} is not a round's row "
+                                        "(a JSON object with an integer 'round')")
+            rows.append(row)
         kept = [r for r in rows if r["round"] < rounds_done]
         self.metrics.write_text("".join(json_text(r) + "\n" for r in kept))
 

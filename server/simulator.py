@@ -32,7 +32,7 @@ from pflkit.sdk.divergence import defined_loss, diverged
 from pflkit.sdk.phases import phase
 from pflkit.sdk.privacy_accounting import privacy_spent
 from pflkit.sdk.run_config import ExecutionConfig, SimConfig
-from pflkit.sdk.rundir import CLIP_NORM_KEY, RunDir, check_creatable, checkpoint_round
+from pflkit.sdk.rundir import RunDir, check_creatable, checkpoint_round
 from pflkit.sdk.state_store import client_state_to_bytes
 from pflkit.sdk.tensorio import atomic_write_bytes, load_state, save_json, save_state
 from pflkit.server.coordinator import Coordinator, OpenRound
@@ -101,6 +101,8 @@ class Simulation:
                 self._start_fresh(partition)
         except BaseException:
             self.close()
+            if not resume:  # before its first round: the same --out must work again
+                self.files.discard(self._existing)
             raise
         self._states: dict[int, ClientState] = {}
         self._stage_diverged: list[int] = []  # clients whose post-federation stage diverged
@@ -127,8 +129,8 @@ class Simulation:
     @classmethod
     def resume(cls, run_dir: Path, progress: bool = True,
                execution: ExecutionConfig | None = None) -> Simulation:
-        """Continue a stopped run; ``execution`` replaces its executor and device settings."""
-        config = RunDir(run_dir).config()
+        """Continue a stopped run as it ran (RunDir.resumed_config); ``execution``: where now."""
+        config = RunDir(run_dir).resumed_config()
         if execution is not None:
             config = config.replace(execution=execution)  # written back once it is built
         return cls(config, run_dir, resume=True, progress=progress)
@@ -143,10 +145,9 @@ class Simulation:
 
     @phase("commit")
     def _commit(self, round_index: int, global_state: State, saved: list[int]) -> None:
-        meta = {"rounds_done": str(round_index + 1), "algorithm": self.config.algorithm.name}
-        if self.rules.clip is not None:
-            meta[CLIP_NORM_KEY] = repr(self.rules.clip.value)
         done = round_index + 1
+        meta = self.files.commit_metadata(done, self.config, self.rules.clip.value
+                                          if self.rules.clip is not None else None)
         if done % self.config.checkpoint_interval == 0 or done == self.config.rounds:
             save_state(self.files.checkpoint(done), global_state, meta)
         save_state(self.files.latest, global_state, meta)

@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from pflkit.sdk.config_toml import apply_overrides, parse_value, read_toml, set_key
+from pflkit.sdk.config_types import shown
 from pflkit.sdk.console import entry_point
 from pflkit.sdk.registry import ExtensionError, add_project_path
 from pflkit.sdk.run_config import ConfigError, ExecutionConfig, SimConfig
@@ -61,8 +62,9 @@ def build_config(path: Path | None, flags: dict[str, Any], params: list[str],
     for item in params:
         key, sep, value = item.partition("=")
         if not sep:
-            raise ConfigError(f"--param expects KEY=VALUE, got {item!r}")
-        set_key(raw, f"algorithm.params.{key.strip()}", parse_value(value.strip()))
+            raise ConfigError(f"--param expects KEY=VALUE (e.g. mu=0.01), got {shown(item)}")
+        set_key(raw, f"algorithm.params.{key.strip()}",
+                parse_value(value.strip(), f"--param {shown(key.strip())}"))
     raw = apply_overrides(raw, overrides)
     if not any(key != "execution" for key in raw):  # [execution] says where, not what
         what = f"{path}: sets nothing about the run" if path else \
