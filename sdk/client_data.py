@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from pflkit.sdk.data.tensors import LabeledTensors, check_labels, nonfinite_problem
+from pflkit.sdk.data.tensors import DatasetError, LabeledTensors, nonfinite_problem, raw_rows
 from pflkit.sdk.tensorio import (
     CorruptStateError,
     atomic_write_bytes,
@@ -27,10 +27,16 @@ def save_client_data(path: Path, data: LabeledTensors) -> None:
     """Write a device's training data in the ``pfl-client --data`` format (x float32, y int64).
 
     Labels of any integer width are kept; float labels are refused, never truncated (0.7 is
-    no class), as ``Dataset.from_raw`` refuses them.
+    no class), as ``Dataset.from_raw`` refuses them, and so are complex inputs and inputs
+    beyond float32 (never cast). Rows :func:`load_client_data` would refuse (no rows, a
+    label below 0, NaN) are refused here, and nothing is written: they used to be written,
+    and the device stopped on them later.
     """
-    save = {"x": data.x.to(torch.float32), "y": check_labels("the device's data", data.y)}
-    atomic_write_bytes(Path(path), state_to_bytes(save))
+    x, y = raw_rows("the device's data", (data.x, data.y))
+    x = x.to(torch.float32)
+    if (problem := data_problem(x, y)) is not None:
+        raise DatasetError(f"the device's data: {problem}")
+    atomic_write_bytes(Path(path), state_to_bytes({"x": x, "y": y}))
 
 
 def data_problem(x: torch.Tensor, y: torch.Tensor) -> str | None:

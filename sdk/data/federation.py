@@ -87,11 +87,16 @@ class Federation:
         """Training and new clients together, by id."""
         return {**self.clients, **self.new_clients}
 
-    def class_histogram(self) -> np.ndarray:
-        """(num_clients, num_classes) train counts, rows ordered by client id."""
+    def class_histogram(self, first: int | None = None) -> np.ndarray:
+        """(num_clients, num_classes) train counts, rows ordered by client id.
+
+        ``first``: only the first that many clients' rows, as the table and the plot show
+        them (all of them: 100,000 users of 10,000 classes would be 8 GB).
+        """
         every = self.all_clients
         c = self.spec.num_classes
-        return np.stack([every[k].class_counts(c).cpu().numpy() for k in sorted(every)])
+        rows = [every[k].class_counts(c).cpu().numpy() for k in sorted(every)[:first]]
+        return np.stack(rows) if rows else np.zeros((0, c), dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -219,7 +224,7 @@ def partition_table(federation: Federation, max_rows: int = 20) -> str:
     A natural partition adds the user id of each client, a first line on the users left out
     and a last one on where the dataset's rows went.
     """
-    hist = federation.class_histogram()
+    hist, clients = federation.class_histogram(max_rows), len(federation.all_clients)
     new = set(federation.new_clients)
     users = federation.users
     wide = max([12, *(len(str(u)) for u in users.ids[:max_rows])]) if users else 0  # int64: 20
@@ -227,13 +232,13 @@ def partition_table(federation: Federation, max_rows: int = 20) -> str:
         " ".join(f"{c:>5d}" for c in range(hist.shape[1])) + "   total"
     lines = [users.describe()] if users else []
     lines.append(head)
-    for cid, row in enumerate(hist[:max_rows]):
+    for cid, row in enumerate(hist):
         tag = "*" if cid in new else " "
         user = f"{users.ids[cid]:>{wide}d}  " if users else ""
         lines.append(f"{cid:>5d}{tag}  {user}" + " ".join(f"{v:>5d}" for v in row) +
                      f"  {row.sum():>6d}")
-    if len(hist) > max_rows:
-        lines.append(f"... {len(hist) - max_rows} more clients")
+    if clients > max_rows:
+        lines.append(f"... {clients - max_rows} more clients")
     if new:
         lines.append("* = new client (never trains)")
     if users and users.rows:
@@ -242,30 +247,41 @@ def partition_table(federation: Federation, max_rows: int = 20) -> str:
 
 
 def plot_partition(federation: Federation, path: Path, max_bars: int = 200) -> Path:
-    """Stacked bars of each client's class counts (the first ``max_bars`` clients)."""
+    """Stacked bars of each client's class counts (the first ``max_bars`` clients).
+
+    The segments there are (a class a client lacks draws nothing) are one collection: a bar
+    call per class took 30 s at 2,000 classes (a patch per segment still 11 s), and a
+    dataset may have 100,000.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
-    full = federation.class_histogram()
-    hist = full[:max_bars]  # 10,000 users would make a figure 1,200 inches wide
+    hist = federation.class_histogram(max_bars)  # 10,000 users: a figure 1,200 inches wide
+    clients = len(federation.all_clients)
     fig, ax = plt.subplots(figsize=(max(6, hist.shape[0] * 0.12), 3.5))
-    bottom = np.zeros(hist.shape[0])
     cmap = plt.get_cmap("tab10" if hist.shape[1] <= 10 else "tab20")
-    for c in range(hist.shape[1]):
-        ax.bar(np.arange(hist.shape[0]), hist[:, c], bottom=bottom, width=0.9,
-               color=cmap(c % cmap.N), label=federation.spec.classes[c])
-        bottom += hist[:, c]
-    shown = f" (first {len(hist)} of {len(full)})" if len(hist) < len(full) else ""
+    client, c = np.nonzero(hist)
+    low = (np.cumsum(hist, axis=1) - hist)[client, c]  # the classes before c, stacked
+    high, left, right = low + hist[client, c], client - 0.45, client + 0.45
+    corners = [np.c_[left, low], np.c_[left, high], np.c_[right, high], np.c_[right, low]]
+    ax.add_collection(PolyCollection(np.stack(corners, axis=1), facecolors=cmap(c % cmap.N),
+                                     edgecolors="none"))
+    ax.set_xlim(-0.5, hist.shape[0] - 0.5)
+    ax.set_ylim(0, max(1, int(hist.sum(axis=1).max(initial=0))) * 1.05)
+    shown = f" (first {len(hist)} of {clients})" if len(hist) < clients else ""
     ax.set_xlabel("client = a dataset user (partition.txt names it)" if federation.users
                   else "client")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # no client 0.5
     ax.set_ylabel("train samples")
     ax.set_title(f"{federation.spec.name}: samples per client{shown}, coloured by class")
     if hist.shape[1] <= 10:
-        ax.legend(fontsize=6, ncol=5, loc="upper right")
+        ax.legend([Patch(color=cmap(k)) for k in range(hist.shape[1])], federation.spec.classes,
+                  fontsize=6, ncol=5, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

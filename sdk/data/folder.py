@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from pflkit.sdk.data.spec import MAX_CLASSES, Dataset, DatasetError, DatasetNotFoundError
-from pflkit.sdk.data.tensors import REAL_KINDS, check_user_ids
+from pflkit.sdk.data.tensors import REAL_KINDS, check_labels, check_user_ids
 from pflkit.sdk.tensorio import state_from_bytes
 
 SPLITS = ("train", "test")
@@ -48,6 +48,9 @@ def _npy_header_check(path: Path) -> None:
     if dtype.kind not in REAL_KINDS:
         raise DatasetError(f"{path}: holds {dtype} values, not real numbers (ints, floats or "
                            "bools)")
+    if dtype.itemsize > 8:  # float128: no tensor holds it (np.load, then a TypeError)
+        raise DatasetError(f"{path}: holds {dtype} values, wider than 64 bits: save them as "
+                           "float64 or float32")
     claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
     if claimed != held:
         raise DatasetError(f"{path}: holds {held} bytes of data, its header says {shape} "
@@ -75,7 +78,7 @@ def _read_split(root: Path, split: str) -> dict[str, Named]:
         raise DatasetError(f"{users}: the test split is the global test set, not dealt by user: "
                            "give each user its own test rows with train_users.npy and "
                            "test_fraction, or hold users out with num_new_clients")
-    if tensors.is_file():
+    if _present(tensors):
         stale = [p.name for p in (*arrays.values(), users) if _present(p)]
         if stale:
             users_too = " (the users as its tensor 'users')" if split == "train" else ""
@@ -134,7 +137,7 @@ def _check_split(got: dict[str, Named]) -> None:
 
 def _labels(where: str, y: torch.Tensor, num_classes: int | None) -> torch.Tensor:
     """``y`` as int64, each in 0..C-1 (C = ``num_classes``, or at most MAX_CLASSES)."""
-    y = y.to(torch.int64)  # uint64 beyond int64 wraps negative: refused below
+    y = check_labels(where, y)  # a uint64 beyond int64 is named as it is, not wrapped
     high = MAX_CLASSES if num_classes is None else num_classes
     bad = ((y < 0) | (y >= high)).nonzero().flatten()
     if len(bad):
@@ -146,11 +149,14 @@ def _labels(where: str, y: torch.Tensor, num_classes: int | None) -> torch.Tenso
 
 
 def _class_names(path: Path) -> tuple[str, ...] | None:
-    """The names in ``classes.txt``, one per non-blank line; None without the file."""
-    if not path.is_file():
+    """The names in ``classes.txt``, one per non-blank line; None without the file.
+
+    A byte order mark (Windows Notepad writes one) is no part of the first name.
+    """
+    if not _present(path):  # a broken link or a folder there is refused, never skipped
         return None
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise DatasetError(f"{path}: not UTF-8 text ({err})") from err
     names = tuple(line.strip() for line in text.splitlines() if line.strip())

@@ -20,6 +20,7 @@ import torch
 
 from pflkit.sdk.data.spec import (
     Dataset,
+    DatasetError,
     DatasetNotFoundError,
     DatasetSource,
     DatasetSpec,
@@ -81,6 +82,22 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8).reshape(dims)
 
 
+def _check_images_and_labels(paths: dict[str, Path], raw: dict[str, np.ndarray], split: str
+                             ) -> None:
+    """Images (N, H, W), each side >= 1, and one label per image, or one line naming the file.
+
+    Other IDX files are valid IDX too (a labels file in the images' place, one image): they
+    failed later, in a resize or a row count that named no file.
+    """
+    images, labels = raw[f"{split}_x"], raw[f"{split}_y"]
+    if images.ndim != 3 or min(images.shape[1:]) < 1:
+        raise DatasetError(f"{paths[f'{split}_x']}: holds an array {images.shape}, not images "
+                           "(N, H, W) of at least 1x1 pixels")
+    if labels.shape != images.shape[:1]:
+        raise DatasetError(f"{paths[f'{split}_y']}: holds labels {labels.shape}, not one per "
+                           f"image of {paths[f'{split}_x'].name} ({len(images)},)")
+
+
 def _search_dirs(root: Path | None, env: str | None, default: Path | None) -> list[Path]:
     """Where to look: a root given is the only place (an empty one must not read another)."""
     if root is not None:
@@ -104,8 +121,12 @@ def _idx_quadruple(
         for folder in (base / subdir, base) if subdir else (base,):
             found = {key: _find_file(folder, stem) for key, stem in stems.items()}
             tried.append(str(folder))
-            if all(found.values()):
-                return {key: read_idx(p) for key, p in found.items() if p is not None}
+            paths = {key: p for key, p in found.items() if p is not None}
+            if len(paths) == len(stems):
+                raw = {key: read_idx(p) for key, p in paths.items()}
+                for split in ("train", "test"):
+                    _check_images_and_labels(paths, raw, split)
+                return raw
     files = ", ".join(f"{s}[.gz]" for s in stems.values())
     looked = "; ".join(tried) or "nowhere (no folder given)"
     raise DatasetNotFoundError(

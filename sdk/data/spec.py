@@ -253,8 +253,9 @@ def check_dataset(ref: str, dataset: object) -> Dataset:
         if len(y) and (int(y.min()) < 0 or int(y.max()) >= c):
             raise DatasetError(f"dataset '{ref}': {split} labels must be in 0..{c - 1} "
                                f"({c} classes)")
-    if len(dataset.train) == 0:
-        raise DatasetError(f"dataset '{ref}': the train split is empty")
+    for split, part in (("train", dataset.train), ("test", dataset.test)):
+        if len(part) == 0:  # test: the global model is scored on it at every evaluation
+            raise DatasetError(f"dataset '{ref}': the {split} split is empty")
     users = dataset.users
     if users is not None and (not isinstance(users, torch.Tensor) or users.dtype != torch.int64
                               or tuple(users.shape) != (len(dataset.train),)):
