@@ -20,10 +20,11 @@ A round is committed on the device only when the server has answered the upload,
 killed at any point re-sends the same bytes (the server treats that as an idempotent retry)
 instead of training twice. Retries, refusals and the bounds on what the server's answers may
 hold are sdk/transport.py's; a task the device cannot act on is a one-line ValueError
-(``protocol.task_problem``). A fit that diverges (NaN or Inf) is not uploaded and leaves the
-state as it was (``diverged``). The client imports nothing from ``pflkit.server``. A task's
-``package.module:attr`` names are imported only if ``allow_imports`` allows them: the server
-chooses the names, the device's owner chooses what code runs (sdk/registry.py).
+(``protocol.task_problem``), as is a global state of another model. A fit that diverges (NaN
+or Inf) is not uploaded and leaves the state as it was (``diverged``). The client imports
+nothing from ``pflkit.server``. A task's ``package.module:attr`` names are imported only if
+``allow_imports`` allows them: the server chooses the names, the device's owner chooses what
+code runs (sdk/registry.py).
 ``device`` ("cpu", "cuda", "auto") is where training and the post-federation stage run; the
 local data moves there once, downloaded states once per round, uploads leave as safetensors.
 """
@@ -43,7 +44,7 @@ from typing import Any
 import httpx
 from torch import nn
 
-from pflkit.sdk import client_data, protocol, transport
+from pflkit.sdk import client_data, pending_round, protocol, tensorio, transport
 from pflkit.sdk.aggregation_rules import clip_update
 from pflkit.sdk.algorithms.base import Algorithm, Choice, ClientState, State
 from pflkit.sdk.client_data import DATA_FILE, data_problem, load_client_data, save_client_data
@@ -51,7 +52,6 @@ from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import data_to, resolve_device, state_to, use_device
 from pflkit.sdk.device_files import CACHE, DeviceFiles
 from pflkit.sdk.divergence import diverged, finite_state
-from pflkit.sdk.pending_round import FILE as PENDING_FILE
 from pflkit.sdk.pending_round import PendingRound
 from pflkit.sdk.registry import ImportPolicy
 from pflkit.sdk.secagg.wire import TASK_KEY
@@ -59,12 +59,7 @@ from pflkit.sdk.secagg_device import change_vector, take_part
 from pflkit.sdk.seeding import numpy_rng
 from pflkit.sdk.state_store import DeviceStateStore
 from pflkit.sdk.task_config import TaskConfig
-from pflkit.sdk.tensorio import (
-    CorruptStateError,
-    atomic_write_bytes,
-    state_from_bytes,
-    state_to_bytes,
-)
+from pflkit.sdk.tensorio import CorruptStateError, atomic_write_bytes, state_from_bytes
 from pflkit.sdk.training import autocast_training
 from pflkit.sdk.transport import RetryPolicy, ServerRefused, ServerUnavailable
 
@@ -72,9 +67,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DATA_FILE", "FederatedClient", "RetryPolicy", "ServerRefused", "ServerUnavailable",
            "StepResult", "load_client_data", "save_client_data"]
-
-ALLOW_IMPORTS = ("the device's allow_imports (FederatedClient(allow_imports=...), "
-                 "pfl-client --allow-imports)")
 
 
 @dataclass
@@ -97,7 +89,9 @@ class FederatedClient:
                  max_download_bytes: int = transport.MAX_DOWNLOAD) -> None:
         self.server = server.rstrip("/")
         try:
-            self.imports = ImportPolicy.allowing(allow_imports, ALLOW_IMPORTS)
+            self.imports = ImportPolicy.allowing(allow_imports, "the device's allow_imports "
+                                                 "(FederatedClient(allow_imports=...), "
+                                                 "pfl-client --allow-imports)")
         except ValueError as err:
             raise ValueError(f"allow_imports: {err}") from None
         self.state_dir = Path(state_dir)
@@ -112,7 +106,7 @@ class FederatedClient:
         self.data = data_to(data, self.device)
         self.store = DeviceStateStore(self.state_dir)
         self.files = DeviceFiles(self.state_dir)
-        self._built: tuple[str, Algorithm] | None = None  # (task key, its algorithm)
+        self._built: tuple[str, Algorithm, dict] | None = None  # task key, algorithm, layout
         self._credentials = self.files.read_credentials()
         if (enrolled := self._credentials.get("server")) not in (None, self.server):
             raise ValueError(f"{self.state_dir} is enrolled with {transport.shown_url(enrolled)}"
@@ -139,9 +133,8 @@ class FederatedClient:
         """
         answer = self.connection.request("GET", "/v1/task/preview", secret=token)
         preview = transport.json_answer(answer, "task preview", protocol.preview_problem)
-        if preview.get("config") is not None:
-            self._algorithm(preview["run_id"],
-                            TaskConfig.from_wire(preview["config"], self.imports))
+        if (config := preview.get("config")) is not None:
+            self._algorithm(preview["run_id"], TaskConfig.from_wire(config, self.imports))
         answer = self.connection.request("POST", "/v1/clients/enroll", private=token,
                                          json={"token": token})
         self._credentials = self.files.write_credentials(
@@ -150,18 +143,25 @@ class FederatedClient:
 
     def global_state(self, digest: str) -> State:
         """Return the global state with this hash: cached, else downloaded and verified."""
-        cache = self.files.read_json(CACHE)
         path = self.state_dir / "global.safetensors"
         data = path.read_bytes() if path.is_file() else b""
-        if hashlib.sha256(data).hexdigest() == digest:  # else stale or damaged: download it
-            return state_from_bytes(data, str(path))
-        data = self._request("GET", f"/v1/globals/{digest}",
-                             max_bytes=self.connection.max_download).content
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise CorruptStateError(f"downloaded global state does not hash to {digest}")
-        atomic_write_bytes(path, data)
-        self.files.write_json(CACHE, {**cache, "global_hash": digest})
-        return state_from_bytes(data, f"global {digest}")
+        if hashlib.sha256(data).hexdigest() != digest:  # stale or damaged: download it
+            data = self._request("GET", f"/v1/globals/{digest}",
+                                 max_bytes=self.connection.max_download).content
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise CorruptStateError(f"downloaded global state does not hash to {digest}")
+            atomic_write_bytes(path, data)
+            self.files.write_json(CACHE, {**self.files.read_json(CACHE), "global_hash": digest})
+        return state_from_bytes(data, f"global state {digest}")
+
+    def _run_global(self, digest: str) -> State:
+        """The global state ``digest``, refused in one line unless in the built model's layout."""
+        state, want = self.global_state(digest), self._built[2]  # type: ignore[index]
+        if (got := {k: tuple(v.shape) for k, v in state.items()}) != want:
+            name = min(set(got.items()) ^ set(want.items()))[0]  # missing, unknown or reshaped
+            raise ValueError(f"global state {digest}: not the run's model (tensor {name} is "
+                             f"{got.get(name, 'missing')}, the model's {want.get(name, 'none')})")
+        return state
 
     def _algorithm(self, run_id: int, config: TaskConfig) -> Algorithm:
         key = json.dumps([run_id, config.to_wire()])  # all it is built from; one kept at a time
@@ -169,7 +169,8 @@ class FederatedClient:
             if problem := client_data.task_problem(self.data, config.input_shape,
                                                    config.num_classes):
                 raise ValueError(problem)
-            self._built = (key, config.build().to(self.device))
+            self._built = (key, built := config.build().to(self.device), {  # globals' layout
+                k: tuple(v.shape) for k, v in built.aggregation.init_global(config.seed).items()})
         return self._built[1]
 
     def _client_state(self, run_id: int, algorithm: Algorithm, seed: int) -> ClientState:
@@ -188,7 +189,7 @@ class FederatedClient:
         clip = protocol.task_clip_norm(task)
         algorithm = self._algorithm(task["run_id"], cfg)
         ctx = cfg.context(task["round"], self.client_id)
-        global_state = state_to(self.global_state(task["global_hash"]), self.device)
+        global_state = state_to(self._run_global(task["global_hash"]), self.device)
         with autocast_training(self.autocast):
             result = algorithm.training.fit(
                 global_state, self._client_state(task["run_id"], algorithm, cfg.seed),
@@ -200,23 +201,23 @@ class FederatedClient:
             return None
         update = result.update if clip is None else clip_update(global_state, result.update, clip)
         metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(v)}
-        upload = state_to_bytes(update, {protocol.METRICS_KEY: json.dumps(metrics)})
+        upload = tensorio.state_to_bytes(update, {protocol.METRICS_KEY: json.dumps(metrics)})
         pending = PendingRound(task["run_id"], task["round"], result.num_samples, metrics,
                                upload, result.client_state)
-        atomic_write_bytes(self.state_dir / PENDING_FILE, pending.to_bytes())
+        atomic_write_bytes(self.state_dir / pending_round.FILE, pending.to_bytes())
         return pending
 
     def _commit(self, pending: PendingRound) -> None:
         """Make the round's client state the device's state (the server has answered)."""
         self.store.save(pending.client_state)
         self.files.write_json(CACHE, {**self.files.read_json(CACHE), "state_run": pending.run_id})
-        (self.state_dir / PENDING_FILE).unlink(missing_ok=True)
+        (self.state_dir / pending_round.FILE).unlink(missing_ok=True)
 
     def step(self) -> StepResult:
         """Poll once; if this device is sampled, train and upload (one call per round)."""
         task = transport.json_answer(self._request("GET", "/v1/task"), "task",
                                      protocol.task_problem)
-        pending = PendingRound.load(self.state_dir / PENDING_FILE)
+        pending = PendingRound.load(self.state_dir / pending_round.FILE)
         if pending is not None and pending.is_over(task):
             self._commit(pending)  # counted or late: keep the trained state
             pending = None
@@ -251,12 +252,11 @@ class FederatedClient:
 
     def _finish(self, task: dict[str, Any]) -> None:
         """Keep the final config and run the post-federation stage, if any (once per run)."""
-        cache = self.files.read_json(CACHE)
-        if cache.get("finished_run") == task["run_id"]:
+        if self.files.read_json(CACHE).get("finished_run") == task["run_id"]:
             return
         cfg = TaskConfig.from_wire(task["config"], self.imports)
         algorithm = self._algorithm(task["run_id"], cfg)
-        global_state = state_to(self.global_state(task["global_hash"]), self.device)
+        global_state = state_to(self._run_global(task["global_hash"]), self.device)
         if algorithm.personalization.has_stage:
             ctx = cfg.context(cfg.total_rounds, self.client_id)
             state = self._client_state(task["run_id"], algorithm, cfg.seed)
@@ -277,9 +277,8 @@ class FederatedClient:
             raise RuntimeError("no finished run yet: keep calling step()")
         config = TaskConfig.from_wire(cache["config"], self.imports)
         algorithm = self._algorithm(cache["finished_run"], config)
-        state = self.store.load() or ClientState()
-        return algorithm.inference.personalized_model(self.global_state(cache["global_hash"]),
-                                                      state, choice)
+        return algorithm.inference.personalized_model(
+            self._run_global(cache["global_hash"]), self.store.load() or ClientState(), choice)
 
     def run(self, max_rounds: int | None = None) -> int:
         """Loop :meth:`step` until the run ends (or ``max_rounds`` trained); return rounds."""
@@ -297,4 +296,5 @@ class FederatedClient:
     def close(self) -> None:
         """Close the HTTP connection pool."""
         self.connection.close()
+
 

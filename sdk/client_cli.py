@@ -131,8 +131,12 @@ def main(
     except ImportRefused as err:  # the run names code this device's owner did not allow
         typer.echo(f"pfl-client: {err}", err=True)
         raise typer.Exit(2) from err
-    except (ServerRefused, ServerUnavailable, FileNotFoundError, ValueError) as err:
+    except (ServerRefused, ServerUnavailable, ValueError) as err:
         typer.echo(f"pfl-client: {err}", err=True)
+        raise typer.Exit(1) from err
+    except OSError as err:  # a file: the state folder full, read-only or not a folder
+        where = f"{err.filename}: " if err.filename else ""
+        typer.echo(f"pfl-client: {where}{err.strerror or err}", err=True)
         raise typer.Exit(1) from err
     typer.echo(f"client {client.client_id}: trained {trained} round(s)")
 

@@ -24,7 +24,7 @@ final class Fields {
     if (value instanceof String) {
       return "the string \"" + value + "\"";
     }
-    if (value instanceof Double) {
+    if (Json.isNumber(value)) {
       return "the number " + value;
     }
     if (value instanceof Boolean) {
@@ -64,18 +64,19 @@ final class Fields {
   }
 
   static double number(Object value, String path) {
-    if (!(value instanceof Double)) {
+    if (!Json.isNumber(value)) {
       throw fail(path, "expected a number, found " + describe(value));
     }
-    return (Double) value;
+    return ((Number) value).doubleValue();
   }
 
+  /** A whole number up to 2^53 (a card's integral {@code 3.0} too: it is no server's). */
   static long integer(Object value, String path) {
     double d = number(value, path);
     if (d != Math.rint(d) || Math.abs(d) > (1L << 53)) {
       throw fail(path, "expected an integer, found " + describe(value));
     }
-    return (long) d;
+    return value instanceof Long ? (Long) value : (long) d;
   }
 
   static boolean bool(Object value, String path) {

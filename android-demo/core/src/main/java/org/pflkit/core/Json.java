@@ -11,8 +11,11 @@ import java.util.Map;
  * or on the device.
  *
  * <p>Values map to Java as: object to {@code Map<String, Object>} (insertion order kept), array
- * to {@code List<Object>}, string to {@link String}, number to {@link Double}, true/false to
- * {@link Boolean}, null to {@link #NULL}. Strict means: no trailing commas, no comments, no
+ * to {@code List<Object>}, string to {@link String}, a number written as an integer (no
+ * fraction, no exponent) that a long holds to {@link Long}, any other number to {@link Double},
+ * true/false to {@link Boolean}, null to {@link #NULL}. So {@code 1} and {@code 1.0} differ as
+ * in Python's json: a field that must be an integer takes a {@link Long} only ({@link
+ * #integer}), the Python SDK's rule for every integer a server sends. Strict means: no trailing commas, no comments, no
  * NaN/Infinity, no leading zeros, no duplicate object keys, no unescaped control characters, no
  * text after the value. Every error names the line and column, and shows at most one
  * character of the text (a server's answer may be megabytes, or quote a secret).
@@ -44,6 +47,24 @@ public final class Json {
     SyntaxException(String message) {
       super(message);
     }
+  }
+
+  /** Whether a parsed value is a JSON number (a {@link Long} or a {@link Double}). */
+  public static boolean isNumber(Object value) {
+    return value instanceof Long || value instanceof Double;
+  }
+
+  /**
+   * A parsed value that is a JSON integer in [{@code min}, {@code max}], else null: a number
+   * with a fraction or an exponent ({@code 1.0}, {@code 1e0}), one past a long, a boolean or
+   * anything else is none, as Python's json reads them ({@code type(v) is int}).
+   */
+  public static Long integer(Object value, long min, long max) {
+    if (!(value instanceof Long)) {
+      return null;
+    }
+    long n = (Long) value;
+    return n >= min && n <= max ? (Long) value : null;
   }
 
   /**
@@ -290,7 +311,7 @@ public final class Json {
     return (char) value;
   }
 
-  private Double readNumber() {
+  private Object readNumber() {
     int start = pos;
     if (peek() == '-') {
       pos++;
@@ -305,6 +326,15 @@ public final class Json {
       }
     } else {
       skipDigits();
+    }
+    boolean whole = pos >= text.length() || (text.charAt(pos) != '.'
+        && text.charAt(pos) != 'e' && text.charAt(pos) != 'E');
+    if (whole && pos - start <= 20) {  // a long has at most 19 digits and a sign
+      try {
+        return Long.valueOf(Long.parseLong(text.substring(start, pos)));
+      } catch (NumberFormatException pastLong) {
+        // 2^63 and beyond: read as a double below, which no integer field takes
+      }
     }
     if (pos < text.length() && text.charAt(pos) == '.') {
       pos++;

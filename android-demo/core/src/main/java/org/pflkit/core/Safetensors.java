@@ -171,12 +171,11 @@ public final class Safetensors {
       List<?> list = (List<?>) node;
       long[] out = new long[list.size()];
       for (int i = 0; i < out.length; i++) {
-        Object v = list.get(i);
-        double d = v instanceof Double ? (Double) v : -1;
-        if (d < 0 || d != Math.rint(d) || d > (1L << 53)) {
+        Long n = Json.integer(list.get(i), 0, 1L << 53);
+        if (n == null) {
           throw new IllegalArgumentException(what + "[" + i + "] is not a non-negative integer");
         }
-        out[i] = (long) d;
+        out[i] = n;
       }
       return out;
     }

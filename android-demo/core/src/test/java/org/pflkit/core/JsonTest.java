@@ -16,7 +16,7 @@ public class JsonTest {
     Object v = Json.parse(" {\"a\": [1, -2.5e2, 0, 0.125], \"b\": {\"c\": true, \"d\": false},"
         + " \"e\": null, \"s\": \"q\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\u20AC\"} ");
     Map<?, ?> map = (Map<?, ?>) v;
-    assertEquals(Arrays.asList(1.0, -250.0, 0.0, 0.125), map.get("a"));
+    assertEquals(Arrays.asList(1L, -250.0, 0L, 0.125), map.get("a"));  // integers are Long
     assertEquals(Boolean.TRUE, ((Map<?, ?>) map.get("b")).get("c"));
     assertSame(Json.NULL, map.get("e"));
     assertEquals("q\"\\/\b\f\n\r\t\u00e9\u20ac", map.get("s"));
@@ -26,7 +26,10 @@ public class JsonTest {
   @Test
   public void parsesTopLevelScalarsAndEmptyContainers() {
     assertEquals("x", Json.parse("\"x\""));
-    assertEquals(3.0, Json.parse("3"));
+    assertEquals(3L, Json.parse("3"));
+    assertEquals(3.0, Json.parse("3.0"));
+    assertEquals(Long.MIN_VALUE, Json.parse("-9223372036854775808"));
+    assertEquals(9.223372036854775808e18, Json.parse("9223372036854775808"));  // past a long
     assertTrue(((List<?>) Json.parse("[]")).isEmpty());
     assertTrue(((Map<?, ?>) Json.parse("{ }")).isEmpty());
   }

@@ -3,6 +3,7 @@ package org.pflkit.core.fl;
 import java.io.IOException;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import org.pflkit.core.Json;
 
 /**
  * What enrollment gives a device ({@code credentials.json}: the server's URL, the client id and
@@ -78,10 +79,6 @@ final class Credentials {
 
   /** A JSON number that is an integer in 0..{@link #MAX_ID}, else null. */
   private static Long id(Object value) {
-    if (!(value instanceof Double)) {
-      return null;
-    }
-    double d = (Double) value;
-    return d == Math.rint(d) && d >= 0 && d <= MAX_ID ? Long.valueOf((long) d) : null;
+    return Json.integer(value, 0, MAX_ID);
   }
 }

@@ -186,7 +186,7 @@ public final class FederatedClient {
   public ClientState clientState(long runId) throws IOException {
     Object run = readJson(CACHE).get("state_run");
     byte[] bytes = AtomicFiles.readOrNull(new File(dir, CLIENT_STATE));
-    if (bytes == null || !(run instanceof Double) || (Double) run != runId) {
+    if (bytes == null || !Long.valueOf(runId).equals(run)) {
       return null;
     }
     return ClientState.fromBytes(bytes, CLIENT_STATE);
@@ -300,7 +300,7 @@ public final class FederatedClient {
    */
   boolean firstSecAggAttempt(Task task) throws IOException {
     Map<String, Object> cache = readJson(CACHE);
-    if (Arrays.asList((double) task.runId, (double) task.round).equals(
+    if (Arrays.asList(task.runId, task.round).equals(
         cache.get(SECAGG_ROUND))) {
       return false;
     }

@@ -101,10 +101,10 @@ final class PendingRound {
 
   private static long integer(Map<?, ?> meta, String key, String source)
       throws Safetensors.FormatException {
-    Object v = meta.get(key);
-    if (!(v instanceof Double)) {
+    Long n = Json.integer(meta.get(key), 0, Long.MAX_VALUE);
+    if (n == null) {
       throw new Safetensors.FormatException(source + ": pending metadata lacks " + key);
     }
-    return (long) (double) (Double) v;
+    return n;
   }
 }

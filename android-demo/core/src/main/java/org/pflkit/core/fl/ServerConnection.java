@@ -152,7 +152,7 @@ final class ServerConnection {
       StringBuilder key = new StringBuilder();
       for (Object part : path.subList(Math.min(1, path.size()), path.size())) {
         key.append(key.length() == 0 ? "" : ".")  // an index as 2, not 2.0
-            .append(part instanceof Double ? JsonWriter.write(part) : String.valueOf(part));
+            .append(Json.isNumber(part) ? JsonWriter.write(part) : String.valueOf(part));
       }
       Object msg = ((Map<?, ?>) item).get("msg");
       out.append(key).append(": ").append(msg != null ? msg : item);

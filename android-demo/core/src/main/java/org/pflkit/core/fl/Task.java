@@ -24,6 +24,12 @@ public final class Task {
   /** What a task's status may be (the Python SDK's protocol.TASK_STATUSES). */
   public static final List<String> STATUSES = Collections.unmodifiableList(Arrays.asList(
       Wire.TRAIN, Wire.UPLOADED, Wire.WAIT, Wire.PAUSED, Wire.STOPPED, Wire.FINISHED));
+  /** The largest learning rate a run config has (the Python SDK's config_types). */
+  public static final double MAX_LR = 10;
+  /** The most rounds a run has (the Python SDK's config_types.MAX_ROUNDS). */
+  public static final long MAX_ROUNDS = 100_000;
+  /** The most axes one input has (the Python SDK's data.spec.MAX_AXES). */
+  public static final int MAX_AXES = 8;
   public final Long runId;
   public final Long round;
   /** Unix seconds. */
@@ -114,7 +120,9 @@ public final class Task {
    * This task's round's learning rate from {@code config.lr_schedule}: {@code lr * decay^round},
    * the formula of the Python SDK's {@code LearningRateSchedule.at} (Math.pow may differ from
    * Python's pow in the last bit). A finished run's round is its number of rounds: the rate of
-   * the post-federation stage.
+   * the post-federation stage. Checked as the Python SDK checks a task's config: {@code lr} in
+   * (0, 10], {@code decay} in (0, 1], {@code config.total_rounds} an integer in [1, 100000],
+   * and the last round's rate at least float32's smallest normal (a rate of -1 trained uphill).
    */
   public double learningRate() {
     Object node = config.get("lr_schedule");
@@ -122,20 +130,33 @@ public final class Task {
       throw new IllegalArgumentException("task: needs round and config.lr_schedule");
     }
     Map<String, Object> schedule = cast(node);
-    return number(schedule.get("lr"), "config.lr_schedule.lr")
-        * Math.pow(number(schedule.get("decay"), "config.lr_schedule.decay"), round);
+    double lr = number(schedule.get("lr"), "config.lr_schedule.lr");
+    double decay = number(schedule.get("decay"), "config.lr_schedule.decay");
+    long rounds = integer(config.get("total_rounds"), "config.total_rounds", MAX_ROUNDS);
+    if (!(lr > 0 && lr <= MAX_LR && decay > 0 && decay <= 1
+        && lr * Math.pow(decay, rounds) >= Float.MIN_NORMAL)) {
+      throw new IllegalArgumentException("task: config.lr_schedule must have lr in (0, "
+          + (int) MAX_LR + "], decay in (0, 1] and lr * decay^total_rounds >= "
+          + Float.MIN_NORMAL);
+    }
+    return lr * Math.pow(decay, round);
   }
 
-  /** {@code config.input_shape} as C, H, W. */
+  /**
+   * {@code config.input_shape}, e.g. C, H, W: 1 to {@link #MAX_AXES} integers in [1, 2^31 - 1]
+   * (the Python SDK's TaskConfig; 1.5 was read as 1).
+   */
   public long[] inputShape() {
     Object node = config.get("input_shape");
-    if (!(node instanceof List)) {
-      throw new IllegalArgumentException("task: config.input_shape is missing");
+    if (!(node instanceof List) || ((List<?>) node).isEmpty()
+        || ((List<?>) node).size() > MAX_AXES) {
+      throw new IllegalArgumentException("task: config.input_shape must be a list of 1 to "
+          + MAX_AXES + " integers");
     }
     List<?> list = (List<?>) node;
     long[] out = new long[list.size()];
     for (int i = 0; i < out.length; i++) {
-      out[i] = (long) number(list.get(i), "config.input_shape[" + i + "]");
+      out[i] = integer(list.get(i), "config.input_shape[" + i + "]", Integer.MAX_VALUE);
     }
     return out;
   }
@@ -154,22 +175,32 @@ public final class Task {
   }
 
   private static double number(Object v, String key) {
-    if (!(v instanceof Double)) {
+    if (!Json.isNumber(v)) {
       throw new IllegalArgumentException("task: " + key + " must be a number, found "
           + Json.kind(v));
     }
-    return (Double) v;
+    return ((Number) v).doubleValue();
+  }
+
+  /** A JSON integer in [1, max]: 1.0, 1.5 and 1e0 are refused, as the Python SDK does. */
+  private static long integer(Object v, String key, long max) {
+    Long n = Json.integer(v, 1, max);
+    if (n == null) {
+      throw new IllegalArgumentException("task: " + key + " must be an integer in [1, " + max
+          + "]");
+    }
+    return n;
   }
 
   private static Long optionalInteger(Object v, String key) {
     if (v == null || v == Json.NULL) {
       return null;
     }
-    double d = number(v, key);
-    if (d != Math.rint(d) || d < 0 || d > Credentials.MAX_ID) {  // the server's 32-bit ids
+    Long n = Json.integer(v, 0, Credentials.MAX_ID);  // the server's 32-bit ids
+    if (n == null) {
       throw new IllegalArgumentException("task: " + key + " must be an integer in [0, "
           + Credentials.MAX_ID + "]");
     }
-    return (long) d;
+    return n;
   }
 }

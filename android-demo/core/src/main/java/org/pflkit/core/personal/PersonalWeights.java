@@ -6,6 +6,7 @@ import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import org.pflkit.core.AtomicFiles;
+import org.pflkit.core.Json;
 import org.pflkit.core.Safetensors;
 import org.pflkit.core.TensorData;
 import org.pflkit.core.TrainingSection;
@@ -73,10 +74,11 @@ public final class PersonalWeights {
     if (saved == null) {
       return null;
     }
-    if (!(saved instanceof Double) || !((Double) saved >= 0 && (Double) saved <= 1)) {
+    double value = Json.isNumber(saved) ? ((Number) saved).doubleValue() : Double.NaN;
+    if (!(value >= 0 && value <= 1)) {  // the writer's 1.0 reads back as the integer 1
       throw new IOException(FILE + ": " + LAMBDA + " " + saved + " is not a number in [0, 1]");
     }
-    return ((Double) saved).floatValue();
+    return (float) value;
   }
 
   /** Weights by name from safetensors bytes, checked against the card's parameters. */

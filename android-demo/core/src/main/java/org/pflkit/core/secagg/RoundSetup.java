@@ -106,13 +106,13 @@ public final class RoundSetup {
     }
   }
 
-  /** A JSON number that is a whole number (ids, counts). */
+  /** A JSON integer (ids, counts): 3.0 and 3e0 are not, as Python's setup_from_wire reads. */
   public static long whole(Object value) {
-    double d = value instanceof Number ? ((Number) value).doubleValue() : Double.NaN;
-    if (d != Math.rint(d) || Math.abs(d) > (1L << 53)) {
-      throw new SecAggException(value + " is not a whole number");
+    Long n = Json.integer(value, Long.MIN_VALUE, Long.MAX_VALUE);
+    if (n == null) {
+      throw new SecAggException(value + " is not an integer");
     }
-    return (long) d;
+    return n;
   }
 
   /** A whole number an int holds (a cast would wrap 2^32 + 3 to 3). */
@@ -129,7 +129,7 @@ public final class RoundSetup {
     if (value == null || value == Json.NULL) {
       return null;
     }
-    if (!(value instanceof Number)) {
+    if (!Json.isNumber(value)) {
       throw new SecAggException(BAD_DP);
     }
     return ((Number) value).doubleValue();

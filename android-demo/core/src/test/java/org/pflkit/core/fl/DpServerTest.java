@@ -91,7 +91,7 @@ public class DpServerTest {
       @SuppressWarnings("unchecked")
       Map<String, Object> metrics = (Map<String, Object>) round0.get("metrics");
       assertEquals("both devices' uploads were counted", 2.0,
-          (Double) metrics.get("participants"), 0);
+          ((Number) metrics.get("participants")).doubleValue(), 0);
       assertNotNull("a DP round", metrics.get("dp_epsilon"));
     } finally {
       python.destroyForcibly();

@@ -313,7 +313,7 @@ public class FederatedClientTest {
       TensorData.ofFloats(new long[] {1}, new float[] {0.5f})), null);
   static final String TRAIN = task("train", ", \"run_id\": 1, \"round\": 4, "
       + "\"global_hash\": \"" + Sha256.hex(GLOBAL) + "\", "
-      + "\"config\": {\"lr_schedule\": {\"lr\": 0.1, \"decay\": 0.5}}");
+      + "\"config\": {\"lr_schedule\": {\"lr\": 0.1, \"decay\": 0.5}, \"total_rounds\": 5}");
 
   @Test
   public void aTasksLearningRateIsItsRoundsRateOnTheSchedule() {

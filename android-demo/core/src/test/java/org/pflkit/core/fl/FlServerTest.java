@@ -237,8 +237,8 @@ public class FlServerTest {
     for (long n : SAMPLES.values()) {
       samples += n;
     }
-    assertEquals(3.0, (Double) metrics.get("participants"), 0);
-    assertEquals((double) samples, (Double) metrics.get("samples"), 0);
+    assertEquals(3.0, ((Number) metrics.get("participants")).doubleValue(), 0);
+    assertEquals((double) samples, ((Number) metrics.get("samples")).doubleValue(), 0);
 
     FederatedClient client = client(DIRS.get(0), real());
     Safetensors next = client.globalState((String) closed.get("global_hash"));
@@ -259,7 +259,7 @@ public class FlServerTest {
     }
     for (long id = 0; id < CLIENTS; id++) {
       ClientState kept = client(DIRS.get((int) id), real()).clientState(
-          ((Double) SERVER.status().get("id")).longValue());
+          ((Number) SERVER.status().get("id")).longValue());
       assertNotNull("client " + id + " kept its private state", kept);
       Map<String, TensorData> want = new TreeMap<>();
       for (Map.Entry<String, TensorData> e : SERVER.golden(id).tensors.entrySet()) {

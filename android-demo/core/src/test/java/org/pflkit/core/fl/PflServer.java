@@ -145,7 +145,7 @@ final class PflServer extends ExternalResource {
   /** Stop the current run and start one from this TOML (the admin's {@code POST /v1/runs}). */
   void replaceRun(String configToml) throws IOException {
     Object id = status().get("id");
-    String stop = "/v1/runs/" + ((Double) id).longValue() + "/stop";
+    String stop = "/v1/runs/" + ((Number) id).longValue() + "/stop";
     HttpTransport.Response r = admin("POST", stop, null);
     if (r.status != 200) {
       throw new IOException(stop + ": HTTP " + r.status + " " + text(r.body));

@@ -107,7 +107,7 @@ public class SecAggServerTest {
       @SuppressWarnings("unchecked")
       Map<String, Object> metrics = (Map<String, Object>) round0.get("metrics");
       assertEquals("all three masked inputs are in the sum", 3.0,
-          (Double) metrics.get("participants"), 0);
+          ((Number) metrics.get("participants")).doubleValue(), 0);
 
       // the new global is the mean of the three changes: what remains of it after the two
       // Java changes is the pfl-client's (deterministic: its golden one), up to the float32

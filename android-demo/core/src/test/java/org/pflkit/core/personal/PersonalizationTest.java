@@ -254,7 +254,7 @@ public class PersonalizationTest {
     PersonalWeights.save(dir, recipe, "abc", w, 0.3f);
     ClientState state = PersonalWeights.load(dir, "abc");
     assertArrayEquals(new float[] {1, 2, 3}, state.tensors.get("head.bias").floats(), 0f);
-    assertEquals(0.3, (Double) state.meta.get(PersonalWeights.LAMBDA), 1e-7);
+    assertEquals(0.3, ((Number) state.meta.get(PersonalWeights.LAMBDA)).doubleValue(), 1e-7);
     assertNull("weights of another program are not loaded", PersonalWeights.load(dir, "def"));
     assertArrayEquals(new float[] {1, 2, 3}, PersonalWeights.fromTensors(recipe, state.tensors,
         "saved").get("head.bias"), 0f);

@@ -67,7 +67,7 @@ public class TrainingSectionRefusalsTest {
     Object parent = root;
     for (Object step : path.subList(0, path.size() - 1)) {
       parent = parent instanceof Map ? ((Map<String, Object>) parent).get(step)
-          : ((List<Object>) parent).get(((Double) step).intValue());
+          : ((List<Object>) parent).get(((Number) step).intValue());
     }
     Object last = path.get(path.size() - 1);
     if (parent instanceof Map) {
@@ -79,7 +79,7 @@ public class TrainingSectionRefusalsTest {
       }
     } else {
       List<Object> list = (List<Object>) parent;
-      int index = ((Double) last).intValue();
+      int index = ((Number) last).intValue();
       if (put) {
         list.set(index, mutable(value));
       } else {

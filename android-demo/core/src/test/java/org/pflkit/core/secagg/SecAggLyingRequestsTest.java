@@ -154,17 +154,19 @@ public class SecAggLyingRequestsTest {
         null, null));
     assertEquals(top, new RoundSetup(top, new long[] {0, top}, 2, 1, 5, 1.0, new byte[32], null,
         null).roster[1]);
-    Map<String, Object> task = new LinkedHashMap<>();
-    task.put("round_id", 4.0);
-    task.put("roster", Arrays.asList(2.0, 5.0, 9.0));
-    task.put("threshold", Math.pow(2, 32) + 2);  // an int cast would read 2
-    task.put("neighbours", 2.0);
-    task.put("dimension", 5.0);
+    Map<String, Object> task = new LinkedHashMap<>();  // as Json.parse reads integers: Long
+    task.put("round_id", 4L);
+    task.put("roster", Arrays.asList(2L, 5L, 9L));
+    task.put("threshold", (1L << 32) + 2);  // an int cast would read 2
+    task.put("neighbours", 2L);
+    task.put("dimension", 5L);
     task.put("clip_range", 1.0);
     task.put("graph_seed", "AAAA");
-    refused("4.294967298E9 is not a count in [0, 2147483647]", () -> RoundSetup.fromTask(task));
-    task.put("threshold", 2.0);
-    task.put("round_id", Math.pow(2, 31));
+    refused("4294967298 is not a count in [0, 2147483647]", () -> RoundSetup.fromTask(task));
+    task.put("threshold", 2L);
+    task.put("round_id", 1L << 31);
     refused(range, () -> RoundSetup.fromTask(task));
+    task.put("round_id", 4.0);  // Python's setup_from_wire: an integer, not 4.0
+    refused("4.0 is not an integer", () -> RoundSetup.fromTask(task));
   }
 }

@@ -4,22 +4,19 @@ import static org.junit.Assert.assertArrayEquals;
 import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.assertThrows;
 
-import java.io.File;
 import java.io.IOException;
-import java.io.OutputStream;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.util.Arrays;
 import java.util.Base64;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.TimeUnit;
 import org.junit.BeforeClass;
 import org.junit.Test;
 import org.pflkit.core.Json;
 import org.pflkit.core.JsonWriter;
+import org.pflkit.core.PythonTool;
 
 /**
  * The Java SecAgg device against Python's {@code pflkit.sdk.secagg}, byte for byte: values
@@ -138,28 +135,6 @@ public class SecAggVectorsTest {
   @SuppressWarnings("unchecked")
   private static Map<String, Object> python(String mode, String input)
       throws IOException, InterruptedException {
-    String venv = System.getProperty("pflkit.venv");
-    String root = System.getProperty("pflkit.root", ".");
-    File out = File.createTempFile("secagg", ".json");
-    File err = File.createTempFile("secagg", ".log");
-    try {
-      Process p = new ProcessBuilder(new File(venv, "bin/python").getPath(),
-          new File(root, "android-demo/tools/secagg_vectors.py").getPath(), mode)
-          .redirectOutput(out).redirectError(err).start();
-      try (OutputStream stdin = p.getOutputStream()) {
-        stdin.write(input.getBytes(StandardCharsets.UTF_8));
-      }
-      // a safety guard against hanging only; a run takes about a second
-      if (!p.waitFor(300, TimeUnit.SECONDS) || p.exitValue() != 0) {
-        p.destroyForcibly();
-        throw new IllegalStateException("secagg_vectors.py " + mode + " failed: "
-            + new String(Files.readAllBytes(err.toPath()), StandardCharsets.UTF_8));
-      }
-      return (Map<String, Object>) Json.parse(
-          new String(Files.readAllBytes(out.toPath()), StandardCharsets.UTF_8));
-    } finally {
-      Files.deleteIfExists(out.toPath());
-      Files.deleteIfExists(err.toPath());
-    }
+    return (Map<String, Object>) PythonTool.run("secagg_vectors.py", input, mode);
   }
 }
