@@ -42,7 +42,9 @@ from pflkit.sdk.training import Batch, forward_autocast
 
 Stacked = dict[str, torch.Tensor]  # name -> (K, ...) one slice per client
 ClientLoss = Callable[[dict[str, torch.Tensor], Batch, dict[str, torch.Tensor]], torch.Tensor]
-ROW_DEPENDENT = (_BatchNorm, _DropoutNd)  # training forward mixes rows or draws random numbers
+# training forward draws from torch's global generator (RReLU: a random slope per element)
+RANDOM_DRAWS = (_DropoutNd, nn.RReLU)
+ROW_DEPENDENT = (_BatchNorm, *RANDOM_DRAWS)  # training forward mixes rows or draws numbers
 # the vmapped loss through torch.compile: inductor fuses the elementwise passes over the stacked
 # weights that bound a batched step on the CPU (docs/benchmarks.md, "(b): why batched is not 2x")
 COMPILED_LOSS = Switch("compile_loss")
@@ -76,7 +78,8 @@ def compiled_width(active: int, count: int) -> int:
 def batching_blocker(model: nn.Module) -> str | None:
     """Why ``model`` cannot train batched (None: it can)."""
     for name, module in model.named_modules():
-        if isinstance(module, ROW_DEPENDENT):
+        # running statistics (InstanceNorm's too) are means over the batch's rows
+        if isinstance(module, ROW_DEPENDENT) or getattr(module, "track_running_stats", False):
             return (f"layer '{name}' ({type(module).__name__}) depends on the whole batch or on "
                     "random draws in training")
     return None
@@ -260,21 +263,26 @@ def train_together(loss_fn: ClientLoss, params: Stacked, grid: BatchGrid, lr: fl
             losses = losses_of(dict(zip(names + plain_names, leaves, strict=True)),
                                grid.x[index], grid.y[index],
                                share[:span].index_select(1, now).squeeze(1), inputs)
-        grads = torch.autograd.grad(losses, leaves, ones[:span].to(losses.dtype))
-        grads = [g[:active] for g in grads]  # the finished clients in the span stay
+        # a parameter the loss does not reach has no gradient: torch's SGD skips it, as here
+        grads = torch.autograd.grad(losses, leaves, ones[:span].to(losses.dtype),
+                                    allow_unused=True)
+        grads = [None if g is None else g[:active] for g in grads]  # finished clients stay
         grads, plain_grads, losses = grads[:len(names)], grads[len(names):], losses[:active]
+        used = [k for k, g in enumerate(grads) if g is not None]
         with torch.no_grad():
             for w, g in zip(plain_weights, plain_grads, strict=True):
-                w[:active].sub_(plain.lr * g)
-                if plain.bounds:
-                    w[:active].clamp_(*plain.bounds)
+                if g is not None:
+                    w[:active].sub_(plain.lr * g)
+                    if plain.bounds:
+                        w[:active].clamp_(*plain.bounds)
             if not laid_out:
-                weights = [_adopt_layout(w, g) for w, g in zip(weights, grads, strict=True)]
+                weights = [w if g is None else _adopt_layout(w, g)
+                           for w, g in zip(weights, grads, strict=True)]
                 buffers = [torch.zeros_like(w) for w in weights]
                 laid_out = True
             totals[:active].add_(losses.detach())  # in place: ``+=`` on a slice copies back
-            _sgd([w[:active] for w in weights], list(grads), [b[:active] for b in buffers],
-                 lr, momentum, weight_decay)
+            _sgd([weights[k][:active] for k in used], [grads[k] for k in used],
+                 [buffers[k][:active] for k in used], lr, momentum, weight_decay)
             now.add_(1)
 
     # clients are sorted: at step t the active ones are those with more than t steps

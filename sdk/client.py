@@ -190,7 +190,7 @@ class FederatedClient:
         algorithm = self._algorithm(task["run_id"], cfg)
         ctx = cfg.context(task["round"], self.client_id)
         global_state = state_to(self._run_global(task["global_hash"]), self.device)
-        with autocast_training(self.autocast):
+        with autocast_training(self.autocast), algorithm.training.seeded(ctx):
             result = algorithm.training.fit(
                 global_state, self._client_state(task["run_id"], algorithm, cfg.seed),
                 self.data, ctx)
@@ -260,7 +260,7 @@ class FederatedClient:
         if algorithm.personalization.has_stage:
             ctx = cfg.context(cfg.total_rounds, self.client_id)
             state = self._client_state(task["run_id"], algorithm, cfg.seed)
-            with autocast_training(self.autocast):
+            with autocast_training(self.autocast), algorithm.training.seeded(ctx):
                 after = algorithm.personalization.personalize(global_state, state, self.data, ctx)
             if not finite_state(after.tensors):  # as pfl-sim does: the state before it stays
                 log.warning("the post-federation stage diverged (NaN or Inf weights): the "

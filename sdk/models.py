@@ -158,11 +158,30 @@ def build_model(ref: str, input_shape: Shape, num_classes: int, seed: int = 0) -
     if not isinstance(model, SplitModel):
         raise ExtensionError(f"model '{ref}' built a {type(model).__name__}, not a SplitModel "
                              "(body + head, see docs/extending.md)")
+    check_parameters(ref, model)
     checked = (info.build, tuple(input_shape), num_classes)
     if checked not in _WIDTH_CHECKED:  # once per builder and input: a mobilenet check is 130 ms
         check_feature_width(ref, model, input_shape)
         _WIDTH_CHECKED.add(checked)
     return model
+
+
+def check_parameters(ref: str, model: SplitModel) -> None:
+    """Refuse parameters the methods cannot treat alike: frozen ones, or outside body and head.
+
+    Every method trains every parameter it holds and splits them by ``body.`` / ``head.``: a
+    frozen parameter (``requires_grad=False``) was left alone by some methods and trained by
+    others (SuPerFed, Local-only, the batched executor), a parameter beside the two halves broke
+    FedRoD's two-head network after the first round. A fixed tensor is a buffer.
+    """
+    for name, param in model.named_parameters():
+        if not name.startswith(("body.", "head.")):
+            raise ExtensionError(f"model '{ref}': parameter '{name}' is outside body and head "
+                                 "(every parameter is named body.* or head.*)")
+        if not param.requires_grad:
+            raise ExtensionError(f"model '{ref}': parameter '{name}' has requires_grad=False "
+                                 "(every parameter is trained; register a fixed tensor as a "
+                                 "buffer)")
 
 
 def check_feature_width(ref: str, model: SplitModel, input_shape: Shape) -> None:

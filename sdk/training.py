@@ -103,8 +103,17 @@ def run_epochs(
             loss.backward()
             optimizer.step()
             losses.append(loss.detach())
+    return mean_loss(losses, data.y.device)
+
+
+def mean_loss(losses: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """The mean of a fit's step losses, kept on the device: a float64 scalar (NaN: no step).
+
+    Loops that read each step's loss (``float(loss)``) waited for the device every step; the
+    mean is read once, with the round's other losses (issue 22).
+    """
     if not losses:
-        return torch.tensor(float("nan"), dtype=torch.float64, device=data.y.device)
+        return torch.tensor(float("nan"), dtype=torch.float64, device=device)
     # float64 sums in step order (a CPU cumsum adds as a Python loop over floats would)
     return torch.stack(losses).double().cumsum(0)[-1] / len(losses)
 

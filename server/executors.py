@@ -96,7 +96,7 @@ class Executor(ABC):
         """Run the post-federation stage of every task's client; yield states in task order."""
         on_device = state_to(global_state, self.device)
         for task in tasks:
-            with autocast_training(self.autocast):
+            with autocast_training(self.autocast), self.algorithm.training.seeded(task.context):
                 state = self.algorithm.personalization.personalize(
                     on_device, to_device(task.state, self.device), task.data, task.context)
             yield to_device(state, CPU)
@@ -148,9 +148,11 @@ class SequentialExecutor(Executor):
 
     def _fit_round(self, global_state: State, tasks: Sequence[ClientTask]) -> FitBatch:
         on_device = state_to(global_state, self.device)
-        with autocast_training(self.autocast):
-            results = [self.algorithm.training.fit(on_device, to_device(t.state, self.device),
-                                                   t.data, t.context) for t in tasks]
+        training, results = self.algorithm.training, []
+        for t in tasks:
+            with autocast_training(self.autocast), training.seeded(t.context):
+                results.append(training.fit(on_device, to_device(t.state, self.device), t.data,
+                                            t.context))
         return results_to_cpu(results, self.device)
 
 

@@ -112,7 +112,7 @@ class ClientWorker:
         """One client's round: (update, new client state, samples, metrics)."""
         crash_point("ray_worker_fit")
         global_state = self._global_state(key, global_payload)
-        with autocast_training(self.autocast):
+        with autocast_training(self.autocast), self.algorithm.training.seeded(ctx):
             result = self.algorithm.training.fit(global_state, self._client_state(state),
                                                  self.data[client_id], ctx)
         return (state_to_bytes(result.update), client_state_to_bytes(result.client_state),
@@ -122,7 +122,7 @@ class ClientWorker:
                     ctx: RoundContext) -> bytes:
         """One client's post-federation stage: its new state."""
         global_state = self._global_state(key, global_payload)
-        with autocast_training(self.autocast):
+        with autocast_training(self.autocast), self.algorithm.training.seeded(ctx):
             new = self.algorithm.personalization.personalize(
                 global_state, self._client_state(state), self.data[client_id], ctx)
         return client_state_to_bytes(new)

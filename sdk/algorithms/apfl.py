@@ -42,7 +42,7 @@ from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of
 from pflkit.sdk.batched_training import BatchGrid, PlainSGD, repeat, stack, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
-from pflkit.sdk.training import Batch, forward_autocast, sgd
+from pflkit.sdk.training import Batch, forward_autocast, mean_loss, sgd
 
 ALPHA = ChoiceSpec("alpha", NUMBER, "the weight of v in alpha v + (1 - alpha) w_global, in "
                    "place of the client's learned alpha (to sweep the mixture, as SuPerFed's "
@@ -87,7 +87,7 @@ class APFLTraining(DeviceTraining):
         opt_w = sgd(model.parameters(), ctx.lr, self.local.momentum, self.local.weight_decay)
         opt_v = sgd(v.values(), ctx.lr, self.local.momentum, self.local.weight_decay)
         generator = ctx.generator("batches")
-        total, steps = 0.0, 0
+        losses: list[torch.Tensor] = []  # no host synchronization per step
         for _ in range(self.local.epochs):
             for xb, yb in data.batches(self.local.batch_size, generator):
                 w_now = {n: p.detach() for n, p in model.named_parameters()}
@@ -106,14 +106,12 @@ class APFLTraining(DeviceTraining):
                     loss = F.cross_entropy(model(xb), yb)
                 loss.backward()
                 opt_w.step()
-                total += float(loss.detach())
-                steps += 1
+                losses.append(loss.detach())
         personal = {PERSONAL + n: t.detach().clone() for n, t in v.items()}
         final_alpha = float(alpha.detach())
         meta = {**client_state.meta, "alpha": final_alpha}
         return FitResult(float_state(model), ClientState(personal, meta), len(data),
-                         {"train_loss": total / steps if steps else float("nan"),
-                          "alpha": final_alpha})
+                         {"train_loss": mean_loss(losses, data.y.device), "alpha": final_alpha})
 
     def fit_together(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
         """:meth:`fit` for several clients at once: w, v and alpha of every client in one program.

@@ -7,6 +7,7 @@ train a round's clients as one batched program (:meth:`DeviceTraining.fit_togeth
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -18,14 +19,16 @@ from pflkit.sdk.algorithms.contract_types import (
     RoundContext,
 )
 from pflkit.sdk.algorithms.role import Role
-from pflkit.sdk.batched_training import batching_blocker
+from pflkit.sdk.batched_training import RANDOM_DRAWS, batching_blocker
 from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.seeding import seeded_torch
 
 
 class DeviceTraining(Role, ABC):
     """A client's local training; called by the SDK client and the simulator's executors."""
 
     _model_blocker: tuple[str] | None = None  # the architecture's, computed once
+    _model_draws: bool | None = None  # whether the architecture draws random numbers, once
 
     def init_client(self, client_id: int, seed: int, data: LabeledTensors) -> ClientState:
         """A client's state before its first round (default: nothing private)."""
@@ -52,6 +55,20 @@ class DeviceTraining(Role, ABC):
             self._model_blocker = (batching_blocker(self.model_factory.build()) or "",)
         reason = self._model_blocker[0]
         return f"{self.name} on {self.model_factory.name}: {reason}" if reason else None
+
+    def seeded(self, ctx: RoundContext) -> contextlib.AbstractContextManager[object]:
+        """The block a client's fit or post-federation stage runs in (the executors').
+
+        A model whose layers draw from torch's global generator (dropout) draws there from the
+        client's and round's seed, as its batch order does: drawn from the process's state, a
+        resumed run, a Ray worker or another client order trained other weights. Models
+        without such layers run as they are (no seeded block, whose lock threads share).
+        """
+        if self._model_draws is None:
+            modules = self.model_factory.build().modules()
+            self._model_draws = any(isinstance(m, RANDOM_DRAWS) for m in modules)
+        return seeded_torch(ctx.rng_seed("layers")) if self._model_draws \
+            else contextlib.nullcontext()
 
     def fit_batch(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
         """Train several clients of one round: together if the method can, else one by one.

@@ -46,7 +46,7 @@ from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of
 from pflkit.sdk.batched_training import BatchGrid, PlainSGD, repeat, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.models import float_state
-from pflkit.sdk.training import Batch, forward_autocast
+from pflkit.sdk.training import Batch, forward_autocast, mean_loss
 
 OUTER = "outer."  # w's names beside theta's in a batched trainer's parameters
 
@@ -87,26 +87,27 @@ class PFedMeTraining(DeviceTraining):
         w = {n: p.detach().clone() for n, p in theta.items()}
         lam, p_lr = self.params.lam, self.params.personal_lr
         generator = ctx.generator("batches")
-        total, steps = 0.0, 0
+        losses: list[torch.Tensor] = []  # no host synchronization per step
         for _ in range(self.local.epochs):
             for xb, yb in data.batches(self.local.batch_size, generator):
                 for _ in range(self.params.inner_steps):
                     with forward_autocast(xb.device):
                         loss = F.cross_entropy(model(xb), yb)
-                    grads = torch.autograd.grad(loss, list(theta.values()))
+                    # a parameter the loss does not reach: gradient 0, still pulled toward w
+                    grads = torch.autograd.grad(loss, list(theta.values()),
+                                                materialize_grads=True)
                     with torch.no_grad():
                         for (n, p), g in zip(theta.items(), grads, strict=True):
                             p.sub_(p_lr * (g + lam * (p - w[n])))
                 with torch.no_grad():
                     for n, p in theta.items():
                         w[n].sub_(ctx.lr * lam * (w[n] - p))
-                total += float(loss.detach())
-                steps += 1
+                losses.append(loss.detach())
         state = float_state(model)
         personal = {PERSONAL + n: state[n] for n in theta}
         update = {**state, **w}
         return FitResult(update, ClientState(personal, client_state.meta), len(data),
-                         {"train_loss": total / steps if steps else float("nan")})
+                         {"train_loss": mean_loss(losses, data.y.device)})
 
     def fit_together(self, global_state: State, jobs: Sequence[FitJob]) -> list[FitResult]:
         """:meth:`fit` for several clients at once: every batch's K inner steps as K steps.
