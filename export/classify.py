@@ -2,7 +2,9 @@
 
 The eager model is rebuilt from the card alone (its ``source`` and ``mixture.choice``, the
 resolved choice any method writes), so the table also shows that the card describes the files
-it sits next to.
+it sits next to. The card, not the user, names the run or device folder it is rebuilt from, so
+the import paths of that folder's config are code the card's writer chose: they are imported
+only when the user allowed them (``--allow-imports``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from pflkit.export.output_folder import CARD_FILE
 from pflkit.export.selection import build_exportable
 from pflkit.export.source import Source, load_device_source, load_run_source
 from pflkit.sdk.algorithms.inference import Choice
+from pflkit.sdk.registry import ImportPolicy
+
+NO_IMPORTS = ImportPolicy(setting="pfl-export classify --allow-imports")
 
 
 def read_card(export_dir: Path) -> dict[str, Any]:
@@ -39,8 +44,13 @@ def read_card(export_dir: Path) -> dict[str, Any]:
         if not problem and not isinstance(card.get(key), kind):
             problem = f"its {key!r} is missing or not a JSON {kind.__name__}"
     if not problem and not all(isinstance(a, dict) and isinstance(a.get("file"), str)
-                               and isinstance(a.get("sha256"), str) for a in card["artifacts"]):
-        problem = "an artifact has no 'file' or 'sha256' text"
+                               and isinstance(a.get("sha256"), str)
+                               and isinstance(a.get("format"), str) for a in card["artifacts"]):
+        problem = "an artifact has no 'file', 'format' or 'sha256' text"
+    mixture = card.get("mixture") if isinstance(card, dict) else None
+    if not problem and not (mixture is None or isinstance(mixture, dict)
+                            and isinstance(mixture.get("choice"), dict | None)):
+        problem = "its 'mixture' is not null or a JSON object whose 'choice' is one"
     if not problem and not (card["classes"] and all(isinstance(c, str) for c in card["classes"])):
         problem = "its 'classes' are not class names"
     if problem:
@@ -91,17 +101,23 @@ def source_paths(export_dir: Path, src: dict[str, Any], keys: tuple[str, ...]) -
                       f"folder above {export_dir} (run classify where pfl-export ran)")
 
 
-def source_from_card(card: dict[str, Any], export_dir: Path) -> Source:
-    """Reload the weights and data an export was made from."""
+def source_from_card(card: dict[str, Any], export_dir: Path,
+                     imports: ImportPolicy = NO_IMPORTS) -> Source:
+    """Reload the weights and data an export was made from.
+
+    ``imports``: what the source's config may import (default: built-in names and installed
+    entry points only).
+    """
     src = card["source"]
     for key in ("client", "round"):
         if not isinstance(src.get(key), int | None) or isinstance(src.get(key), bool):
             raise ExportError(f"the card's source.{key} is not a whole number: {src.get(key)!r}")
     if "run" in src:
         [run] = source_paths(export_dir, src, ("run",))
-        return load_run_source(run, src.get("client"), src.get("round"))
+        return load_run_source(run, src.get("client"), src.get("round"), imports)
     if "state_dir" in src and "config" in src:
-        return load_device_source(*source_paths(export_dir, src, ("state_dir", "global", "config")))
+        return load_device_source(*source_paths(export_dir, src, ("state_dir", "global", "config")),
+                                  imports)
     raise ExportError("the card's source names no run directory or device folder")
 
 
@@ -110,9 +126,10 @@ def choice_from_card(card: dict[str, Any]) -> Choice:
     return Choice.from_card((card.get("mixture") or {}).get("choice") or {})
 
 
-def classify_table(export_dir: Path, card: dict[str, Any], count: int) -> str:
+def classify_table(export_dir: Path, card: dict[str, Any], count: int,
+                   imports: ImportPolicy = NO_IMPORTS) -> str:
     """Tabulate the true label and each runtime's top-1 class and probability per image."""
-    source = source_from_card(card, export_dir)
+    source = source_from_card(card, export_dir, imports)
     ex, _ = build_exportable(source, choice_from_card(card))
     raw, labels = raw_images(source, count)
     feeds = ex.feeds(source.spec.preprocessing.apply(torch.from_numpy(raw)))

@@ -199,15 +199,23 @@ def _key_values(items: list[str]) -> dict[str, Any]:
 def classify(
     export_dir: Annotated[Path, typer.Argument(help="a pfl-export output folder")],
     count: Annotated[int, typer.Option(help="number of test images, [1, 10000]")] = 8,
+    allow_imports: Annotated[list[str] | None, typer.Option(
+        help="a package (or package.module:attr) the card's run config may import "
+             "(repeatable; default: built-in names and installed entry points only)")] = None,
 ) -> None:
     """Classify real test images with every exported file, beside eager PyTorch."""
-    from pflkit.export.classify import classify_table, read_card
+    from pflkit.export.classify import NO_IMPORTS, classify_table, read_card
     from pflkit.export.golden import MAX_CLASSIFY_IMAGES
+    from pflkit.sdk.registry import ImportPolicy
 
     try:
         if not 1 <= count <= MAX_CLASSIFY_IMAGES:
             raise ExportError(f"--count must be in 1..{MAX_CLASSIFY_IMAGES}, got {count}")
-        typer.echo(classify_table(export_dir, read_card(export_dir), count))
+        try:
+            imports = ImportPolicy.allowing(allow_imports or (), NO_IMPORTS.setting)
+        except ValueError as err:
+            raise ExportError(f"--allow-imports: {err}") from err
+        typer.echo(classify_table(export_dir, read_card(export_dir), count, imports))
     except (ExportError, OSError, ValueError, KeyError) as err:
         raise _fail(err) from err
 

@@ -23,11 +23,12 @@ import torch
 
 from pflkit.export import privacy_card
 from pflkit.export.contract import ExportError
-from pflkit.export.state_shapes import check_shapes
+from pflkit.export.state_shapes import check_tensors
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, RoundContext, State
 from pflkit.sdk.builder import build_algorithm, load_data, partition_of
 from pflkit.sdk.data.datasets import DatasetSpec
 from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.registry import OWN_CONFIG, ImportPolicy
 from pflkit.sdk.run_config import ConfigError, SimConfig
 from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.rundir import checkpoint_round as recorded_round
@@ -59,11 +60,11 @@ class Source:
         return self.train.subset(torch.arange(min(len(self.train), CALIBRATION_ROWS)))
 
 
-def _load_config(path: Path) -> SimConfig:
+def _load_config(path: Path, imports: ImportPolicy) -> SimConfig:
     if not path.is_file():
         raise ExportError(f"no run configuration at {path}")
     try:
-        return SimConfig.load(path)
+        return SimConfig.load(path, imports=imports)
     except ConfigError as err:  # name the file once, whether or not the message does
         raise ExportError(str(err) if str(path) in str(err) else f"{path}: {err}") from err
 
@@ -76,8 +77,9 @@ def checkpoint_round(path: Path) -> int | None:
         raise ExportError(str(err)) from err
 
 
-def _global_checkpoint(run: RunDir, round_done: int | None) -> tuple[Path, int, int]:
-    """(path, its round, the run's last committed round)."""
+def _global_checkpoint(run: RunDir, round_done: int | None, rounds: int
+                       ) -> tuple[Path, int, int]:
+    """(path, its round, the run's last committed round), of a run of ``rounds`` rounds."""
     if not run.latest.is_file():
         raise ExportError(f"{run} has no committed round (no "
                           f"{run.latest.relative_to(run.path)})")
@@ -85,6 +87,9 @@ def _global_checkpoint(run: RunDir, round_done: int | None) -> tuple[Path, int, 
     if last is None:
         raise ExportError(f"{run.latest} is not a pfl-sim global checkpoint: its metadata has no "
                           f"'rounds_done'")
+    if last > rounds:  # the card's source.round would claim rounds the run never ran
+        raise ExportError(f"{run.latest}: its 'rounds_done' {last} is more than the run's "
+                          f"{rounds} rounds ({run.config_file}): not a checkpoint of this run")
     if round_done is None or round_done == last:
         return run.latest, last, last
     path = run.checkpoint(round_done)
@@ -95,11 +100,15 @@ def _global_checkpoint(run: RunDir, round_done: int | None) -> tuple[Path, int, 
     return path, round_done, last
 
 
-def load_run_source(run_dir: Path, client: int | None, round_done: int | None = None) -> Source:
-    """Load a run's global state of ``round_done`` (default: the last) and one client."""
+def load_run_source(run_dir: Path, client: int | None, round_done: int | None = None,
+                    imports: ImportPolicy = OWN_CONFIG) -> Source:
+    """Load a run's global state of ``round_done`` (default: the last) and one client.
+
+    ``imports``: the import paths the run's config may name (default: any, the user's own run).
+    """
     run = RunDir(run_dir)
-    config = _load_config(run.config_file)
-    path, round_done, last = _global_checkpoint(run, round_done)
+    config = _load_config(run.config_file, imports)
+    path, round_done, last = _global_checkpoint(run, round_done, config.rounds)
     dataset = load_data(config)
     algorithm = build_algorithm(config, dataset.spec)
     partition = run.load_partition() or partition_of(config, dataset)
@@ -129,7 +138,7 @@ def load_run_source(run_dir: Path, client: int | None, round_done: int | None = 
             test = dataset.test
             info["test_data"] = "global test set"
     global_state = load_state(path)
-    check_shapes(algorithm, config.seed, global_state, path, state.tensors, files.get("client"))
+    check_tensors(algorithm, config.seed, global_state, path, state.tensors, files.get("client"))
     population = len(set(partition.train) - set(partition.new_clients))
     privacy = privacy_card.simulated(config.aggregation, config.schedule(), population,
                                      round_done, _shared(algorithm, global_state))
@@ -163,9 +172,10 @@ def _client_state(run: RunDir, algorithm: Algorithm, client: int, round_done: in
     return stored, None if newest is None else run.clients.path(client, newest)
 
 
-def load_device_source(state_dir: Path, global_file: Path, config_file: Path) -> Source:
+def load_device_source(state_dir: Path, global_file: Path, config_file: Path,
+                       imports: ImportPolicy = OWN_CONFIG) -> Source:
     """Load an app's state folder, the global state it trained against, the run config."""
-    config = _load_config(Path(config_file))
+    config = _load_config(Path(config_file), imports)
     state = DeviceStateStore(Path(state_dir)).load()
     if state is None:
         raise ExportError(f"{state_dir} holds no client state ({DeviceStateStore.FILE})")
@@ -178,7 +188,7 @@ def load_device_source(state_dir: Path, global_file: Path, config_file: Path) ->
             "client": None, "new_client": False, "test_data": "dataset test split"}
     global_state = load_state(Path(global_file))
     state_file = Path(state_dir) / DeviceStateStore.FILE
-    check_shapes(algorithm, config.seed, global_state, global_file, state.tensors, state_file)
+    check_tensors(algorithm, config.seed, global_state, global_file, state.tensors, state_file)
     trained = config.data.num_clients - config.data.num_new_clients  # pfl-sim's population
     privacy = privacy_card.of_global_file(
         config.aggregation, config.schedule(), trained, info["round"] or 0,

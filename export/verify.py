@@ -125,10 +125,15 @@ def verify(ex: Exportable, run: Runner, test: LabeledTensors, file: str, precisi
         for size in BATCH_SIZES:
             feeds = ex.feeds(_rows(test.x, size), value)
             for ref, got in zip(ex.eager(*feeds), run(feeds), strict=True):
-                diff = max(diff, float((ref - got.reshape(ref.shape)).abs().max()))
+                gap = (ref - got.reshape(ref.shape)).abs().nan_to_num(math.inf).max()
+                diff = max(diff, float(gap))  # a NaN output is never "no difference"
     per_value = []
     for value in values:
         eager = predict(lambda feeds: ex.eager(*feeds), ex, test.x, value)
+        if not bool(torch.isfinite(eager).all()):
+            at = "" if value is None else f" at {ex.inputs[1].name} = {value}"
+            raise ExportError(f"{file}: the model's own logits (eager PyTorch) are NaN or "
+                              f"infinite on the test rows{at}: its weights make no usable model")
         per_value.append({"value": value, **_scores(predict(run, ex, test.x, value), eager,
                                                   test.y, weights)})
     headline = next(p for p in per_value

@@ -37,6 +37,9 @@ def client_state_from_bytes(data: bytes, source: str = "client state") -> Client
         meta = json.loads(read_metadata(data).get(META_KEY, "{}"))
     except json.JSONDecodeError as err:
         raise CorruptStateError(f"{source}: metadata is not JSON ({err})") from err
+    if not isinstance(meta, dict):  # NaN, a list or a string: methods read it by key
+        raise CorruptStateError(f"{source}: metadata is a JSON {type(meta).__name__}, "
+                                "not an object")
     return ClientState(tensors, meta)
 
 
