@@ -64,6 +64,7 @@ from pflkit.sdk.algorithms.paramcheck import (
     Momentum,
     WeightDecay,
     in_range,
+    require,
 )
 from pflkit.sdk.algorithms.personal import EagerSession, PersonalTraining, personalize_with
 from pflkit.sdk.algorithms.personalization import Personalization
@@ -90,6 +91,8 @@ GateOptimizer = Literal["sgd", "adam"]
 # D_gate and D_per both non-empty shares of a client's rows
 GateFraction = Annotated[float, Strict(), in_range(0.0, 1.0, open_low=True, open_high=True)]
 GATE = "gate."  # client-state prefix of the gate's Linear(input -> 1)
+GATE_LR = 0.001  # beta when gate_lr is not given (the paper's)
+GATE_OPTIMIZER: GateOptimizer = "sgd"  # when gate_optimizer is not given (the paper's)
 
 
 @dataclass(frozen=True)
@@ -100,11 +103,18 @@ class PFLMoEParams:
     epochs: Epochs = 200  # E, personalization epochs (each = one D_per pass + one D_gate pass)
     batch_size: BatchSize = 64  # stage-2 mini-batch (public code)
     head_lr: LearningRate = 0.001  # alpha, the personal classifier's SGD learning rate
-    gate_lr: LearningRate = 0.001  # beta, the gate's learning rate
+    gate_lr: LearningRate | None = None  # beta, the gate's learning rate (None: GATE_LR)
     momentum: Momentum = 0.9  # SGD momentum (classifier, and gate when gate_optimizer = "sgd")
     weight_decay: WeightDecay = 5e-4  # L2 weight decay of both optimizers
     gate_fraction: GateFraction = 0.25  # share of the client's rows in D_gate (public code: 1/4)
-    gate_optimizer: GateOptimizer = "sgd"  # sgd (paper) | adam (public code)
+    gate_optimizer: GateOptimizer | None = None  # sgd (paper; None) | adam (public code)
+
+    def __post_init__(self) -> None:
+        if self.variant == "fb":  # PFL-FB has no gate: its settings given there would look used
+            for name in ("gate_lr", "gate_optimizer"):
+                value = getattr(self, name)
+                require("pflmoe", name, value is None,
+                        'unset while variant = "fb" (PFL-FB has no gate)', value)
 
 
 def split_for_gate(n: int, gate_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,8 +167,8 @@ class Stage2(Personalization):
         phases = [Phase("personal_head", purpose="pflmoe-classifier")]
         if p.variant != "fb":
             optimizers.append(Optimizer("gate", tuple(n for n in names if n.startswith(GATE)),
-                                        p.gate_lr, p.momentum, p.weight_decay,
-                                        kind=p.gate_optimizer))
+                                        p.gate_lr or GATE_LR, p.momentum, p.weight_decay,
+                                        kind=p.gate_optimizer or GATE_OPTIMIZER))
             phases.append(Phase("gate", "gate", purpose="pflmoe-gate"))
         recipe = Recipe(tuple(optimizers), tuple(phases), p.epochs, p.batch_size,
                         "personal_head: cross_entropy(C_i(a), label) on the train rows; gate: "

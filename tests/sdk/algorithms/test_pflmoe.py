@@ -39,8 +39,9 @@ def ctx(client=0, round_index=3):
 
 
 def algorithm(variant="mfe", factory=LENET, **params):
-    params = {"variant": variant, "epochs": 3, "batch_size": 16, "head_lr": 0.05,
-              "gate_lr": 0.05, **params}
+    gate = {} if variant == "fb" else {"gate_lr": 0.05}
+    params = {"variant": variant, "epochs": 3, "batch_size": 16, "head_lr": 0.05, **gate,
+              **params}
     return make_algorithm("pflmoe", factory, LOCAL, params)
 
 
@@ -67,6 +68,13 @@ def personalized(variant="mfe", factory=LENET, shape=(1, 32, 32), n=48, **params
 def test_bad_hyperparameters_name_method_and_parameter(params, name):
     with pytest.raises(HyperparameterError, match=rf"pflmoe.*'{name}'"):
         make_algorithm("pflmoe", LENET, LOCAL, params)
+
+
+@pytest.mark.parametrize("params", [{"gate_lr": 0.001}, {"gate_optimizer": "sgd"}])
+def test_gate_settings_are_refused_for_pfl_fb_which_has_no_gate(params):
+    """Given with ``variant = "fb"`` they were accepted and ignored: settings that look used."""
+    with pytest.raises(HyperparameterError, match=rf"'{next(iter(params))}' must be unset"):
+        make_algorithm("pflmoe", LENET, LOCAL, {"variant": "fb", **params})
 
 
 def test_mix_experts_is_the_convex_combination_of_logits():
