@@ -40,7 +40,8 @@ def pfl_client(server: str, data: Path, state: Path, limit: int | None = None
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     return subprocess.run([str(BIN / "pfl-client"), "--server", server, "--data", str(data),
-                           "--state", str(state), "--give-up-after", "0"],
+                           "--state", str(state),
+                           "--give-up-after", "0"],  # retried never: a stopped server ends it
                           capture_output=True, text=True, timeout=GUARD,
                           preexec_fn=None if limit is None else full_disk)
 
