@@ -42,9 +42,10 @@ def calibration_errors(
 
     Undefined (NaN) without rows or when a row's confidence is (a diverged model's NaN logits).
     """
-    probs = logits.double().softmax(dim=1)
-    conf, pred = probs.max(dim=1)
-    if not len(y) or not bool(torch.isfinite(conf).all()):
+    if not len(y):  # before the max: a model of no rows may give logits of no columns
+        return float("nan"), float("nan")
+    conf, pred = logits.double().softmax(dim=1).max(dim=1)
+    if not bool(torch.isfinite(conf).all()):
         return float("nan"), float("nan")
     correct = (pred == y).double()
     # Bin b holds confidences in (b/B, (b+1)/B]; ceil maps exactly b/B to bin b-1.

@@ -51,6 +51,13 @@ def test_ece_is_zero_for_perfect_calibration():
     assert ece == pytest.approx(0.0, abs=1e-12) and mce == pytest.approx(0.0, abs=1e-12)
 
 
+def test_no_rows_are_undefined_errors_whatever_the_logits_shape():
+    """No rows: NaN, as documented, even for logits of no columns (max over them crashed)."""
+    for logits in (torch.zeros(0, 10), torch.zeros(0, 0)):
+        ece, mce = calibration_errors(logits, torch.zeros(0, dtype=torch.long))
+        assert math.isnan(ece) and math.isnan(mce)
+
+
 def test_a_diverged_models_logits_are_scored_not_a_crash():
     """NaN logits (a stage that diverged) made bincount fail on the NaN confidence's bin."""
     logits = torch.tensor([[float("nan"), 0.0], [0.3, 0.1]])
