@@ -208,3 +208,32 @@ def test_a_method_with_its_own_choice_exports_it_as_a_runtime_input(on_path, tmp
         assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0, refused
         assert message in refused.stderr, refused.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_devices_draw_a_dropout_models_masks_as_pfl_sim_does(on_path, make_server, tmp_path):
+    """Dropout masks come from the client's round seed on a device too, not from its process.
+
+    Two in-process devices (threads sharing torch's generator) trained other weights than
+    pfl-sim's run of the same config, which draws from (seed, client, round).
+    """
+    config = SERVER_CONFIG.replace('"sensorkit.nets:SensorNet"',
+                                   '"sensorkit.nets:DropoutSensorNet"').replace(
+        '"sensorkit.methods:PriorShift"', '"fedavg"')
+    server = make_server(config, "--min-enrolled", "2", "--allow-imports", "sensorkit")
+    dirs = client_data_dirs(tmp_path / "clients", config)
+    devices = [FederatedClient(server.url, dirs[c] / ".state", load_client_data(dirs[c]),
+                               token=server.token(c),
+                               retry=RetryPolicy(cap=1.0, max_elapsed=GUARD),
+                               allow_imports=["sensorkit"]) for c in (0, 1)]
+    threads = [threading.Thread(target=device.run) for device in devices]
+    for thread in threads:
+        thread.start()
+    status = server.wait_for(lambda s: s["status"] == "finished")
+    for thread in threads:
+        thread.join(GUARD)
+    expected = simulated_global(config, tmp_path / "sim")
+    got = server_global(server, status["global_hash"])
+    for key in expected:
+        assert torch.equal(got[key], expected[key]), key
+    for device in devices:
+        device.close()

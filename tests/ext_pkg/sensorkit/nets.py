@@ -14,3 +14,13 @@ class SensorNet(SplitModel):
         (features,) = input_shape
         body = nn.Sequential(nn.Linear(features, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU())
         super().__init__(body, nn.Linear(16, num_classes), feature_dim=16)
+
+
+class DropoutSensorNet(SplitModel):
+    """SensorNet with dropout in its body: its training draws random masks."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int) -> None:
+        (features,) = input_shape
+        body = nn.Sequential(nn.Linear(features, 32), nn.ReLU(), nn.Dropout(0.5),
+                             nn.Linear(32, 16), nn.ReLU())
+        super().__init__(body, nn.Linear(16, num_classes), feature_dim=16)
