@@ -109,14 +109,14 @@ class DeviceTrainer:
                  for chunk in images.split(PREDICT_CHUNK)]
         return tuple(torch.cat([p[k].clone() for p in parts]) for k in range(len(parts[0])))
 
-    def step(self, optimizer: str, inputs: tuple[torch.Tensor, ...]) -> float:
-        """One ``forward_backward`` of ``train`` and one SGD step of ``optimizer``."""
+    def step(self, optimizer: str, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """One ``forward_backward`` of ``train`` and one SGD step of ``optimizer``; the loss."""
         if optimizer not in self.optimizers:
             raise TrainingProgramError(f"no optimizer named {optimizer!r} (the card's: "
                                        f"{', '.join(self.optimizers)})")
         loss = self._forward_backward(inputs)[0]
         self.optimizers[optimizer].step(self.module.named_gradients())
-        return float(loss)
+        return loss.clone()  # the program's output memory is its own: the next call reuses it
 
     def logits(self, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """The ``logits`` output (the gradients computed on the way are dropped)."""

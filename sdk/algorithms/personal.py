@@ -64,8 +64,12 @@ class Session(Protocol):
     def prepare(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The program's per-row inputs for these images (the images themselves if none)."""
 
-    def step(self, optimizer: str, inputs: tuple[torch.Tensor, ...]) -> float:
-        """One forward/backward on ``inputs`` and one step of ``optimizer``; the loss."""
+    def step(self, optimizer: str, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """One forward/backward on ``inputs`` and one step of ``optimizer``; the loss (0-d).
+
+        A tensor, not a float: :func:`run_recipe` reads it once per pass, so a GPU session
+        does not wait for every step (a float per step is a host sync per step).
+        """
 
     def logits(self, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """The program's logits output for ``inputs``, no step taken."""
@@ -93,7 +97,7 @@ class EagerSession:
         out = self.prepare_module(images)
         return tuple(out) if isinstance(out, tuple | list) else (out,)
 
-    def step(self, optimizer: str, inputs: tuple[torch.Tensor, ...]) -> float:
+    def step(self, optimizer: str, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """Zero every gradient, backward the program's loss, step one optimizer."""
         for p in self._trainable:
             p.grad = None
@@ -101,7 +105,7 @@ class EagerSession:
             loss = self.program(*inputs)[0]
         loss.backward()
         self.optimizers[optimizer].step()
-        return float(loss.detach())
+        return loss.detach()
 
     @torch.no_grad()
     def logits(self, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -168,18 +172,19 @@ def run_recipe(recipe: Recipe, session: Session, data: LabeledTensors,
     losses: dict[str, float] = {}  # mean loss of each optimizer's last phase
     for _ in range(recipe.epochs):
         for phase in recipe.phases:
-            total, count = 0.0, 0
+            total: torch.Tensor | float = 0.0  # float64 on the session's device: read per pass
+            count = 0
             for idx in _phase_batches(rows[phase.rows], recipe.batch_size, gens[phase.purpose]):
                 if max_steps is not None and steps >= max_steps:
                     if count:  # a pass cut short: the mean over its steps so far
-                        losses[phase.optimizer] = total / count
+                        losses[phase.optimizer] = float(total) / count
                     return RecipeResult(steps, losses, {})
                 extra = () if recipe.lam is None else (recipe.lam.draw(lam_gen).to(data.x.device),)
                 inputs = (*(t[idx] for t in prepared), data.y[idx], *extra)
-                total += session.step(phase.optimizer, inputs)
+                total = total + session.step(phase.optimizer, inputs).double()
                 count, steps = count + 1, steps + 1
             if count:
-                losses[phase.optimizer] = total / count
+                losses[phase.optimizer] = float(total) / count
     chosen: dict[str, Any] = {}
     held = rows.get(recipe.choose_lambda_on or "", torch.zeros(0, dtype=torch.long))
     if recipe.lam is not None and len(held):  # no held-out rows: the client keeps its lambda

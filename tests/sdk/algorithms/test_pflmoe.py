@@ -167,7 +167,7 @@ def test_a_pass_cut_short_by_max_steps_reports_the_mean_loss_of_its_steps():
     session.step = recording
     result = run_recipe(part.recipe, session, local, part.rows, part.generator, max_steps=4)
     assert result.steps == 4 and len(seen) == 4  # the first pass has 10 batches
-    assert result.losses == {"personal_head": pytest.approx(sum(seen) / 4)}
+    assert result.losses == {"personal_head": pytest.approx(float(sum(seen)) / 4)}
 
 
 def test_fb_mf_and_mfe_share_the_same_personal_classifier():
