@@ -69,6 +69,17 @@ def _load_config(path: Path, imports: ImportPolicy) -> SimConfig:
         raise ExportError(str(err) if str(path) in str(err) else f"{path}: {err}") from err
 
 
+def _unedited(run: RunDir, config: SimConfig, imports: ImportPolicy) -> None:
+    """Refuse a ``config.toml`` edited since the rounds ran: it would rebuild another model."""
+    try:
+        change = run.edited_since_committed(config, imports)
+    except ConfigError as err:
+        raise ExportError(str(err)) from err
+    if change is not None:
+        raise ExportError(f"{run.config_file} changed since the run's rounds ran ({change}): "
+                          "the export would not be the model they trained; restore it")
+
+
 def checkpoint_round(path: Path) -> int | None:
     """The ``rounds_done`` a global checkpoint records (None: not recorded); checks the file."""
     try:
@@ -109,6 +120,7 @@ def load_run_source(run_dir: Path, client: int | None, round_done: int | None = 
     run = RunDir(run_dir)
     config = _load_config(run.config_file, imports)
     path, round_done, last = _global_checkpoint(run, round_done, config.rounds)
+    _unedited(run, config, imports)
     dataset = load_data(config)
     algorithm = build_algorithm(config, dataset.spec)
     partition = run.load_partition() or partition_of(config, dataset)

@@ -28,6 +28,7 @@ import torch
 
 from pflkit.sdk.data.federation import Partition
 from pflkit.sdk.phases import phase
+from pflkit.sdk.registry import OWN_CONFIG, ImportPolicy
 from pflkit.sdk.run_config import ConfigError, SimConfig
 from pflkit.sdk.state_store import RunClientStore
 from pflkit.sdk.tensorio import CorruptStateError, json_text, load_state, read_metadata, save_state
@@ -169,21 +170,32 @@ class RunDir:
         ``Simulation(config, run_dir, resume=True)`` is the caller's choice, and honoured.)
         """
         config = self.config()
-        text = read_metadata(self.latest.read_bytes()).get(RUN_CONFIG_KEY) \
-            if self.latest.is_file() else None  # nothing committed: it starts over as configured
-        if text is None:
-            return config
-        before = SimConfig.from_toml(text, f"{self.latest} (its {RUN_CONFIG_KEY})")
-        changes = config.computed_part().changes_from(before)
-        if changes:
-            more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
+        change = self.edited_since_committed(config)
+        if change is not None:
             done = self.rounds_done()
             raise ConfigError(f"--resume {self.path}: {self.config_file.name} changed since its "
                               f"{done} committed round{'' if done == 1 else 's'} ran "
-                              f"({changes[0]}{more}), "
-                              "and a run continues as configured (only [execution] and "
-                              "data.root may change): restore it, or start a new run")
+                              f"({change}), and a run continues as configured (only "
+                              "[execution] and data.root may change): restore it, or start a "
+                              "new run")
         return config
+
+    def edited_since_committed(self, config: SimConfig, imports: ImportPolicy = OWN_CONFIG
+                               ) -> str | None:
+        """Where ``config`` leaves the settings the committed rounds recorded (None: nowhere).
+
+        ``key: old -> new`` (and how many more); None too where nothing was recorded.
+        ``imports``: what the recorded settings may name (they are read like ``config``).
+        """
+        text = read_metadata(self.latest.read_bytes()).get(RUN_CONFIG_KEY) \
+            if self.latest.is_file() else None  # nothing committed: it starts over as configured
+        if text is None:
+            return None
+        before = SimConfig.from_toml(text, f"{self.latest} (its {RUN_CONFIG_KEY})", imports)
+        changes = config.computed_part().changes_from(before)
+        if not changes:
+            return None
+        return changes[0] + (f" (and {len(changes) - 1} more)" if len(changes) > 1 else "")
 
     def rounds_done(self) -> int:
         """The last committed round count (0 before the first commit)."""

@@ -119,3 +119,15 @@ def test_a_checkpoint_claiming_more_rounds_than_its_run_is_refused(make_run, tmp
     one_line_error(*export("--run", str(run), "--format", "onnx", "--out", str(tmp_path / "o")),
                    "its 'rounds_done' 99999999999999999999999 is more than the run's 2 rounds")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_config_toml_edited_since_the_rounds_ran_is_refused(make_run, tmp_path):
+    """The export rebuilt the model from the edited file: another method's parameters."""
+    run = run_copy(make_run, "fedavg", tmp_path)
+    config = run / "config.toml"
+    text = config.read_text()
+    assert "\nlr = 0.05\n" in text
+    config.write_text(text.replace("\nlr = 0.05\n", "\nlr = 0.5\n"))
+    one_line_error(*export("--run", str(run), "--format", "onnx", "--out", str(tmp_path / "o")),
+                   f"{config} changed since the run's rounds ran (training.lr: 0.05 -> 0.5)")
+    assert not (tmp_path / "o").exists()
