@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from pflkit.sdk.algorithms.pflmoe_modules import (
     mix_experts,
 )
 from pflkit.sdk.data.tensors import LabeledTensors
+from pflkit.sdk.run_config import SimConfig
 from pflkit.sdk.state_store import client_state_from_bytes, client_state_to_bytes
 
 LENET = ModelFactory("lenet5", (1, 32, 32), 10)
@@ -75,6 +77,15 @@ def test_gate_settings_are_refused_for_pfl_fb_which_has_no_gate(params):
     """Given with ``variant = "fb"`` they were accepted and ignored: settings that look used."""
     with pytest.raises(HyperparameterError, match=rf"'{next(iter(params))}' must be unset"):
         make_algorithm("pflmoe", LENET, LOCAL, {"variant": "fb", **params})
+
+
+@pytest.mark.parametrize("variant", ["fb", "mf", "mfe"])
+def test_the_docs_config_takes_each_variant_as_its_first_line_says(variant):
+    """docs/configs/pflmoe.toml: ``--param variant=mf (or fb)``; its gate_lr refused fb."""
+    path = Path(__file__).parents[3] / "docs" / "configs" / "pflmoe.toml"
+    assert "--param variant=mf (or fb)" in path.read_text().splitlines()[2]
+    config = SimConfig.load(path, [f'algorithm.params.variant="{variant}"'])
+    assert config.algorithm.params["variant"] == variant
 
 
 def test_mix_experts_is_the_convex_combination_of_logits():
