@@ -296,5 +296,3 @@ class FederatedClient:
     def close(self) -> None:
         """Close the HTTP connection pool."""
         self.connection.close()
-
-

@@ -285,8 +285,7 @@ def _round_metrics(updates: list[Update] | Any) -> dict[str, Any]:
         rows = [(u.metrics[key], u.num_samples) for u in updates if key in u.metrics]
         weight = sum(n for _, n in rows)
         if weight > 0:  # a convex mean: finite uploads (even 1e308) give a finite mean
-            mean = math.fsum(v * (n / weight) for v, n in rows)
-            out[key] = mean if math.isfinite(mean) else None  # JSON (PostgreSQL) has no inf
+            out[key] = math.fsum(v * (n / weight) for v, n in rows)
     return out
 
 
