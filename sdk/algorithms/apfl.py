@@ -12,6 +12,10 @@ Choices: both steps use the same mini-batch; v_bar uses w as it was before this 
 (w is detached, so only v and alpha learn from the mixed loss). w and v use the shared SGD
 settings (momentum, weight decay); alpha takes plain gradient steps with ``alpha_lr`` (None:
 the round's lr), as in the paper. v starts as a copy of the first global model received.
+w's normalization statistics (batch norm) come from w's own passes only, so the w a client
+sends is FedAvg's, statistics included (Algorithm 1's w step sees grad f(w) alone); the mixed
+passes update a scratch copy, dropped after the round. The personalized model takes the global
+model's statistics.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pflkit.sdk.algorithms.base import (
     register,
 )
 from pflkit.sdk.algorithms.device_training import DeviceTraining, shared_lr
+from pflkit.sdk.algorithms.gradtools import scratch_buffers
 from pflkit.sdk.algorithms.inference import NUMBER, ChoiceSpec
 from pflkit.sdk.algorithms.inference_role import Inference
 from pflkit.sdk.algorithms.paramcheck import Fraction, LearningRate, require
@@ -86,6 +91,7 @@ class APFLTraining(DeviceTraining):
         alpha_lr = ctx.lr if self.params.alpha_lr is None else self.params.alpha_lr
         opt_w = sgd(model.parameters(), ctx.lr, self.local.momentum, self.local.weight_decay)
         opt_v = sgd(v.values(), ctx.lr, self.local.momentum, self.local.weight_decay)
+        scratch = scratch_buffers(model)  # the mixed passes' statistics, not w's
         generator = ctx.generator("batches")
         losses: list[torch.Tensor] = []  # no host synchronization per step
         for _ in range(self.local.epochs):
@@ -93,7 +99,8 @@ class APFLTraining(DeviceTraining):
                 w_now = {n: p.detach() for n, p in model.named_parameters()}
                 mixed = {n: alpha * v[n] + (1 - alpha) * w_now[n] for n in names}
                 with forward_autocast(xb.device):
-                    mixed_loss = F.cross_entropy(functional_call(model, mixed, (xb,)), yb)
+                    mixed_loss = F.cross_entropy(functional_call(model, mixed | scratch, (xb,)),
+                                                 yb)
                 opt_v.zero_grad(set_to_none=True)
                 alpha.grad = None
                 mixed_loss.backward()

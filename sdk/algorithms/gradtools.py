@@ -1,4 +1,4 @@
-"""Gradient plumbing the baselines share: freezing parameters, adding terms to gradients.
+"""Gradient plumbing the baselines share: frozen parameters, added gradients, scratch buffers.
 
 Adding a term to a gradient through a tensor hook is cheaper than adding a penalty to the loss
 for tiny models (no extra autograd graph per step) and leaves the reported loss the plain
@@ -49,3 +49,13 @@ def gradient_term(params: Mapping[str, torch.Tensor],
     """
     return sum((term[n].detach() * (p - p.detach())).sum()  # type: ignore[return-value]
                for n, p in params.items())
+
+
+def scratch_buffers(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of ``model``'s buffers, for forward passes that are not its own training steps.
+
+    ``functional_call(model, {**weights, **scratch}, ...)`` in train mode updates the copies in
+    place (batch norm's running statistics and ``num_batches_tracked``), not the module's: the
+    statistics a client sends are those of the model's own steps only, as FedAvg's are.
+    """
+    return {n: b.detach().clone() for n, b in model.named_buffers()}

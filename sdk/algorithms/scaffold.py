@@ -50,7 +50,7 @@ from pflkit.sdk.algorithms.base import (
     register,
 )
 from pflkit.sdk.algorithms.device_training import DeviceTraining, shared_lr
-from pflkit.sdk.algorithms.gradtools import added_gradient, gradient_term
+from pflkit.sdk.algorithms.gradtools import added_gradient, gradient_term, scratch_buffers
 from pflkit.sdk.algorithms.inference_role import Inference
 from pflkit.sdk.algorithms.paramcheck import LearningRate, in_range
 from pflkit.sdk.algorithms.server_aggregation import ServerAggregation
@@ -203,11 +203,17 @@ class ScaffoldTraining(DeviceTraining):
                 for k, j in enumerate(jobs)]
 
     def full_gradient(self, model: nn.Module, data: LabeledTensors) -> State:
-        """Compute the gradient of the mean cross-entropy over all of ``data`` (option I)."""
+        """Compute the gradient of the mean cross-entropy over all of ``data`` (option I).
+
+        The pass is no training step: it leaves the running statistics that y_i is sent with
+        as the local steps alone make them.
+        """
         model.zero_grad(set_to_none=True)
+        scratch = scratch_buffers(model)
         for xb, yb in data.batches(self.local.batch_size, shuffle=False):
             with forward_autocast(xb.device):
-                loss = F.cross_entropy(model(xb), yb, reduction="sum") / len(data)
+                logits = functional_call(model, scratch, (xb,))
+                loss = F.cross_entropy(logits, yb, reduction="sum") / len(data)
             loss.backward()
         grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()
                  if p.grad is not None}

@@ -25,6 +25,9 @@ Choices where the papers (000 KDD'22, 001 arXiv) and the public code leave room:
 - mu multiplies the SQUARED distance as in eq. 4 (the public code uses an unsquared per-layer
   norm). FedProx writes (mu' / 2) ||w - w_g||^2, so SuPerFed's mu equals FedProx's mu' / 2.
 - cos is ONE cosine over all parameters concatenated (public code), not a per-layer sum.
+- Every parameter has a local twin and mixes, biases included: w_l is a second model of the
+  same structure (000 section 3.1). The public code gives conv and linear layers one shared,
+  federated bias and mixes only their weights (and norm layers' affine parameters).
 - w_l starts from its own seeded random init (000 section 3.1; Algorithm 1's "w_l <- w_g" would
   make w_f and w_l start equal, which section 3.1 rules out).
 - lambda is chosen per client on a held-out ``holdout_fraction`` of its TRAIN rows, which fit
