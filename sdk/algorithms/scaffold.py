@@ -206,7 +206,7 @@ class ScaffoldTraining(DeviceTraining):
         """Compute the gradient of the mean cross-entropy over all of ``data`` (option I).
 
         The pass is no training step: it leaves the running statistics that y_i is sent with
-        as the local steps alone make them.
+        as the local steps alone make them. A parameter the loss never uses has gradient 0.
         """
         model.zero_grad(set_to_none=True)
         scratch = scratch_buffers(model)
@@ -215,8 +215,8 @@ class ScaffoldTraining(DeviceTraining):
                 logits = functional_call(model, scratch, (xb,))
                 loss = F.cross_entropy(logits, yb, reduction="sum") / len(data)
             loss.backward()
-        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()
-                 if p.grad is not None}
+        grads = {n: torch.zeros_like(p) if p.grad is None else p.grad.detach().clone()
+                 for n, p in model.named_parameters()}  # a tensor the loss never uses: 0
         model.zero_grad(set_to_none=True)
         return grads
 

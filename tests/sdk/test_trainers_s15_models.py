@@ -13,6 +13,7 @@ from test_batched_training import assert_same_results, client_data
 from torch import nn
 
 from pflkit.sdk.algorithms import FitJob, LocalTraining, ModelFactory, RoundContext, make_algorithm
+from pflkit.sdk.algorithms.base import algorithm_names
 from pflkit.sdk.models import MODELS, ModelInfo, SplitModel, build_model
 from pflkit.sdk.registry import ExtensionError
 
@@ -115,3 +116,11 @@ def test_a_model_whose_parameters_methods_would_treat_apart_is_refused_when_buil
     monkeypatch.setitem(MODELS, "custom", ModelInfo(builder, "test"))
     with pytest.raises(ExtensionError, match=re.escape(f"model 'custom': {message}")):
         build_model("custom", SHAPE, 3)
+
+
+@pytest.mark.parametrize(("name", "params"), [
+    *((n, {}) for n in algorithm_names()), ("scaffold", {"option": 1})])
+def test_every_method_trains_a_model_with_a_body_layer_the_forward_never_uses(
+        monkeypatch, name, params):
+    """SCAFFOLD's option I gradient pass left the unused tensor out: KeyError in c_i+."""
+    one_round(monkeypatch, spare_layer, name, params)
