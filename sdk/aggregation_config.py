@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import Strict
 
-from pflkit.sdk.config_types import STRICT_CONFIG, in_range
+from pflkit.sdk.config_types import STRICT_CONFIG, in_range, refuse_unused
 
 # mean: the algorithm's own aggregator (weighted, streaming); the others are unweighted
 Rule = Literal["mean", "median", "trimmed_mean"]
@@ -75,6 +75,7 @@ class AggregationConfig:
     dp_seed: Annotated[int, Strict(), in_range(0, 2**63 - 1)] | None = None
 
     def __post_init__(self) -> None:
+        refuse_unused(self, self._unused())
         if self.secagg_neighbours is not None and self.secagg_neighbours % 2:
             raise ValueError(f"secagg_neighbours must be even, got {self.secagg_neighbours}")
         if self.secagg and (self.rule != "mean" or self.clip_norm is not None):
@@ -105,6 +106,21 @@ class AggregationConfig:
         elif self.dp_clip_on_device:  # the server would see only clipped norms
             raise ValueError("dp_adaptive_quantile: adaptive clipping counts the norms before "
                              "clipping, so not with dp_clip_on_device (not yet)")
+
+    def _unused(self) -> dict[str, str]:
+        """The settings this rule, DP and SecAgg leave unused, each with why."""
+        unused: dict[str, str] = {}
+        if self.rule != "trimmed_mean":
+            unused["trim_fraction"] = f'rule = "{self.rule}" (only "trimmed_mean" trims)'
+        if self.dp_clip_norm is None:
+            unused["dp_delta"] = "DP-FedAvg is off (dp_clip_norm unset)"
+        if self.dp_adaptive_quantile is None:
+            unused["dp_clip_learning_rate"] = "adaptive clipping is off " \
+                "(dp_adaptive_quantile unset)"
+        if not self.secagg:
+            unused |= dict.fromkeys(("secagg_threshold", "secagg_neighbours",
+                                     "secagg_clip_range"), "secagg = false")
+        return unused
 
     @property
     def private(self) -> bool:

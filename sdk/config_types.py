@@ -10,11 +10,14 @@ allocate terabytes or run for centuries.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import difflib
+import logging
 import types
 import typing
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, ConfigDict, Field, Strict, ValidationError
@@ -59,6 +62,52 @@ def in_range(low: float, high: float, *, open_low: bool = False,
         return value
 
     return AfterValidator(check)
+
+
+_STORED = contextvars.ContextVar("stored_settings", default=False)
+
+
+@contextlib.contextmanager
+def stored_settings() -> Iterator[None]:
+    """Read configs a run stored (its config.toml, a checkpoint's copy, a server's row).
+
+    One written before pflkit refused unused settings may hold one; it changed nothing then,
+    so inside this block it reads as its default, with a warning, rather than making the run
+    impossible to resume, export or report.
+    """
+    token = _STORED.set(True)
+    try:
+        yield
+    finally:
+        _STORED.reset(token)
+
+
+def refuse_unused(config: Any, unused: dict[str, str]) -> None:
+    """Refuse a setting the config's mode does not use: one declaration per setting.
+
+    ``unused``: each setting the mode leaves unused -> why (``only executor = "ray" uses
+    it``). Only a value other than the field's default is refused: the default means the
+    same used or not, so a file that writes out every default (a run's config.toml) loads.
+    A stored config (:func:`stored_settings`) gets the default instead.
+    """
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    for name, why in unused.items():
+        value, default = getattr(config, name), defaults[name]
+        if value == default:
+            continue
+        said = f"{name} = {_toml_text(value)} has no effect: {why}"
+        if _STORED.get():
+            logging.getLogger(__name__).warning("a stored run config's %s; read as its "
+                                                "default, %s", said, _toml_text(default))
+            object.__setattr__(config, name, default)
+            continue
+        back = "" if default is None else f" (or give its default, {_toml_text(default)})"
+        raise ValueError(f"{said}; remove it{back}")
+
+
+def _toml_text(value: object) -> str:
+    """A setting's value as TOML writes it (``true``, not ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else shown(value)
 
 
 MAX_NAME = 200  # characters of a model, dataset or method name (import paths included)

@@ -13,7 +13,14 @@ import pydantic
 import torch
 from pydantic import AfterValidator, Strict
 
-from pflkit.sdk.config_types import STRICT_CONFIG, ConfigError, Text, closest, in_range
+from pflkit.sdk.config_types import (
+    STRICT_CONFIG,
+    ConfigError,
+    Text,
+    closest,
+    in_range,
+    refuse_unused,
+)
 from pflkit.sdk.device import (
     DeviceError,
     check_device,
@@ -30,6 +37,10 @@ EXECUTORS: dict[str, str] = {
     "ray": "pflkit.server.ray_executor:RayExecutor",
 }
 PERSONALIZE_ENGINES = ("eager", "executorch")  # executorch: docs/on-device.md
+# the settings only one executor or a CUDA device reads (any other value is refused there)
+_CUDA_ONLY = ("tf32", "cudnn_benchmark", "cuda_graphs")
+_BATCHED_ONLY = ("cuda_graphs", "conv_gemm", "compile_loss", "batch_clients")
+_RAY_ONLY = ("ray_address", "ray_connect_timeout", "num_cpus", "num_gpus", "workers")
 
 
 def _one_of(what: str, known: tuple[str, ...]) -> AfterValidator:
@@ -89,6 +100,24 @@ class ExecutionConfig:
 
     def __post_init__(self) -> None:
         check_precision_on(self.device, self.precision)  # "auto" is checked once resolved
+        refuse_unused(self, self._unused())
+
+    def _unused(self) -> dict[str, str]:
+        """The settings this executor and device leave unused, each with why.
+
+        Only an explicit ``device = "cpu"`` leaves the CUDA settings unused: under ``auto``
+        they apply wherever it finds a GPU, so one config serves a laptop and a GPU box.
+        """
+        unused: dict[str, str] = {}
+        if self.device == "cpu":
+            unused |= dict.fromkeys(_CUDA_ONLY, 'device = "cpu" (only a CUDA device uses it)')
+        if self.executor != "batched":
+            unused |= dict.fromkeys(_BATCHED_ONLY, f'executor = "{self.executor}" (only the '
+                                    'batched executor uses it)')
+        if self.executor != "ray":
+            unused |= dict.fromkeys(_RAY_ONLY, f'executor = "{self.executor}" (only the Ray '
+                                    'executor uses it)')
+        return unused
 
     def torch_device(self) -> torch.device:
         """The device this machine runs ``device`` on; a refusal names the setting."""

@@ -24,16 +24,16 @@ model, dataset, algorithm and executor names (built-in, ``package.module:attr`` 
 point) and the algorithm's hyperparameters: a bad config is one :class:`ConfigError` line
 naming the key, and no run directory, database row or client work exists yet.
 
-Also the round :class:`Schedule` the Coordinator follows. They live in the SDK because the
-simulator, the server and ``pfl-export`` all read them: server -> sdk, export -> sdk.
+Also re-exported: the round :class:`Schedule` the Coordinator follows (sdk/round_schedule.py).
+They live in the SDK because the simulator, the server and ``pfl-export`` all read them:
+server -> sdk, export -> sdk.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,9 +44,7 @@ from pflkit.sdk.aggregation_config import AggregationConfig as AggregationConfig
 from pflkit.sdk.algorithms.base import LocalTraining, algorithm_class, check_algorithm
 from pflkit.sdk.config_toml import apply_overrides, dump_toml, parse_toml, read_toml
 from pflkit.sdk.config_types import (
-    MAX_CLIENTS,
     STRICT_CONFIG,
-    Fraction,
     LearningRate,
     Name,
     PathText,
@@ -56,54 +54,22 @@ from pflkit.sdk.config_types import (
     fields_at,
     in_range,
     plain_name,
+    refuse_unused,
     shown,
 )
 from pflkit.sdk.config_types import ConfigError as ConfigError  # re-exported: callers catch it
 from pflkit.sdk.data.datasets import dataset_source
 from pflkit.sdk.data.federation import PartitionConfig
+from pflkit.sdk.data.partition import KIND_SETTINGS
 from pflkit.sdk.execution_config import ExecutionConfig as ExecutionConfig
 from pflkit.sdk.lr_schedule import Decay, LearningRateSchedule
 from pflkit.sdk.models import model_builder
 from pflkit.sdk.registry import OWN_CONFIG, ExtensionError, ImportPolicy
+from pflkit.sdk.round_schedule import Sampling as Sampling
+from pflkit.sdk.round_schedule import Schedule as Schedule
 
 _schema = pydantic.dataclasses.dataclass(frozen=True, config=STRICT_CONFIG)
 _DEFAULT_LR = LearningRateSchedule()  # [training]'s lr and lr_decay default to the schedule's
-
-
-@_schema
-class Sampling:
-    """Who takes part in a round: a count, or a share of the clients."""
-
-    # a count (at most data.num_clients), or None to use fraction
-    clients_per_round: Annotated[int, Strict(), in_range(1, MAX_CLIENTS)] | None = None
-    fraction: Fraction = 0.2  # share of clients sampled when clients_per_round is None
-
-    def sample_size(self, num_clients: int) -> int:
-        """Clients per round for a federation of ``num_clients``."""
-        if self.clients_per_round is not None:
-            k = self.clients_per_round
-        else:
-            k = max(1, math.floor(self.fraction * num_clients + 0.5))
-        if not 1 <= k <= num_clients:
-            raise ValueError(f"cannot sample {k} of {num_clients} clients per round")
-        return k
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """The Coordinator's part: how many rounds, who takes part, the learning-rate schedule."""
-
-    rounds: int
-    sampling: Sampling = field(default_factory=Sampling)
-    lr_schedule: LearningRateSchedule = field(default_factory=LearningRateSchedule)
-
-    def sample_size(self, num_clients: int) -> int:
-        """Clients per round for a federation of ``num_clients``."""
-        return self.sampling.sample_size(num_clients)
-
-    def lr_at(self, round_index: int) -> float:
-        """The decayed learning rate of a round."""
-        return self.lr_schedule.at(round_index)
 
 
 @pydantic.dataclasses.dataclass(frozen=True, config=STRICT_CONFIG, kw_only=True)
@@ -115,6 +81,11 @@ class DataConfig(PartitionConfig):
     # square side to resize images to (e.g. 32 for LeNet-5); 512 is the most: 3 x 512 x 512
     # inputs already give a two-layer MLP 157 M weights
     resize: Annotated[int, Strict(), in_range(1, 512)] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        refuse_unused(self, {key: f'kind = "{self.kind}" (it applies to kind = {" | ".join(kinds)})'
+                             for key, kinds in KIND_SETTINGS.items() if self.kind not in kinds})
 
 
 @_schema

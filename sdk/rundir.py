@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from pflkit.sdk.config_types import stored_settings
 from pflkit.sdk.data.federation import Partition
 from pflkit.sdk.phases import phase
 from pflkit.sdk.registry import OWN_CONFIG, ImportPolicy
@@ -146,7 +147,8 @@ class RunDir:
         """The run's config (ConfigError if it is missing or invalid)."""
         if not self.config_file.is_file():
             raise ConfigError(f"{self.path} is not a pfl-sim run directory (no config.toml)")
-        return SimConfig.load(self.config_file)
+        with stored_settings():  # one a pflkit before a check wrote still loads
+            return SimConfig.load(self.config_file)
 
     @staticmethod
     def commit_metadata(rounds_done: int, config: SimConfig, clip_norm: float | None
@@ -191,7 +193,8 @@ class RunDir:
             if self.latest.is_file() else None  # nothing committed: it starts over as configured
         if text is None:
             return None
-        before = SimConfig.from_toml(text, f"{self.latest} (its {RUN_CONFIG_KEY})", imports)
+        with stored_settings():
+            before = SimConfig.from_toml(text, f"{self.latest} (its {RUN_CONFIG_KEY})", imports)
         changes = config.computed_part().changes_from(before)
         if not changes:
             return None

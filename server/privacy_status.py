@@ -12,6 +12,7 @@ import tomllib
 from typing import Any
 
 from pflkit.sdk.aggregation_config import AggregationConfig
+from pflkit.sdk.config_types import stored_settings
 
 ACCOUNTANT = "RDP (dp-accounting), fixed-size sampling without replacement, replace-one"
 # under SecAgg the device noise guards against the server, which draws the sample
@@ -33,7 +34,8 @@ def run_aggregation(config_toml: str, floor: AggregationConfig) -> AggregationCo
     server with a floor the run cannot meet, its rounds fail to close (the keeper's log says
     why) and the status shows the run's own settings.
     """
-    own = AggregationConfig(**tomllib.loads(config_toml).get("aggregation", {}))
+    with stored_settings():
+        own = AggregationConfig(**tomllib.loads(config_toml).get("aggregation", {}))
     try:
         return own.at_least(floor)
     except ValueError:

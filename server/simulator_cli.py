@@ -59,6 +59,8 @@ def build_config(path: Path | None, flags: dict[str, Any], params: list[str],
         if flags.get("training.clients_per_round") is not None:
             raise ConfigError("give --clients-per-round or --fraction, not both")
         raw["training"].pop("clients_per_round", None)
+    elif flags.get("training.clients_per_round") is not None:  # and the count a file's share
+        raw["training"].pop("fraction", None)
     for item in params:
         key, sep, value = item.partition("=")
         if not sep:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from pflkit.sdk.config_types import stored_settings
 from pflkit.server.blobs import BlobStore
 from pflkit.server.errors import NotFound
 from pflkit.server.orm import Client, Round, Run, RunTermsRow
@@ -161,8 +162,13 @@ class Store:
         """The run's config resolved to algorithm and schedule (built with PyTorch, cached)."""
         from pflkit.server.runs import RunRules, build_setup
 
-        return self.run_setups.get(
-            run.id, lambda _: build_setup(run.config_toml, RunRules.of(self.settings)))
+        rules = RunRules.of(self.settings)
+
+        def build(_: int) -> RunSetup:
+            with stored_settings():  # a row a pflkit before a check wrote still loads
+                return build_setup(run.config_toml, rules)
+
+        return self.run_setups.get(run.id, build)
 
     def _global_bytes(self, digest: str) -> bytes:
         """A global state's bytes; NotFound once ``pfl-admin prune`` deleted it (retention.py).

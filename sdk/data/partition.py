@@ -9,6 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
+# the [data] settings only some kinds read -> those kinds (the others refuse a value of them)
+KIND_SETTINGS: dict[str, tuple[str, ...]] = {
+    "alpha": ("dirichlet",),
+    "shards_per_client": ("shards",),
+    "min_size": ("dirichlet", "natural"),
+}
+
 
 class PartitionError(ValueError):
     """The requested partition cannot be built from this data (e.g. too few samples)."""

@@ -29,9 +29,10 @@ def run_toml(algorithm: str = "fedavg", rounds: int = 3, num_clients: int = 3,
              per_round: int = 2, params: str = "", model: str = "twonn", kind: str = "iid",
              resize: int | None = None) -> str:
     size = f"resize = {resize}\n" if resize else ""
+    alpha = "alpha = 1.0\n" if kind == "dirichlet" else ""  # only a Dirichlet deal reads it
     return (f"seed = 0\nrounds = {rounds}\neval_interval = {rounds}\n"
             f"[data]\ndataset = \"synthetic\"\n{size}kind = \"{kind}\"\n"
-            f"num_clients = {num_clients}\nalpha = 1.0\n"
+            f"num_clients = {num_clients}\n{alpha}"
             f"[model]\nname = \"{model}\"\n"
             f"[algorithm]\nname = \"{algorithm}\"\n[algorithm.params]\n{params}\n"
             f"[training]\nclients_per_round = {per_round}\nepochs = 1\nbatch_size = 50\n"

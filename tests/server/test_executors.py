@@ -29,7 +29,7 @@ def config(**execution):
 
 
 def test_execution_settings_round_trip_through_config_toml(tmp_path):
-    cfg = config(device="auto", precision="bf16", num_cpus=2.0)
+    cfg = config(executor="ray", device="auto", precision="bf16", num_cpus=2.0)
     path = tmp_path / "c.toml"
     path.write_text(cfg.to_toml())
     assert "[execution]" in path.read_text()

@@ -40,6 +40,7 @@ def cluster():
 
 
 def config(algorithm="fedavg_ft", executor="sequential", rounds=3, workers=2):
+    workers = workers if executor == "ray" else None  # only the Ray executor has workers
     return SimConfig(
         seed=5, rounds=rounds, eval_interval=3, checkpoint_interval=3,
         data=DataConfig(dataset="digits", kind="dirichlet", num_clients=6, alpha=0.5, min_size=20,
