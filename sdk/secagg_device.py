@@ -3,7 +3,9 @@
 :class:`~pflkit.sdk.client.FederatedClient` calls :func:`take_part` when the task carries a
 SecAgg setup (``wire.TASK_KEY``). The device sends its change to the round's global state (the
 floating tensors of its update, flattened in name order) masked: the server learns only the
-survivors' sum. The four steps are :class:`~pflkit.sdk.secagg.client.SecAggClient`'s; a step's
+survivors' sum; with DP it is first put on the quantization grid and noised there
+(:class:`~pflkit.sdk.secagg.dp.DpGrid`). The four steps are
+:class:`~pflkit.sdk.secagg.client.SecAggClient`'s; a step's
 answer that is not ready comes back as 409 with ``Retry-After``, which the connection waits out.
 The keys live in memory only: a device restarted mid-round has dropped out of it (the server's
 task then says ``uploaded``) and the others recover the round without it.
@@ -22,7 +24,7 @@ from pflkit.sdk.aggregation_config import AggregationConfig
 from pflkit.sdk.algorithms.base import State
 from pflkit.sdk.device_files import CACHE, DeviceFiles
 from pflkit.sdk.secagg import dp, wire
-from pflkit.sdk.secagg.messages import SecAggError
+from pflkit.sdk.secagg.messages import RoundSetup, SecAggError
 from pflkit.sdk.transport import json_answer
 
 log = logging.getLogger(__name__)
@@ -45,8 +47,11 @@ def change_vector(update: State, global_state: State) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def private_change(secagg: dict[str, Any], threshold: int, change: np.ndarray) -> np.ndarray:
-    """With DP: the change clipped to C plus this device's noise share (fresh OS randomness)."""
+def private_change(secagg: dict[str, Any], setup: RoundSetup, change: np.ndarray) -> np.ndarray:
+    """With DP: the change on the round's grid (:class:`~pflkit.sdk.secagg.dp.DpGrid`), noised.
+
+    The noise comes from fresh OS randomness, never from a seed the server knows.
+    """
     c, z = secagg.get("dp_clip_norm"), secagg.get("dp_noise_multiplier")
     if c is None and z is None:
         return change
@@ -55,7 +60,11 @@ def private_change(secagg: dict[str, Any], threshold: int, change: np.ndarray) -
     except ValueError:
         raise SecAggError("secagg: the task's dp_clip_norm and dp_noise_multiplier are not "
                           "both in a run config's ranges (docs/privacy.md)") from None
-    return dp.privatize(change, float(c), float(z), threshold, np.random.default_rng())
+    try:
+        grid = dp.DpGrid.of(setup, float(c), float(z))
+    except ValueError as err:
+        raise SecAggError(f"secagg: the round's grid cannot carry DP: {err}") from None
+    return grid.privatize(change, np.random.default_rng())
 
 
 def first_attempt(files: DeviceFiles, run_id: int, round_number: int) -> bool:
@@ -88,7 +97,7 @@ def take_part(request: Callable[..., httpx.Response], client_id: int, task: dict
     if change.shape != (setup.dimension,):
         raise ValueError(f"secagg: the update has {change.size} floating values, the round "
                          f"masks {setup.dimension}")
-    change = private_change(task[wire.TASK_KEY], setup.threshold, change)
+    change = private_change(task[wire.TASK_KEY], setup, change)
     device = SecAggClient(client_id, setup)
     if not first_attempt(files, task["run_id"], task["round"]):
         return False

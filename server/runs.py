@@ -8,7 +8,6 @@ check uploads without PyTorch.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import multiprocessing
 import secrets
@@ -189,21 +188,17 @@ def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules
     """
     from pflkit.sdk.aggregation_rules import refuse_unfit_rules
     from pflkit.sdk.tensorio import state_to_bytes
+    from pflkit.server.secagg_rounds import refuse_unfit_secagg
 
     setup = build_setup(config_toml, rules)
     if setup.aggregation.private and setup.aggregation.dp_seed is None:
         config_toml = with_secret_dp_seed(config_toml)  # devices get the run seed: not this
         setup = build_setup(config_toml, rules)
-    if setup.aggregation.secagg and setup.schedule.sampling.clients_per_round == 1:
-        raise Invalid("run config: secagg needs at least 2 clients per round (it masks each "
-                      "update with others')")
-    if setup.aggregation.secagg and importlib.util.find_spec("cryptography") is None:
-        raise Invalid("run config: secagg needs the 'cryptography' package on this server "
-                      "(the pflkit[secagg] extra)")
     with refused_as_invalid():  # builds the model; clipping as the operator's floor sets it
         state = setup.algorithm.aggregation.init_global(setup.config.seed)
         refuse_unfit_rules(setup.aggregation, setup.algorithm.aggregation, state)
     terms = terms_of(setup, state)
+    refuse_unfit_secagg(terms, setup.schedule.sampling.clients_per_round)
     rules.check_update_size(terms)
     digest = BlobStore(blob_dir).put(state_to_bytes(state, {"rounds_done": "0"}))
     return digest, setup.config.rounds, terms, config_toml

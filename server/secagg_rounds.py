@@ -243,3 +243,38 @@ class SecAggRounds:
                 raise RoundFailed(row.error or f"round {rnd.index} ended at step {row.stage}")
             server, _ = self._replay(s, rnd, self.setup(rnd, terms), "unmask", add_vectors=True)
         return server.finish()  # type: ignore[no-any-return]
+
+
+
+def refuse_unfit_secagg(terms: RunTerms, clients_per_round: int | None) -> None:
+    """Refuse, at a run's creation, a secure aggregation its rounds could never complete.
+
+    One device cannot be masked with others'; the server needs ``cryptography``; and DP's C
+    and z must fit the quantization grid of the largest roster a round can have
+    (``clients_per_round``, else ``MAX_CLIENTS``): more devices make the grid coarser and
+    the threshold larger, so if that round's grid carries them every smaller round's does
+    (:class:`~pflkit.sdk.secagg.dp.DpGrid`).
+    """
+    import importlib.util
+
+    from pflkit.sdk.secagg.dp import DpGrid
+    from pflkit.sdk.secagg.messages import MAX_CLIENTS
+
+    if terms.secagg is None:
+        return
+    if clients_per_round == 1:
+        raise Invalid("run config: secagg needs at least 2 clients per round (it masks each "
+                      "update with others')")
+    if importlib.util.find_spec("cryptography") is None:
+        raise Invalid("run config: secagg needs the 'cryptography' package on this server "
+                      "(the pflkit[secagg] extra)")
+    c, z = terms.secagg.get("dp_clip_norm"), terms.secagg.get("dp_noise_multiplier")
+    if c is None or z is None:
+        return
+    devices = clients_per_round or MAX_CLIENTS
+    setup = wire.round_setup(terms.secagg, 0, list(range(devices)), "", terms.schema)
+    try:
+        DpGrid.of(setup, c, z)
+    except ValueError as err:
+        raise Invalid(f"run config: secagg with DP at {devices} devices per round: {err}") \
+            from None

@@ -73,10 +73,11 @@ def test_a_hostile_secagg_setup_is_a_secagg_error(change):
 def test_half_or_out_of_range_dp_in_a_secagg_task_is_refused_not_skipped(clip, noise):
     change = np.full(4, 10.0)
     task = {"dp_clip_norm": clip, "dp_noise_multiplier": noise}
+    grid = setup_from_wire({**SETUP, "clip_range": 2.0})  # room for C + 16 noise share stds
     with pytest.raises(SecAggError, match="^secagg: the task's dp_clip_norm and "):
-        private_change(task, 2, change)
-    assert np.array_equal(private_change({}, 2, change), change)  # no DP: sent as it is
-    clipped = private_change({"dp_clip_norm": 1.0, "dp_noise_multiplier": 1e-6}, 2, change)
+        private_change(task, grid, change)
+    assert np.array_equal(private_change({}, grid, change), change)  # no DP: sent as it is
+    clipped = private_change({"dp_clip_norm": 1.0, "dp_noise_multiplier": 1e-6}, grid, change)
     assert abs(float(np.linalg.norm(clipped)) - 1.0) < 1e-3
 
 

@@ -44,8 +44,8 @@ def _round(setup: RoundSetup, masking: set[int], answering: set[int]) -> np.ndar
         server.receive_shares(device.share_keys(directories[c]))
     inboxes = server.close_shares()
     for c in sorted(masking):
-        noised = dp.privatize(np.zeros(DIMENSION), C, Z, setup.threshold,
-                              np.random.default_rng(c))
+        noised = dp.DpGrid.of(setup, C, Z).privatize(np.zeros(DIMENSION),
+                                                     np.random.default_rng(c))
         server.receive_masked(devices[c].masked_input(inboxes[c], noised))
     request = server.close_masked()
     for c in sorted(answering):

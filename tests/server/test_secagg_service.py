@@ -162,7 +162,7 @@ def test_under_dp_devices_clip_and_their_noise_shares_sum_to_z_c(tmp_path):
     devices = Devices(service)
     assert devices.task["secagg"]["dp_clip_norm"] == c
     clipped = {k: v * min(1.0, c / np.linalg.norm(v)) for k, v in devices.changes.items()}
-    devices.changes = {k: private_change(devices.task["secagg"], devices.setup.threshold, v)
+    devices.changes = {k: private_change(devices.task["secagg"], devices.setup, v)
                        for k, v in devices.changes.items()}
     everyone = list(devices.clients)
     devices.keys(everyone)

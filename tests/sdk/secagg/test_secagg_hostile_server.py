@@ -11,6 +11,7 @@ works; the lies docs/privacy.md names as not covered still do, and are shown to.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -182,7 +183,7 @@ def test_keys_seeds_shares_and_noise_are_not_drawn_from_a_seed_the_server_knows(
             rnd = Round(setup())
             sealed = rnd.clients[10].share_keys(rnd.to_shares()[10]).shares[11]
             dp = {"dp_clip_norm": 1.0, "dp_noise_multiplier": 1.0}
-            noise = private_change(dp, 4, np.zeros(8))
+            noise = private_change(dp, replace(setup(d=8), clip_range=9.0), np.zeros(8))
         return (*rnd.server._keys[10], rnd.clients[10]._seed, sealed, noise.tobytes())
 
     first, second = draw(), draw()

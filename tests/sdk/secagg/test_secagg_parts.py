@@ -64,16 +64,20 @@ def test_shares_are_fresh_and_malformed_ones_are_refused():
 def test_t_device_noise_shares_add_up_to_the_target_noise_on_the_sum():
     z, clip, t, d = 1.2, 0.5, 4, 20_000
     rng = np.random.default_rng(0)
-    total = sum(dp.privatize(np.zeros(d), clip, z, t, rng) for _ in range(t))
+    s = setup(n=t, t=t, d=d, clip=dp.quantization_range(clip, dp.noise_share_std(z, clip, t)))
+    grid = dp.DpGrid.of(s, clip, z)
+    total = sum(grid.privatize(np.zeros(d), rng) for _ in range(t))
     assert abs(total.std() / (z * clip) - 1) < 0.02  # the accountant's z exactly at t
     assert dp.sum_noise_std(z, clip, t, t) == pytest.approx(z * clip)
     assert dp.sum_noise_std(z, clip, t, t + 3) > z * clip
 
 
-def test_a_device_clips_its_change_before_noising():
-    rng = np.random.default_rng(0)
-    out = dp.privatize(np.array([30.0, 40.0]), 1.0, 1e-9, 3, rng)
-    np.testing.assert_allclose(out, [0.6, 0.8], atol=1e-6)
+def test_a_device_clips_its_change_before_noising_and_rounds_it_inside_c():
+    s = setup(n=3, t=3, clip=dp.quantization_range(1.0, dp.noise_share_std(1.0, 1.0, 3)), d=2)
+    grid = dp.DpGrid.of(s, 1.0, 1.0)
+    out = grid.rounded(np.array([30.0, 40.0])) * grid.step - grid.offset
+    assert np.linalg.norm(out) <= 1.0
+    np.testing.assert_allclose(out, [0.6, 0.8], atol=1e-5)
 
 
 def test_a_dp_round_under_secagg_sums_the_noised_updates():
@@ -81,8 +85,8 @@ def test_a_dp_round_under_secagg_sums_the_noised_updates():
     std = dp.noise_share_std(z, clip, t)
     s = setup(n=5, t=t, d=4000, clip=dp.quantization_range(clip, std))
     rng = np.random.default_rng(5)
-    values = {c: dp.privatize(rng.normal(0, 1, s.dimension), clip, z, t, rng)
-              for c in s.roster}
+    grid = dp.DpGrid.of(s, clip, z)
+    values = {c: grid.privatize(rng.normal(0, 1, s.dimension), rng) for c in s.roster}
     result = Round(s, {11: "masked"}).run(values)
     expected = sum(values[c] for c in result.survivors)
     bound = quantize.sum_error_bound(s.clip_range, 5, 4)
