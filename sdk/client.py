@@ -10,18 +10,19 @@
 Everything the device keeps lives in ``state_dir`` and survives restarts:
 
     credentials.json            server URL, client id, secret (mode 0600)
-    cache.json                  cached global state's hash, client state's run, SecAgg round begun
-    global.safetensors          the newest downloaded global state (skipped if the hash matches)
+    cache.json                  global state's hash, client state's run (id, config digest)
+    global.safetensors          the newest downloaded global state (sdk/global_states.py)
     client_state.safetensors    the algorithm's private state (DeviceStateStore)
-    pending.safetensors         a trained, not yet acknowledged round: the exact upload bytes
-                                and the client state it produced, in one atomic file
+    pending.safetensors         a trained round the server has not answered: upload bytes, the
+                                client state it made, the global and config it was trained on
 
 A round is committed on the device only when the server has answered the upload, so an app
-killed at any point re-sends the same bytes (the server treats that as an idempotent retry)
-instead of training twice. Retries, refusals and the bounds on what the server's answers may
-hold are sdk/transport.py's; a task the device cannot act on is a one-line ValueError
-(``protocol.task_problem``), as is a global state of another model. A fit that diverges (NaN
-or Inf) is not uploaded and leaves the state as it was (``diverged``). The client imports
+killed at any point re-sends the same bytes (an idempotent retry) instead of training twice;
+one the server's history no longer holds (restored from a backup) is dropped with a warning.
+Retries, refusals and the bounds on the server's answers are sdk/transport.py's; a task the
+device cannot act on is a one-line ValueError (``protocol.task_problem``), as is a global state
+of another model or not finite, and a stored state of the run's id under another config. A
+fit that diverges is not uploaded and leaves the state as it was (``diverged``). The client imports
 nothing from ``pflkit.server``. A task's ``package.module:attr`` names are imported only if
 ``allow_imports`` allows them: the server chooses the names, the device's owner chooses what
 code runs (sdk/registry.py).
@@ -31,7 +32,6 @@ local data moves there once, downloaded states once per round, uploads leave as 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -52,14 +52,15 @@ from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.device import data_to, resolve_device, state_to, use_device
 from pflkit.sdk.device_files import CACHE, DeviceFiles
 from pflkit.sdk.divergence import diverged, finite_state
+from pflkit.sdk.global_states import GlobalStates
 from pflkit.sdk.pending_round import PendingRound
 from pflkit.sdk.registry import ImportPolicy
 from pflkit.sdk.secagg.wire import TASK_KEY
 from pflkit.sdk.secagg_device import change_vector, take_part
 from pflkit.sdk.seeding import numpy_rng
-from pflkit.sdk.state_store import DeviceStateStore
+from pflkit.sdk.state_store import DeviceStateStore, config_digest
 from pflkit.sdk.task_config import TaskConfig
-from pflkit.sdk.tensorio import CorruptStateError, atomic_write_bytes, state_from_bytes
+from pflkit.sdk.tensorio import atomic_write_bytes, state_from_bytes
 from pflkit.sdk.training import autocast_training
 from pflkit.sdk.transport import RetryPolicy, ServerRefused, ServerUnavailable
 
@@ -106,6 +107,8 @@ class FederatedClient:
         self.data = data_to(data, self.device)
         self.store = DeviceStateStore(self.state_dir)
         self.files = DeviceFiles(self.state_dir)
+        self.globals = GlobalStates(self.state_dir, self.files, lambda digest: self._request(
+            "GET", f"/v1/globals/{digest}", max_bytes=self.connection.max_download).content)
         self._built: tuple[str, Algorithm, dict] | None = None  # task key, algorithm, layout
         self._credentials = self.files.read_credentials()
         if (enrolled := self._credentials.get("server")) not in (None, self.server):
@@ -143,25 +146,11 @@ class FederatedClient:
 
     def global_state(self, digest: str) -> State:
         """Return the global state with this hash: cached, else downloaded and verified."""
-        path = self.state_dir / "global.safetensors"
-        data = path.read_bytes() if path.is_file() else b""
-        if hashlib.sha256(data).hexdigest() != digest:  # stale or damaged: download it
-            data = self._request("GET", f"/v1/globals/{digest}",
-                                 max_bytes=self.connection.max_download).content
-            if hashlib.sha256(data).hexdigest() != digest:
-                raise CorruptStateError(f"downloaded global state does not hash to {digest}")
-            atomic_write_bytes(path, data)
-            self.files.write_json(CACHE, {**self.files.read_json(CACHE), "global_hash": digest})
-        return state_from_bytes(data, f"global state {digest}")
+        return self.globals.get(digest)
 
     def _run_global(self, digest: str) -> State:
-        """The global state ``digest``, refused in one line unless in the built model's layout."""
-        state, want = self.global_state(digest), self._built[2]  # type: ignore[index]
-        if (got := {k: tuple(v.shape) for k, v in state.items()}) != want:
-            name = min(set(got.items()) ^ set(want.items()))[0]  # missing, unknown or reshaped
-            raise ValueError(f"global state {digest}: not the run's model (tensor {name} is "
-                             f"{got.get(name, 'missing')}, the model's {want.get(name, 'none')})")
-        return state
+        """The global state ``digest``, refused in one line unless the built model's, finite."""
+        return self.globals.of_model(digest, self._built[2])  # type: ignore[index]
 
     def _algorithm(self, run_id: int, config: TaskConfig) -> Algorithm:
         key = json.dumps([run_id, config.to_wire()])  # all it is built from; one kept at a time
@@ -173,27 +162,34 @@ class FederatedClient:
                 k: tuple(v.shape) for k, v in built.aggregation.init_global(config.seed).items()})
         return self._built[1]
 
-    def _client_state(self, run_id: int, algorithm: Algorithm, seed: int) -> ClientState:
-        """Return the stored private state of this run (a new run starts from ``init_client``)."""
-        stored = self.store.load()
-        if stored is not None and self.files.read_json(CACHE).get("state_run") == run_id:
-            return ClientState(state_to(stored.tensors, self.device), stored.meta)
-        return algorithm.training.init_client(self.client_id, seed, self.data)
+    def _client_state(self, run_id: int, config: str, algorithm: Algorithm, seed: int
+                      ) -> ClientState:
+        """The stored private state of this run (a new run starts from ``init_client``).
+
+        One of the same run id under another config (``config``: its digest) is refused, kept.
+        """
+        stored, cache = self.store.load(), self.files.read_json(CACHE)
+        if stored is None or cache.get("state_run") != run_id:
+            return algorithm.training.init_client(self.client_id, seed, self.data)
+        if cache.get("state_config") not in (None, config):  # None: from an older release
+            raise ValueError(self.store.refused(run_id))
+        return ClientState(state_to(stored.tensors, self.device), stored.meta)
 
     def _train(self, task: dict[str, Any]) -> PendingRound | None:
         """Fit one round, persisted as the pending file (None: it diverged, now or before)."""
-        cache, this_round = self.files.read_json(CACHE), [task["run_id"], task["round"]]
+        cache = self.files.read_json(CACHE)
+        this_round = [task["run_id"], task["round"], task["global_hash"]]
         if cache.get("diverged") == this_round:
             return None
-        cfg = TaskConfig.from_wire(task["config"], self.imports)
+        cfg, digest = TaskConfig.from_wire(task["config"], self.imports), config_digest(
+            task["config"])
         clip = protocol.task_clip_norm(task)
         algorithm = self._algorithm(task["run_id"], cfg)
         ctx = cfg.context(task["round"], self.client_id)
         global_state = state_to(self._run_global(task["global_hash"]), self.device)
+        state = self._client_state(task["run_id"], digest, algorithm, cfg.seed)
         with autocast_training(self.autocast), algorithm.training.seeded(ctx):
-            result = algorithm.training.fit(
-                global_state, self._client_state(task["run_id"], algorithm, cfg.seed),
-                self.data, ctx)
+            result = algorithm.training.fit(global_state, state, self.data, ctx)
         if diverged(result):  # the server would refuse it (sdk/divergence.py)
             log.warning("round %s: local training diverged (NaN or Inf weights or loss): "
                         "nothing is uploaded and the device keeps its state", task["round"])
@@ -203,24 +199,23 @@ class FederatedClient:
         metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(v)}
         upload = tensorio.state_to_bytes(update, {protocol.METRICS_KEY: json.dumps(metrics)})
         pending = PendingRound(task["run_id"], task["round"], result.num_samples, metrics,
-                               upload, result.client_state)
+                               upload, result.client_state, task["global_hash"], digest)
         atomic_write_bytes(self.state_dir / pending_round.FILE, pending.to_bytes())
         return pending
 
     def _commit(self, pending: PendingRound) -> None:
         """Make the round's client state the device's state (the server has answered)."""
         self.store.save(pending.client_state)
-        self.files.write_json(CACHE, {**self.files.read_json(CACHE), "state_run": pending.run_id})
+        self.files.write_json(CACHE, {**self.files.read_json(CACHE), "state_run": pending.run_id,
+                                      "state_config": pending.config})
         (self.state_dir / pending_round.FILE).unlink(missing_ok=True)
 
     def step(self) -> StepResult:
         """Poll once; if this device is sampled, train and upload (one call per round)."""
         task = transport.json_answer(self._request("GET", "/v1/task"), "task",
                                      protocol.task_problem)
-        pending = PendingRound.load(self.state_dir / pending_round.FILE)
-        if pending is not None and pending.is_over(task):
-            self._commit(pending)  # counted or late: keep the trained state
-            pending = None
+        pending = pending_round.still_due(self.state_dir / pending_round.FILE, task,
+                                          self._commit)  # counted or late: keeps its state
         retry = float(task["retry_after"])
         if task["status"] == "finished" and task.get("config"):
             self._finish(task)
@@ -252,23 +247,27 @@ class FederatedClient:
 
     def _finish(self, task: dict[str, Any]) -> None:
         """Keep the final config and run the post-federation stage, if any (once per run)."""
-        if self.files.read_json(CACHE).get("finished_run") == task["run_id"]:
+        cache = self.files.read_json(CACHE)
+        if (cache.get("finished_run"), cache.get("config")) == (task["run_id"], task["config"]):
             return
-        cfg = TaskConfig.from_wire(task["config"], self.imports)
+        cfg, digest = TaskConfig.from_wire(task["config"], self.imports), config_digest(
+            task["config"])
         algorithm = self._algorithm(task["run_id"], cfg)
         global_state = state_to(self._run_global(task["global_hash"]), self.device)
+        # refused if of another config; a run it never trained in starts from init_client
+        after = state = self._client_state(task["run_id"], digest, algorithm, cfg.seed)
         if algorithm.personalization.has_stage:
             ctx = cfg.context(cfg.total_rounds, self.client_id)
-            state = self._client_state(task["run_id"], algorithm, cfg.seed)
             with autocast_training(self.autocast), algorithm.training.seeded(ctx):
                 after = algorithm.personalization.personalize(global_state, state, self.data, ctx)
             if not finite_state(after.tensors):  # as pfl-sim does: the state before it stays
                 log.warning("the post-federation stage diverged (NaN or Inf weights): the "
                             "device keeps its state from before the stage")
                 after = state
-            self.store.save(after)
+        self.store.save(after)  # the state personalized_model uses is this run's
         self.files.write_json(CACHE, {**self.files.read_json(CACHE), "state_run": task["run_id"],
-                                      "finished_run": task["run_id"], "config": task["config"]})
+                                      "state_config": digest, "finished_run": task["run_id"],
+                                      "config": task["config"]})
 
     def personalized_model(self, choice: Choice | None = None) -> nn.Module:
         """Build the device's inference model from the finished run, on the client's device."""

@@ -8,6 +8,8 @@ Finite weights are never judged, however large the loss. A NaN loss is not diver
 the undefined loss of a fit that took no step (``training.epochs = 0``, a client without rows;
 ``run_epochs``' convention), whose weights are those it started from. A step on a NaN loss
 sends NaN into every weight the loss reaches, so the weight checks still catch such a fit.
+A device refuses a NaN or Inf global state before it trains (sdk/global_states.py): a fit from
+one is the server's fault, never reported as the device's divergence.
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ def finite_state(state: State) -> bool:
     """Whether every floating tensor of ``state`` is finite."""
     checks = [torch.isfinite(t).all() for t in state.values() if t.is_floating_point()]
     return not checks or bool(torch.stack(checks).all())
+
+
+def non_finite_tensor(state: State) -> str | None:
+    """The first (by name) floating tensor of ``state`` with NaN or Inf: what a refusal names."""
+    return next((k for k, v in sorted(state.items())
+                 if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
 
 
 def finite_fit(result: FitResult) -> bool:

@@ -4,14 +4,20 @@ One file per version means one atomic rename per save, so an app killed mid-save
 simulator killed mid-round) keeps its previous state. :class:`DeviceStateStore` is what an app
 uses (one client, one folder); :class:`RunClientStore` keeps every client of a simulation run,
 one file per (client, round) so that ``--resume`` only sees committed rounds.
+
+A device's state belongs to one run: its id and :func:`config_digest` of the config the server
+sent (kept in the device's ``cache.json``). A run recreated or changed under the same id (a new
+database, another model) has another config: its state is refused, never overwritten.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from pflkit.sdk.algorithms.base import ClientState
 from pflkit.sdk.tensorio import (
@@ -43,6 +49,11 @@ def client_state_from_bytes(data: bytes, source: str = "client state") -> Client
     return ClientState(tensors, meta)
 
 
+def config_digest(config: dict[str, Any]) -> str:
+    """What identifies a run's config as the server sent it (the same every round of a run)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
 class DeviceStateStore:
     """The on-device state folder of one client (survives app restarts)."""
 
@@ -61,6 +72,13 @@ class DeviceStateStore:
     def save(self, state: ClientState) -> None:
         """Atomically replace the saved state."""
         atomic_write_bytes(self.root / self.FILE, client_state_to_bytes(state))
+
+    def refused(self, run_id: int) -> str:
+        """The line that refuses the saved state for run ``run_id`` under another config."""
+        return (f"{self.root / self.FILE}: this device's state of run {run_id} was trained "
+                f"under another config of that run (run {run_id} was recreated or changed on "
+                "the server); the file is kept as it is: move it away to take part in the "
+                "run from a fresh state")
 
 
 _VERSION = re.compile(r"^(\d+)\.r(\d+)\.safetensors$")
