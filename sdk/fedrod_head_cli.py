@@ -88,7 +88,8 @@ def global_state_path(source: Path, round_index: int | None = None) -> Path:
             raise HeadError("--round applies to a run directory, not to a state file")
         return source
     if not source.is_dir():
-        raise HeadError(f"{source} does not exist")
+        raise HeadError(f"{source} is not a state file nor a run directory" if source.exists()
+                        else f"{source} does not exist")
     run = RunDir(source)
     path = run.latest if round_index is None else run.checkpoint(round_index)
     if not path.is_file():

@@ -134,7 +134,11 @@ class FedRoDAggregation(ServerAggregation):
 
     def queries(self) -> Mapping[str, Callable[[State, Any], State]]:
         """``head``: a new client's personalized head from its class distribution alone."""
-        return {"head": head_query}
+        return {"head": self.head}
+
+    def head(self, global_state: State, body: Any) -> State:
+        """The ``head`` query on this method's head (its parameters; buffers are not generated)."""
+        return head_query(global_state, body, self.method.head_parameters())
 
 
 class FedRoDFinalPass(Personalization):
@@ -221,8 +225,14 @@ class FedRoD(Algorithm):
         net = TwoHeadNet(split, self.hypernetwork(split)).to(self.device)
         state = {**global_state, **(local or {})}
         phi = phi if phi is not None else initial_phi(net.phead)
-        net.load_state_dict({**state, **add_prefix(phi, "phead.")})
+        # A generated phi is parameters only (eq. 11): h_P's buffers are h_G's.
+        buffers = {f"phead.{n}": state[f"head.{n}"] for n, _ in net.phead.named_buffers()}
+        net.load_state_dict({**state, **buffers, **add_prefix(phi, "phead.")})
         return net
+
+    def head_parameters(self) -> tuple[str, ...]:
+        """The head's parameter names: what the hypernetwork generates (not its buffers)."""
+        return tuple(n for n, _ in self.model_factory.build().head.named_parameters())
 
     def counts(self, client_state: ClientState) -> list[int] | None:
         """The client's train class counts, if its state records them."""
@@ -237,7 +247,7 @@ class FedRoD(Algorithm):
         if counts is None:
             raise ValueError(f"{self.name}: this client state has no class counts; "
                              f"choose {CLASS_DISTRIBUTION.name} for a zero-shot head")
-        return zero_shot_head(global_state, counts)
+        return zero_shot_head(global_state, counts, self.head_parameters())
 
 
 @register

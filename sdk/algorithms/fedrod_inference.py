@@ -45,7 +45,8 @@ class FedRoDInference(Inference):
         """
         dist = self._reject_choice(choice).get(CLASS_DISTRIBUTION.name)
         if dist is not None:
-            net = self.method.net(global_state, zero_shot_head(global_state, dist))
+            phi = zero_shot_head(global_state, dist, self.method.head_parameters())
+            net = self.method.net(global_state, phi)
         else:
             net = self.method.net(global_state, self.method.phi(global_state, client_state),
                             strip_prefix(client_state.tensors, LOCAL))

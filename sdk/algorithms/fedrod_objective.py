@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from pflkit.sdk.class_distribution import ClassDistributionError
 from pflkit.sdk.training import Batch
 
 ZERO_COUNT_LOG_PRIOR = -1e4  # log N_c for a class the client never saw (finite, see above)
@@ -25,10 +26,17 @@ Forward = Callable[[torch.Tensor], torch.Tensor]
 
 
 def log_prior(class_counts: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
-    """Return gamma * log N_c per class; zero counts get ``ZERO_COUNT_LOG_PRIOR``."""
-    counts = class_counts.double()
-    logs = torch.where(counts > 0, counts.clamp_min(1).log(),
-                       torch.full_like(counts, ZERO_COUNT_LOG_PRIOR))
+    """Return gamma * log N_c per class; zero counts get ``ZERO_COUNT_LOG_PRIOR``.
+
+    Eq. 6 only shifts every logit of a row by gamma * log of its class's share, so counts and
+    proportions (any positive scale of N_c) give the same loss: a share below 1 keeps its own
+    log, it is not rounded up to a count of 1. Negative or non-finite counts are refused.
+    """
+    counts = torch.as_tensor(class_counts).double()
+    if not bool(torch.isfinite(counts).all()) or bool((counts < 0).any()):
+        raise ClassDistributionError(f"class counts must be finite and >= 0, got "
+                                     f"{counts.flatten()[:6].tolist()}")
+    logs = torch.where(counts > 0, counts.log(), torch.full_like(counts, ZERO_COUNT_LOG_PRIOR))
     return (gamma * logs).float()
 
 

@@ -65,10 +65,10 @@ class FedRoDTraining(DeviceTraining):
         return net, log_prior(counts, self.params.gamma), a
 
     def _finish(self, net: TwoHeadNet, proportions: torch.Tensor | None) -> None:
-        """hyper: materialize phi_m = H(a_m; nu) into the personalized head."""
+        """hyper: materialize phi_m = H(a_m; nu) into the personalized head (its buffers kept)."""
         if self.method.uses_hypernetwork:
             with torch.no_grad():
-                net.phead.load_state_dict(net.hyper(proportions))
+                net.phead.load_state_dict({**net.phead.state_dict(), **net.hyper(proportions)})
 
     def train(self, global_state: State, client_state: ClientState, data: LabeledTensors,
               epochs: int, lr: float, generator: torch.Generator
