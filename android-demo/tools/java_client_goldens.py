@@ -37,7 +37,6 @@ dataset = "synthetic"
 resize = 8
 kind = "iid"
 num_clients = 3
-alpha = 1.0
 [model]
 name = "twonn"
 [algorithm]

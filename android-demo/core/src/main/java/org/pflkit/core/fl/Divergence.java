@@ -3,6 +3,7 @@ package org.pflkit.core.fl;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.Map;
+import java.util.TreeMap;
 import org.pflkit.core.TensorData;
 
 /**
@@ -20,22 +21,28 @@ final class Divergence {
 
   /** Every F32 and F64 element of {@code tensors} is finite (other dtypes are not checked). */
   static boolean finite(Map<String, TensorData> tensors) {
-    for (TensorData t : tensors.values()) {
+    return nonFiniteTensor(tensors) == null;
+  }
+
+  /** The first tensor, in name order, with a NaN or an infinity (F32 and F64); else null. */
+  static String nonFiniteTensor(Map<String, TensorData> tensors) {
+    for (Map.Entry<String, TensorData> e : new TreeMap<String, TensorData>(tensors).entrySet()) {
+      TensorData t = e.getValue();
       if (TensorData.F32.equals(t.dtype)) {
         for (float v : t.floats()) {
           if (!Float.isFinite(v)) {
-            return false;
+            return e.getKey();
           }
         }
       } else if ("F64".equals(t.dtype)) {
         ByteBuffer values = ByteBuffer.wrap(t.bytes()).order(ByteOrder.LITTLE_ENDIAN);
         while (values.hasRemaining()) {
           if (!Double.isFinite(values.getDouble())) {
-            return false;
+            return e.getKey();
           }
         }
       }
     }
-    return true;
+    return null;
   }
 }

@@ -199,6 +199,10 @@ public final class FederatedClient {
   public StepResult step(RoundTrainer trainer) throws Exception {
     Task task = poll();
     PendingRound pending = readPending();
+    if (pending != null && pending.superseded(task) != null) {
+      discardPending();  // of a history the server lost (a restored backup): never sent there
+      pending = null;
+    }
     if (pending != null && pending.isOver(task)) {
       commit(pending);  // counted, or late: keep the trained state
       pending = null;
@@ -269,11 +273,17 @@ public final class FederatedClient {
 
   /** The round trained and persisted; null when it diverged, now or at an earlier poll. */
   private PendingRound train(Task task, RoundTrainer trainer) throws Exception {
-    String thisRound = task.runId + "/" + task.round;
+    String thisRound = task.runId + "/" + task.round + "/" + task.globalHash;
     if (thisRound.equals(readJson(CACHE).get("diverged"))) {
       return null;  // training the same round again would diverge again
     }
     Safetensors global = globalState(task.globalHash);
+    String broken = Divergence.nonFiniteTensor(global.tensors);
+    if (broken != null) {  // the server's fault, not a divergence of this device's training
+      throw new IOException("global state " + task.globalHash + ": the server's global state "
+          + "holds NaN or Inf (tensor " + broken + "); nothing is trained on it or uploaded "
+          + "and the device keeps its state: the run's operator must act");
+    }
     RoundTrainer.Result result = trainer.train(task, global, clientState(task.runId));
     if (Divergence.diverged(result)) {
       Map<String, Object> cache = readJson(CACHE);
@@ -285,8 +295,8 @@ public final class FederatedClient {
     byte[] upload = Safetensors.write(task.clipNorm == null ? result.update  // devices clip
         : UpdateClipping.clip(global.tensors, result.update, task.clipNorm),
         Collections.singletonMap(Wire.METRICS, JsonWriter.write(metrics)));
-    PendingRound pending = new PendingRound(task.runId, task.round, result.numSamples, upload,
-        result.state);
+    PendingRound pending = new PendingRound(task.runId, task.round, result.numSamples,
+        task.globalHash, upload, result.state);
     AtomicFiles.write(new File(dir, PendingRound.FILE), pending.toBytes());
     return pending;
   }

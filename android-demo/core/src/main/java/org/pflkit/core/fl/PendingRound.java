@@ -24,14 +24,18 @@ final class PendingRound {
   final long runId;
   final long round;
   final long numSamples;
+  /** The global state it was trained on (null: a file of an older release). */
+  final String globalHash;
   final byte[] upload;
   /** The state to keep once the server has answered, or null to keep the current one. */
   final ClientState state;
 
-  PendingRound(long runId, long round, long numSamples, byte[] upload, ClientState state) {
+  PendingRound(long runId, long round, long numSamples, String globalHash, byte[] upload,
+      ClientState state) {
     this.runId = runId;
     this.round = round;
     this.numSamples = numSamples;
+    this.globalHash = globalHash;
     this.upload = upload;
     this.state = state;
   }
@@ -43,6 +47,7 @@ final class PendingRound {
     meta.put(Wire.RUN_ID, runId);
     meta.put(Wire.ROUND, round);
     meta.put(Wire.NUM_SAMPLES, numSamples);
+    meta.put(Wire.GLOBAL_HASH, globalHash);
     meta.put("has_state", state != null);
     if (state != null) {
       for (Map.Entry<String, TensorData> e : state.tensors.entrySet()) {
@@ -80,8 +85,10 @@ final class PendingRound {
           ? (Map<String, Object>) meta.get("client_meta") : Collections.<String, Object>emptyMap();
       state = new ClientState(tensors, clientMeta);
     }
+    Object hash = meta.get(Wire.GLOBAL_HASH);
     return new PendingRound(integer(meta, Wire.RUN_ID, source), integer(meta, Wire.ROUND, source),
-        integer(meta, Wire.NUM_SAMPLES, source), upload.bytes(), state);
+        integer(meta, Wire.NUM_SAMPLES, source), hash instanceof String ? (String) hash : null,
+        upload.bytes(), state);
   }
 
   /**
@@ -97,6 +104,28 @@ final class PendingRound {
     }
     return task.round != null && (task.round > round
         || (task.round == round && Wire.UPLOADED.equals(task.status)));
+  }
+
+  /**
+   * Why this round belongs to a history the server no longer has, or null (the Python SDK's
+   * {@code superseded}). A run's round numbers only grow, so a task of the same run at an
+   * earlier round, or at this round on another global state, comes from a server restored
+   * from a backup: uploaded there, the update would be averaged into a round it was not
+   * trained for.
+   */
+  String superseded(Task task) {
+    if (task.runId == null || task.runId != runId || task.round == null
+        || task.round > round) {
+      return null;
+    }
+    if (task.round < round) {
+      return "run " + runId + " is back at round " + task.round;
+    }
+    if (globalHash != null && task.globalHash != null && !task.globalHash.equals(globalHash)) {
+      return "run " + runId + " started round " + task.round + " again, from another global "
+          + "state";
+    }
+    return null;
   }
 
   private static long integer(Map<?, ?> meta, String key, String source)

@@ -11,11 +11,11 @@ import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Random;
 import java.util.TreeMap;
 import org.pflkit.core.Json;
 import org.pflkit.core.JsonWriter;
 import org.pflkit.core.TensorData;
+import org.pflkit.core.secagg.DpGrid;
 import org.pflkit.core.secagg.RoundSetup;
 import org.pflkit.core.secagg.SecAggDevice;
 import org.pflkit.core.secagg.SecAggException;
@@ -24,10 +24,11 @@ import org.pflkit.core.secagg.SecAggException;
  * A device's part in a secure-aggregation round over HTTP, as the Python SDK's
  * {@code secagg_device.take_part}: instead of its update the device sends its change to the
  * round's global state (the floating tensors, flattened in name order) masked, in the four
- * steps of {@link SecAggDevice}; with DP it first clips the change to C and adds its noise
- * share. A step's answer not ready yet is a 409 with {@code Retry-After}, which
- * {@link FederatedClient#request} waits out. The keys live in memory only: a device restarted
- * mid-round has dropped out of it, and the others recover the round without it.
+ * steps of {@link SecAggDevice}; with DP it first puts the change on the round's grid within C
+ * and adds its noise share there ({@link DpGrid}). A step's answer not ready yet is a 409
+ * with {@code Retry-After}, which {@link FederatedClient#request} waits out. The keys live in
+ * memory only: a device restarted mid-round has dropped out of it, and the others recover the
+ * round without it.
  */
 final class SecAggRound {
   private static final Charset UTF8 = Charset.forName("UTF-8");
@@ -50,7 +51,7 @@ final class SecAggRound {
           + " floating values, the round masks " + setup.dimension);
     }
     if (setup.dpClipNorm != null) {  // RoundSetup: both DP numbers or neither
-      privatize(change, setup.dpClipNorm, setup.dpNoiseMultiplier, setup.threshold, RANDOM);
+      DpGrid.of(setup, setup.dpClipNorm, setup.dpNoiseMultiplier).privatize(change, RANDOM);
     }
     SecAggDevice device = new SecAggDevice(client.clientId(), setup);
     if (!client.firstSecAggAttempt(task)) {  // it never masks the same change twice
@@ -112,20 +113,6 @@ final class SecAggRound {
       }
     }
     return out;
-  }
-
-  /** Python's {@code dp.privatize}: clip to L2 norm C, add N(0, (zC)^2 / t), in place. */
-  static void privatize(double[] change, double clip, double z, int threshold, Random random) {
-    double squared = 0;
-    for (double v : change) {
-      squared += v * v;
-    }
-    double norm = Math.sqrt(squared);
-    double scale = norm > clip ? clip / norm : 1;
-    double std = z * clip / Math.sqrt(threshold);
-    for (int i = 0; i < change.length; i++) {
-      change[i] = change[i] * scale + random.nextGaussian() * std;
-    }
   }
 
   private static double[] doubles(TensorData t) {

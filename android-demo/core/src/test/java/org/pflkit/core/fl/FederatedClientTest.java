@@ -483,7 +483,7 @@ public class FederatedClientTest {
 
   @Test
   public void thePendingRoundIsCommittedOnlyOnceTheServerIsDoneWithIt() {
-    PendingRound pending = new PendingRound(1, 4, 12, new byte[0], null);
+    PendingRound pending = new PendingRound(1, 4, 12, Sha256.hex(GLOBAL), new byte[0], null);
     String[][] cases = {  // task JSON extra, status, over?
         {", \"run_id\": 1, \"round\": 4", "paused", "false"},
         {", \"run_id\": 1, \"round\": 4", "wait", "false"},
@@ -498,5 +498,73 @@ public class FederatedClientTest {
       assertEquals(c[1] + c[0], Boolean.parseBoolean(c[2]),
           pending.isOver(t));
     }
+    String other = "\"global_hash\": \"" + Sha256.hex(new byte[0]) + "\"";
+    String[][] histories = {  // task JSON extra, why superseded (null: it is not)
+        {", \"run_id\": 1, \"round\": 4", null},
+        {", \"run_id\": 1, \"round\": 4, \"global_hash\": \"" + Sha256.hex(GLOBAL) + "\"", null},
+        {", \"run_id\": 1, \"round\": 5, " + other, null},
+        {", \"run_id\": 2, \"round\": 0", null},
+        {", \"run_id\": 1, \"round\": 3", "run 1 is back at round 3"},
+        {", \"run_id\": 1, \"round\": 4, " + other,
+            "run 1 started round 4 again, from another global state"},
+    };
+    for (String[] h : histories) {
+      Task t = Task.parse(task("wait", h[0]).getBytes(StandardCharsets.UTF_8));
+      assertEquals(h[0], h[1], pending.superseded(t));
+    }
+  }
+
+  static final byte[] RESTORED = Safetensors.write(Collections.singletonMap("w",
+      TensorData.ofFloats(new long[] {1}, new float[] {0.25f})), null);
+
+  @Test
+  public void aPendingRoundOfAHistoryTheRestoredServerLostIsDroppedNotUploaded()
+      throws Exception {
+    FederatedClient c = enrolled(RetryPolicy.defaults());
+    int[] trained = {0};
+    script.add(new Answer(200, TRAIN));
+    script.add(new Answer(200, GLOBAL));
+    script.add(new Answer(409, "{\"detail\": \"run 1 is paused; uploads are not accepted\"}"));
+    assertEquals(Wire.WAIT, c.step(counting(trained)).status);
+    File pending = new File(tmp.getRoot(), PendingRound.FILE);
+    assertTrue(pending.exists());
+
+    requests.clear();
+    script.add(new Answer(200, TRAIN.replace("\"round\": 4", "\"round\": 3")
+        .replace(Sha256.hex(GLOBAL), Sha256.hex(RESTORED))));  // a backup of round 3
+    script.add(new Answer(200, RESTORED));
+    script.add(new Answer(200, "{\"run_id\": 1, \"round\": 3, \"sha256\": \"x\", "
+        + "\"duplicate\": false}"));
+    StepResult result = c.step(counting(trained));
+    assertEquals(StepResult.TRAINED, result.status);
+    assertEquals(Long.valueOf(3), result.round);
+    assertEquals("round 3 of the restored history is trained", 2, trained[0]);
+    assertTrue(requests.toString(), requests.stream().noneMatch(r -> r.contains("/rounds/4/")));
+    assertFalse(pending.exists());
+  }
+
+  @Test
+  public void aGlobalStateWithNanIsTheServersFaultNotADivergence() throws Exception {
+    FederatedClient c = enrolled(RetryPolicy.defaults());
+    byte[] broken = Safetensors.write(Collections.singletonMap("w",
+        TensorData.ofFloats(new long[] {2}, new float[] {0.5f, Float.NaN})), null);
+    String task = TRAIN.replace(Sha256.hex(GLOBAL), Sha256.hex(broken));
+    int[] trained = {0};
+    script.add(new Answer(200, task));
+    script.add(new Answer(200, broken));
+    for (int poll = 0; poll < 2; poll++) {
+      try {
+        c.step(counting(trained));
+        fail("a NaN global state is refused");
+      } catch (IOException e) {
+        assertEquals("global state " + Sha256.hex(broken) + ": the server's global state holds "
+            + "NaN or Inf (tensor w); nothing is trained on it or uploaded and the device keeps"
+            + " its state: the run's operator must act", e.getMessage());
+      }
+      script.add(new Answer(200, task));  // cached: polled, not downloaded again
+    }
+    assertEquals("never trained", 0, trained[0]);
+    assertTrue("nothing was uploaded", requests.stream().noneMatch(r -> r.startsWith("PUT")));
+    assertFalse(new File(tmp.getRoot(), PendingRound.FILE).exists());
   }
 }

@@ -30,6 +30,7 @@ import org.pflkit.core.JsonWriter;
 import org.pflkit.core.Safetensors;
 import org.pflkit.core.Sha256;
 import org.pflkit.core.TensorData;
+import org.pflkit.core.secagg.DpGrid;
 import org.pflkit.core.secagg.RoundSetup;
 import org.pflkit.core.secagg.SecAggDevice;
 import org.pflkit.core.secagg.SecAggException;
@@ -289,9 +290,11 @@ public class SecAggLyingServerTest {
       assertEquals(Arrays.toString(dp), refused, refusal());
     }
     assertEquals("nothing sent", Collections.emptyList(), posted);
-    tamperSetup = secagg -> {
+    tamperSetup = secagg -> {  // the ranges' ends, with the clip range a server gives them
       secagg.put("dp_clip_norm", 1e6);
       secagg.put("dp_noise_multiplier", 1e3);
+      double t = ((Number) secagg.get("threshold")).doubleValue();
+      secagg.put("clip_range", 1e6 + DpGrid.QUANTIZATION_SIGMAS * 1e3 * 1e6 / Math.sqrt(t));
       return secagg;
     };
     assertEquals(StepResult.TRAINED, step(device()).status);
