@@ -19,7 +19,7 @@ import sys
 import time
 from functools import partial
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -39,6 +39,7 @@ from pflkit.server.api import (
     tokens,
     updates,
 )
+from pflkit.server.api.params import one_value_per_query_name
 from pflkit.server.db import driver_message
 from pflkit.server.errors import ServiceError
 from pflkit.server.http_protocol import BoundedHeadProtocol
@@ -123,9 +124,16 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     die_with_the_parent()
     service = build_service(settings, partial(wake, os.environ.get(WAKE_ENV)))
 
+    # the description is public where served: off unless the operator asks (api_docs)
+    docs = {} if settings.api_docs else {"openapi_url": None, "docs_url": None,
+                                         "redoc_url": None}
     app = FastAPI(title="pflkit aggregation server", version=API_VERSION,
                   description="Personalized federated learning: enroll, poll, download the "
-                              "global state, upload updates. Tensors travel as safetensors.")
+                              "global state, upload updates. Tensors travel as safetensors.",
+                  dependencies=[Depends(one_value_per_query_name)],
+                  # a path with a slash too many is not found: no redirect to the Host header's
+                  # name (the client's word), which a proxy or cache may pass on to others
+                  redirect_slashes=False, **docs)
     app.state.service = service
     app.state.auth_throttle = FailedAuthThrottle(settings.auth_failure_limit,
                                                  settings.auth_failure_window)

@@ -13,6 +13,7 @@ the API.
 
 from __future__ import annotations
 
+import getpass
 import inspect
 import json
 import logging
@@ -62,20 +63,37 @@ def flagged_settings() -> set[str]:
         {"admin_token", "run_overrides"}  # as --admin-token-file, --set
 
 
-def check_listener(settings: ServerSettings) -> None:
+def check_listener(settings: ServerSettings) -> str | None:
     """Refuse an address or TLS pair uvicorn cannot use, before anything is created.
 
     uvicorn finds out only once it starts, after the database and the first run were made:
     a traceback (a TLS file missing or not PEM) or its own line and exit 3 (a port in use).
+    Returns the TLS key's pass phrase, asked here without echo if the key has one, for
+    uvicorn's workers: OpenSSL asked once here and again in each worker.
     """
+    passphrase: list[str] = []
     if settings.tls_certfile is not None:
+        files = f"--tls-certfile {settings.tls_certfile}, --tls-keyfile {settings.tls_keyfile}"
+
+        def ask() -> str:  # called only for an encrypted key
+            try:  # no terminal: the first line of standard input
+                passphrase.append(getpass.getpass(
+                    f"pfl-server: pass phrase of {settings.tls_keyfile}: "))
+            except EOFError:
+                typer.echo(err=True)  # ends the prompt's line
+                raise ConfigError(f"{files}: the key is encrypted and no pass phrase came "
+                                  "(none on the terminal or standard input)") from None
+            return passphrase[0]
+
         try:  # what uvicorn does with them
-            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(settings.tls_certfile,
-                                                                    settings.tls_keyfile)
-        except OSError as err:  # ssl.SSLError too
-            raise ConfigError(f"--tls-certfile {settings.tls_certfile}, --tls-keyfile "
-                              f"{settings.tls_keyfile}: not a certificate and its key "
-                              f"({' '.join(str(err.strerror or err).split())})") from err
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
+                settings.tls_certfile, settings.tls_keyfile, password=ask)
+        except ConfigError:
+            raise
+        except (OSError, ValueError) as err:  # ssl.SSLError; a pass phrase of over 1024 bytes
+            problem = ", or not the key's pass phrase" if passphrase else ""
+            why = " ".join(str(getattr(err, "strerror", None) or err).split())
+            raise ConfigError(f"{files}: not a certificate and its key{problem} ({why})") from err
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET  # as uvicorn binds
     try:
         with socket.socket(family) as sock:
@@ -84,6 +102,7 @@ def check_listener(settings: ServerSettings) -> None:
     except OSError as err:
         raise ConfigError(f"--host {settings.host} --port {settings.port}: cannot listen there "
                           f"({(err.strerror or str(err)).lower()})") from err
+    return passphrase[0] if passphrase else None
 
 
 @app.command()
@@ -138,6 +157,8 @@ def serve(
                               ] = None,
     tls_certfile: Annotated[Path | None, typer.Option()] = None,
     tls_keyfile: Annotated[Path | None, typer.Option()] = None,
+    api_docs: Annotated[bool | None, typer.Option(
+        help="serve the API description at /docs, /redoc, /openapi.json (to anyone)")] = None,
     log_level: Annotated[LogLevel, typer.Option(case_sensitive=False)] = LogLevel.info,
 ) -> None:
     """Prepare the database, then serve the API until interrupted."""
@@ -157,7 +178,7 @@ def serve(
              "clip_norm": clip_norm, "dp_clip_norm": dp_clip_norm,
              "dp_noise_multiplier": dp_noise_multiplier, "dp_target_epsilon": dp_target_epsilon,
              "dp_delta": dp_delta, "dp_max_epsilon": dp_max_epsilon,
-             "tls_certfile": tls_certfile, "tls_keyfile": tls_keyfile}
+             "tls_certfile": tls_certfile, "tls_keyfile": tls_keyfile, "api_docs": api_docs}
     if admin_token_file is not None:
         try:
             flags["admin_token"] = read_token_file(admin_token_file)
@@ -182,7 +203,7 @@ def serve(
 
     try:
         settings = ServerSettings.load()
-        check_listener(settings)
+        tls_passphrase = check_listener(settings)
         run_toml = None
         if settings.run_config is not None:  # validated whole before anything is created
             add_project_path(settings.run_config.parent)
@@ -219,7 +240,8 @@ def serve(
         uvicorn.run("pflkit.server.app:create_app", factory=True, host=settings.host,
                     http=BoundedHeadProtocol, port=settings.port, workers=settings.workers,
                     log_level=log_level.value, ssl_certfile=settings.tls_certfile,
-                    ssl_keyfile=settings.tls_keyfile, timeout_graceful_shutdown=5,
+                    ssl_keyfile=settings.tls_keyfile, ssl_keyfile_password=tls_passphrase,
+                    timeout_graceful_shutdown=5,
                     timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]
                     # a worker importing PyTorch (a run created, an algorithm query) on a busy
                     # machine can miss uvicorn's default 5 s ping and be killed as hung

@@ -16,11 +16,14 @@ open after 217 s), each holding a file descriptor and the parser's buffer. Here 
 be complete within ``header_timeout`` seconds of the connection's opening (for the first
 request) or of its first byte (for the next ones on a kept-alive connection); otherwise the
 connection is closed, with ``408 Request Timeout`` first if some of the head had come.
+A request httptools cannot parse (a ``Content-Length`` of ``+2``, an unknown method) gets
+uvicorn's 400 as JSON ``{"detail": ...}``, like every other error, not uvicorn's plain text.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -30,6 +33,8 @@ _REFUSAL = (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
             b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n")
 _TIMEOUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
             b"content-length: %d\r\nconnection: close\r\n\r\n")
+_UNPARSABLE = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+               b"content-length: %d\r\nconnection: close\r\n\r\n")
 
 
 class BoundedHeadProtocol(HttpToolsProtocol):
@@ -99,6 +104,13 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         """Forget the head's timer with the connection."""
         self._stop_head_timer()
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """Answer a request that is not HTTP (uvicorn's text) as the API answers: JSON."""
+        detail = json.dumps({"detail": f"{msg.rstrip('.')}: a malformed request line, header "
+                                       "or chunked body"}).encode()
+        self.transport.write(_UNPARSABLE % len(detail) + detail)
+        self.transport.close()
 
     def _time_the_head(self) -> None:
         self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)

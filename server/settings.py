@@ -44,6 +44,7 @@ FLAGS = {"admin_token": "--admin-token-file", "run_overrides": "--set"}
 # that the server waits for ever or allocates without bound.
 WEEK = 7 * 24 * 3600.0
 MIN_ADMIN_TOKEN = 16  # characters
+MAX_NUM_SAMPLES = 10**9  # the largest max_num_samples, and an upload's num_samples
 Clients = Annotated[int, in_range(1, MAX_CLIENTS)]
 ALLOW_IMPORTS = f"the server's allow_imports (--allow-imports, {ENV_PREFIX}ALLOW_IMPORTS)"
 
@@ -61,6 +62,8 @@ class ServerSettings(BaseSettings):
     workers: Annotated[int, in_range(1, 64)] = 1  # uvicorn worker processes sharing the database
     tls_certfile: Path | None = None
     tls_keyfile: Path | None = None
+    # serve the API's description at /docs, /redoc and /openapi.json (off: 404), to anyone
+    api_docs: bool = False
     # required: Bearer token of the admin API, at least MIN_ADMIN_TOKEN characters (checked
     # below, where an error cannot show it: pydantic's min_length quoted the token)
     admin_token: SecretStr
@@ -97,7 +100,7 @@ class ServerSettings(BaseSettings):
     # any proxy's idle timeout, so a client rarely reuses one the server is just closing
     keep_alive_timeout: Annotated[float, in_range(0.0, 3600.0, open_low=True)] = 75.0
     # an update's weight in the mean is the sample count its client reports: larger get 422
-    max_num_samples: Annotated[int, in_range(1, 10**9)] = 100_000
+    max_num_samples: Annotated[int, in_range(1, MAX_NUM_SAMPLES)] = 100_000
     # the floor of every run's [aggregation] (AggregationConfig.at_least: the stricter wins)
     aggregation: Rule = "mean"
     trim_fraction: TrimFraction = 0.1

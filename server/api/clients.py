@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Request, Response
 
-from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.api.bodies import json_body, json_schema
 from pflkit.server.api.deps import AdminDep, CurrentClient, ServiceDep, not_throttled, throttled
+from pflkit.server.api.params import IdPath
 from pflkit.server.api.schemas import ClientPublic, CredentialsPublic, EnrollIn
 
 router = APIRouter(prefix="/clients", tags=["clients"])
@@ -39,7 +39,7 @@ def list_clients(service: ServiceDep, _: AdminDep) -> list[ClientPublic]:
 
 
 @router.post("/{client_id}/revoke", status_code=204)
-def revoke_client(client_id: Annotated[int, Path(ge=0, le=MAX_ID)], service: ServiceDep,
+def revoke_client(client_id: IdPath, service: ServiceDep,
                   _: AdminDep) -> Response:
     """Revoke a client: its secret stops working and it is no longer sampled."""
     service.enrollment.revoke_client(client_id)

@@ -10,7 +10,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from pflkit.server.errors import Unauthorized
+from pflkit.server.errors import BadRequest, Unauthorized
 from pflkit.server.service import FederationService
 from pflkit.server.settings import ServerSettings
 from pflkit.server.throttle import FailedAuthThrottle
@@ -42,9 +42,18 @@ SessionDep = Annotated[Session, Depends(get_session)]
 Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-def _token(credentials: HTTPAuthorizationCredentials | None) -> str:
+def _token(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str:
+    """The bearer token: of the one ``Authorization`` header, written ``Bearer <token>``.
+
+    Two headers are refused (400), not one picked: a proxy that checks or logs the first one
+    would let the server act on another.
+    """
+    sent = request.headers.getlist("authorization")
+    if len(sent) > 1:
+        raise BadRequest(f"the request has {len(sent)} Authorization headers; send one")
     if credentials is None or not credentials.credentials:
-        raise Unauthorized("missing bearer token")
+        raise Unauthorized("the Authorization header must read 'Bearer <token>'" if sent
+                           else "missing bearer token")
     return credentials.credentials
 
 
@@ -74,13 +83,13 @@ def throttled(request: Request, check: Callable[[], T]) -> T:
 
 def current_client(request: Request, service: ServiceDep, credentials: Bearer) -> int:
     """Return the id of the enrolled, unrevoked client whose secret is the bearer token."""
-    return throttled(request, lambda: service.enrollment.authenticate(_token(credentials)))
+    return throttled(request, lambda: service.enrollment.authenticate(_token(request, credentials)))
 
 
 def require_admin(request: Request, settings: SettingsDep, credentials: Bearer) -> None:
     """Refuse unless the bearer token is the admin token (constant-time comparison)."""
     def check() -> None:
-        token = _token(credentials).encode()
+        token = _token(request, credentials).encode()
         if not hmac.compare_digest(token, settings.admin_token.get_secret_value().encode()):
             raise Unauthorized("not the admin token")
 
@@ -89,7 +98,7 @@ def require_admin(request: Request, settings: SettingsDep, credentials: Bearer) 
 
 def enrollment_token(request: Request, service: ServiceDep, credentials: Bearer) -> None:
     """Refuse unless the bearer token is an enrollment token that could enroll now (unspent)."""
-    throttled(request, lambda: service.enrollment.check_token(_token(credentials)))
+    throttled(request, lambda: service.enrollment.check_token(_token(request, credentials)))
 
 
 CurrentClient = Annotated[int, Depends(current_client)]

@@ -10,10 +10,10 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.api.bodies import read_json
 from pflkit.server.api.deps import CurrentClient, ServiceDep
 from pflkit.server.api.globals import BINARY_RESPONSES, SAFETENSORS
+from pflkit.server.api.params import IdPath
 
 router = APIRouter(tags=["queries"])
 _BODY = {"requestBody": {"required": True, "content": {"application/json": {
@@ -22,7 +22,7 @@ _BODY = {"requestBody": {"required": True, "content": {"application/json": {
 
 @router.post("/runs/{run_id}/queries/{name}", response_class=Response,
              responses={"200": BINARY_RESPONSES["200"]}, openapi_extra=_BODY)
-async def query(run_id: Annotated[int, Path(ge=0, le=MAX_ID)],
+async def query(run_id: IdPath,
                 name: Annotated[str, Path(pattern="^[a-z0-9_]{1,64}$")],
                 request: Request, _: CurrentClient, service: ServiceDep) -> Response:
     """Answer a query of the run's algorithm (JSON body in, safetensors out).

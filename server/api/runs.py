@@ -5,17 +5,16 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 
-from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.api.bodies import json_body, json_schema
 from pflkit.server.api.deps import AdminDep, ServiceDep, require_admin
+from pflkit.server.api.params import IdPath
 from pflkit.server.api.schemas import PruneIn, PrunePublic, RunCreateIn, RunPublic
 from pflkit.server.runs import refused_as_invalid
 
 router = APIRouter(prefix="/runs", tags=["runs"])
-RunId = Annotated[int, Path(ge=0, le=MAX_ID)]
 
 
 @router.post("", status_code=201, openapi_extra=json_schema(RunCreateIn))
@@ -45,7 +44,7 @@ def current_run(service: ServiceDep, _: AdminDep) -> RunPublic:
 
 
 @router.get("/{run_id}")
-def get_run(run_id: RunId, service: ServiceDep, _: AdminDep) -> RunPublic:
+def get_run(run_id: IdPath, service: ServiceDep, _: AdminDep) -> RunPublic:
     """Status and progress of one run."""
     return RunPublic(**service.runs.status(run_id))
 
@@ -56,18 +55,18 @@ def _transition(service: ServiceDep, run_id: int, action: str) -> RunPublic:
 
 
 @router.post("/{run_id}/pause")
-def pause_run(run_id: RunId, service: ServiceDep, _: AdminDep) -> RunPublic:
+def pause_run(run_id: IdPath, service: ServiceDep, _: AdminDep) -> RunPublic:
     """Stop handing out tasks and accepting uploads until resumed."""
     return _transition(service, run_id, "pause")
 
 
 @router.post("/{run_id}/resume")
-def resume_run(run_id: RunId, service: ServiceDep, _: AdminDep) -> RunPublic:
+def resume_run(run_id: IdPath, service: ServiceDep, _: AdminDep) -> RunPublic:
     """Continue a paused run; the open round gets a fresh deadline."""
     return _transition(service, run_id, "resume")
 
 
 @router.post("/{run_id}/stop")
-def stop_run(run_id: RunId, service: ServiceDep, _: AdminDep) -> RunPublic:
+def stop_run(run_id: IdPath, service: ServiceDep, _: AdminDep) -> RunPublic:
     """End a run for good; its open round is abandoned."""
     return _transition(service, run_id, "stop")

@@ -12,18 +12,17 @@ key, malformed share). Sending the same message again answers ``{"duplicate": tr
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
-from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.api.bodies import read_body, read_json
 from pflkit.server.api.deps import CurrentClient, ServiceDep
+from pflkit.server.api.params import IdPath
 from pflkit.server.errors import Invalid
 
 router = APIRouter(prefix="/runs/{run_id}/rounds/{round_index}/secagg", tags=["secagg"])
-RunId = Annotated[int, Path(ge=0, le=MAX_ID)]
 Step = Literal["keys", "shares", "unmask"]
 _JSON = {"requestBody": {"required": True, "content": {"application/json": {
     "schema": {"type": "object"}}}}}
@@ -32,7 +31,7 @@ _BINARY = {"requestBody": {"required": True, "content": {"application/octet-stre
 
 
 @router.post("/{step}", openapi_extra=_JSON)
-async def send(run_id: RunId, round_index: RunId, step: Step, request: Request,
+async def send(run_id: IdPath, round_index: IdPath, step: Step, request: Request,
                client_id: CurrentClient, service: ServiceDep) -> dict[str, bool]:
     """Send this device's message of ``step`` (JSON; bytes as base64, peers by client id)."""
     body = await read_json(request)  # after the credentials (CurrentClient) passed
@@ -44,7 +43,7 @@ async def send(run_id: RunId, round_index: RunId, step: Step, request: Request,
 
 
 @router.put("/masked", openapi_extra=_BINARY)
-async def send_masked(run_id: RunId, round_index: RunId, request: Request,
+async def send_masked(run_id: IdPath, round_index: IdPath, request: Request,
                       client_id: CurrentClient, service: ServiceDep) -> dict[str, bool]:
     """Send the masked input: the round's dimension as little-endian uint32, nothing more."""
     limit = await run_in_threadpool(service.secagg.vector_limit, client_id, run_id,
@@ -56,7 +55,7 @@ async def send_masked(run_id: RunId, round_index: RunId, request: Request,
 
 
 @router.get("/{step}")
-def fetch(run_id: RunId, round_index: RunId, step: Step, client_id: CurrentClient,
+def fetch(run_id: IdPath, round_index: IdPath, step: Step, client_id: CurrentClient,
           service: ServiceDep) -> dict[str, Any]:
     """What the server sends this device once ``step`` closed (409 + Retry-After before)."""
     return service.secagg.answer(client_id, run_id, round_index, step)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Response
 
-from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.api.bodies import json_body, json_schema
 from pflkit.server.api.deps import AdminDep, ServiceDep, require_admin
+from pflkit.server.api.params import IdPath
 from pflkit.server.api.schemas import TokenCreateIn, TokenPublic
 
 router = APIRouter(prefix="/enrollment-tokens", tags=["enrollment"])
@@ -23,7 +23,7 @@ def issue_token(body: Annotated[TokenCreateIn, json_body(TokenCreateIn, after=re
 
 
 @router.delete("/{token_id}", status_code=204)
-def revoke_token(token_id: Annotated[int, Path(ge=0, le=MAX_ID)], service: ServiceDep,
+def revoke_token(token_id: IdPath, service: ServiceDep,
                  _: AdminDep) -> Response:
     """Revoke an unused token."""
     service.enrollment.revoke_token(token_id)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from pflkit.sdk.protocol import MAX_ID
 from pflkit.server.api.bodies import read_body
 from pflkit.server.api.deps import CurrentClient, ServiceDep
+from pflkit.server.api.params import IdPath, plain_integer
 from pflkit.server.api.schemas import ReceiptPublic
+from pflkit.server.settings import MAX_NUM_SAMPLES
 
 router = APIRouter(tags=["updates"])
 _BODY = {"requestBody": {"required": True, "content": {"application/octet-stream": {
@@ -20,9 +21,9 @@ _BODY = {"requestBody": {"required": True, "content": {"application/octet-stream
 
 @router.put("/runs/{run_id}/rounds/{round_index}/update", openapi_extra=_BODY)
 async def upload_update(
-    run_id: Annotated[int, Path(ge=0, le=MAX_ID)],
-    round_index: Annotated[int, Path(ge=0, le=MAX_ID)],
-    num_samples: Annotated[int, Query(ge=0, le=2**40, description="aggregation weight")],
+    run_id: IdPath, round_index: IdPath,
+    num_samples: Annotated[int, Query(ge=0, le=MAX_NUM_SAMPLES, description="aggregation weight"),
+                           plain_integer(0, MAX_NUM_SAMPLES)],
     request: Request, response: Response, client_id: CurrentClient, service: ServiceDep,
 ) -> ReceiptPublic:
     """Upload an update (safetensors; optional metadata ``metrics``: JSON name -> number).

@@ -207,7 +207,7 @@ def api(request, tmp_path_factory):
     server = Server(root / "server", run_toml("fedavg", rounds=50),
                     ["--min-enrolled", "3", "--min-clients", "1", "--max-upload-bytes",
                      str(LIMIT), "--max-num-samples", str(MAX_SAMPLES),
-                     "--auth-failure-limit", "100000", *database])
+                     "--auth-failure-limit", "100000", "--api-docs", *database])  # fuzzed
     server.root.mkdir()
     server.start()
     secrets = {cid: server.enroll(cid)[1] for cid in range(3)}
