@@ -54,13 +54,20 @@ class AdminError(RuntimeError):
 class AdminClient:
     """Admin operations over HTTP with the admin token as Bearer credentials."""
 
-    def __init__(self, url: str, token: str, timeout: float = 60.0,
-                 deadline: float = 600.0) -> None:
-        """``timeout`` bounds each connect and read, ``deadline`` each whole answer (seconds)."""
+    def __init__(self, url: str, token: str, deadline: float = 600.0,
+                 timeout: float | None = None) -> None:
+        """``deadline`` bounds each whole answer (seconds), connecting included.
+
+        ``timeout`` bounds each connect, read and write alone; None: only the deadline, so a
+        server that takes as long as the operator allowed (a prune of a large data folder) is
+        waited for, not given up on at a fixed stall limit.
+        """
         if (problem := server_url_problem(url)) is not None:  # never quoted: it may hold a password
             raise ValueError(problem)
         self.url, self._token, self._seconds = url.rstrip("/"), token, deadline
-        self._http = httpx.Client(base_url=self.url + API, timeout=timeout,
+        self._stall = timeout
+        self._http = httpx.Client(base_url=self.url + API,
+                                  timeout=deadline if timeout is None else timeout,
                                   headers={"Authorization": f"Bearer {token}",
                                            "Accept-Encoding": "identity"})
         self._deadline = Deadline()
@@ -152,7 +159,7 @@ class AdminClient:
             with self._http.stream(method, path, json=json) as reply:
                 return reply.status_code, reply.headers, _bounded(reply, f"{method} {path}")
         except httpx.TimeoutException:
-            if self._deadline.passed():
+            if self._stall is None or self._deadline.passed():  # each wait was the time left
                 raise httpx.ReadTimeout(f"no whole answer within {self._seconds:g} s") from None
             raise
         finally:

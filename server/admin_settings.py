@@ -13,7 +13,7 @@ Each value comes from the first place that has it:
 A token is printable ASCII without spaces (it travels in an HTTP header); one that is not is
 refused without being shown. So is a URL with ``user:password@`` (httpx would send them as
 Basic credentials instead of the token). A file holding the token that other users may read
-is used, with a warning (``chmod 600``).
+is used, with a warning (``chmod 600``); one over ``MAX_TOKEN_FILE`` bytes is refused unread.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ TOKEN_ENV = "PFLKIT_ADMIN_TOKEN"
 CONFIG_ENV = "PFLKIT_ADMIN_CONFIG"
 DEFAULT_URL = "http://127.0.0.1:8000"
 FILE_KEYS = ("url", "token", "token_file")
+MAX_TOKEN_FILE = 4096  # bytes: a token is one HTTP header (`openssl rand -hex 32` writes 65)
 
 
 class SettingsError(ValueError):
@@ -57,9 +58,18 @@ def default_config_path() -> Path:
 
 
 def read_token_file(path: Path) -> str:
-    """The token a file holds (surrounding whitespace dropped); unreadable or empty: error."""
+    """The token a file holds (surrounding whitespace dropped); unreadable or empty: error.
+
+    At most ``MAX_TOKEN_FILE`` bytes are read: a path given by mistake (a log, a database,
+    /dev/zero) is refused at once instead of being read whole or sent as a header.
+    """
     try:
-        token = Path(path).read_text().strip()
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_TOKEN_FILE + 1)
+        if len(data) > MAX_TOKEN_FILE:
+            raise SettingsError(f"the admin token file {path} is over {MAX_TOKEN_FILE} bytes: "
+                                "not a token file (not shown here)")
+        token = data.decode().strip()
     except (OSError, UnicodeDecodeError) as err:
         raise SettingsError(f"cannot read the admin token file {path}: "
                             f"{getattr(err, 'strerror', None) or err}") from None

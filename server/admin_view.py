@@ -9,6 +9,7 @@ unprintable character (an escape sequence) as ``?``; a timestamp out of range sh
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -18,9 +19,16 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from pflkit.sdk.protocol import MAX_METRIC_NAME
-from pflkit.server.api.schemas import ClientPublic, PrivacyPublic, PrunePublic, RunPublic
+from pflkit.server.api.schemas import (
+    ClientPublic,
+    PrivacyPublic,
+    PrunePublic,
+    RoundHistoryPublic,
+    RunPublic,
+)
 
 HISTORY_ROWS = 10  # closed rounds shown by `status`
+METRIC_COLUMNS = 12  # metrics shown: the server's own (participants, samples, DP's) and a few more
 
 
 def plural(count: int, noun: str) -> str:
@@ -95,13 +103,18 @@ def _ids(ids: list[int]) -> str:
     return ", ".join(map(str, ids)) if ids else "none"
 
 
+def epsilon_text(epsilon: float) -> str:
+    """Epsilon to 3 decimals, or 3 significant digits under 0.001: never a false ``0.000``."""
+    return f"{epsilon:.3f}" if epsilon == 0 or abs(epsilon) >= 0.001 else f"{epsilon:.3g}"
+
+
 def privacy_line(p: PrivacyPublic) -> str:
     """DP-FedAvg's epsilon after the closed rounds, its settings and the budget left."""
     noise = "calibrated when round 0 closes" if p.noise_multiplier is None \
         else f"{p.noise_multiplier:.4g}"
     budget = "no budget" if p.max_epsilon is None else \
-        f"budget {p.max_epsilon:g}, {max(0.0, p.epsilon_left or 0.0):.3f} left"
-    return (f"privacy: epsilon {p.epsilon:.3f} at delta {p.delta:g} after "
+        f"budget {p.max_epsilon:g}, {epsilon_text(max(0.0, p.epsilon_left or 0.0))} left"
+    return (f"privacy: epsilon {epsilon_text(p.epsilon)} at delta {p.delta:g} after "
             f"{plural(p.rounds, 'round')}; noise multiplier {noise}, clip norm "
             f"{p.clip_norm:g}; {budget}")
 
@@ -127,11 +140,27 @@ def render_status(run: RunPublic, now: float | None = None) -> Group:
     elif run.status == "active":
         parts.append(Text("no round open (waiting for enough enrolled clients)"))
     if run.history:
-        names = sorted({name for r in run.history for name in r.metrics})
+        shown = run.history[-HISTORY_ROWS:]
+        names, hidden = metric_columns(shown)
         table = Table("round", "closed (UTC)", *(Column(device_text(n)) for n in names),
                       title="closed rounds", title_justify="left")
-        for r in run.history[-HISTORY_ROWS:]:
+        for r in shown:
             table.add_row(str(r.index), when(r.closed_at),
                           *(_number(r.metrics.get(name, "-")) for name in names))
         parts.append(table)
+        if hidden:
+            parts.append(Text(f"{plural(hidden, 'more metric')} of these rounds not shown "
+                              "(status --json lists every one)"))
     return Group(*parts)
+
+
+def metric_columns(rounds: Sequence[RoundHistoryPublic]) -> tuple[list[str], int]:
+    """The metrics the table shows, by name, and how many others the rounds have.
+
+    At most ``METRIC_COLUMNS``: those most of ``rounds`` have, then by name. A device may name
+    64 new metrics each upload; a column for every name the run ever saw made a table of
+    thousands of columns, squeezed to nothing and slow to draw at each refresh.
+    """
+    counts = Counter(name for r in rounds for name in r.metrics)
+    ranked = sorted(counts, key=lambda name: (-counts[name], name))
+    return sorted(ranked[:METRIC_COLUMNS]), max(0, len(ranked) - METRIC_COLUMNS)

@@ -15,7 +15,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from pflkit.sdk.aggregation_config import AggregationConfig  # noqa: E402
+from pflkit.sdk.config_types import stored_settings  # noqa: E402
 from pflkit.sdk.rundir import RunDir  # noqa: E402
+from pflkit.server.admin_view import epsilon_text  # noqa: E402
 from pflkit.server.privacy_status import accountant  # noqa: E402
 
 # summary fields that count something (clients, test rows): whole numbers, whatever their type
@@ -125,13 +127,13 @@ def undefined(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _fmt(value: Any, key: str = "") -> str:
-    """A table cell: ``n/a``, a count as a whole number (``20``, not ``20.0000``), or 4 digits."""
+def _fmt(value: Any, key: str = "", fmt: str = ".4f") -> str:
+    """A table cell: ``n/a``, a count as a whole number (``20``, not ``20.0000``), or ``fmt``."""
     if undefined(value):
         return "n/a"
     if key in COUNTS and isinstance(value, float) and value.is_integer():
         return str(int(value))
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
+    return format(value, fmt) if isinstance(value, float) else str(value)
 
 
 def _privacy(rows: list[dict[str, Any]], rules: dict[str, Any]) -> list[str]:
@@ -143,16 +145,23 @@ def _privacy(rows: list[dict[str, Any]], rules: dict[str, Any]) -> list[str]:
     last = next((r for r in reversed(rows) if "dp_epsilon" in r), None)
     if last is None:
         return []
+    epsilon, delta, noise = (last.get(k) for k in ("dp_epsilon", "dp_delta",
+                                                   "dp_noise_multiplier"))
+    done = last["round"] + 1
+    with stored_settings():  # the run's own config, maybe from an older pflkit
+        rules_read = AggregationConfig(**rules)
     return ["## Privacy", "",
-            f"User-level DP-FedAvg on the shared tensors: epsilon = {last['dp_epsilon']:.3f} at "
-            f"delta = {last['dp_delta']:g} after {last['round'] + 1} rounds (noise multiplier "
-            f"{last['dp_noise_multiplier']:.4f}; accountant: "
-            f"{accountant(AggregationConfig(**rules))}).", "", *_clip_norms(rows)]
+            f"User-level DP-FedAvg on the shared tensors: epsilon = "
+            f"{'n/a' if undefined(epsilon) else epsilon_text(epsilon)} at delta = "
+            f"{_fmt(delta, fmt='g')} after {done} round{'' if done == 1 else 's'} (noise "
+            f"multiplier {_fmt(noise, fmt='.4g')}; accountant: {accountant(rules_read)}).",
+            "", *_clip_norms(rows)]
 
 
 def _clip_norms(rows: list[dict[str, Any]]) -> list[str]:
     """The clip norm each round used (adaptive clipping moves it), in one line."""
-    norms = [(r["round"], r["dp_clip_norm"]) for r in rows if "dp_clip_norm" in r]
+    norms = [(r["round"], r["dp_clip_norm"]) for r in rows
+             if not undefined(r.get("dp_clip_norm"))]
     if not norms:
         return []
     values = [c for _, c in norms]
