@@ -9,17 +9,15 @@ only when the user allowed them (``--allow-imports``).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from pflkit.export.card_file import CARD_FILE, file_sha256, read_card_json
 from pflkit.export.contract import ExportError
 from pflkit.export.formats import FORMATS, Format
 from pflkit.export.golden import raw_images
-from pflkit.export.output_folder import CARD_FILE
 from pflkit.export.selection import build_exportable
 from pflkit.export.source import Source, load_device_source, load_run_source
 from pflkit.sdk.algorithms.inference import Choice
@@ -29,16 +27,13 @@ NO_IMPORTS = ImportPolicy(setting="pfl-export classify --allow-imports")
 
 
 def read_card(export_dir: Path) -> dict[str, Any]:
-    """The folder's ``model_card.json``, checked enough to be read without a traceback."""
+    """The folder's ``model_card.json``: read bounded, checked to be used without a traceback."""
     if not export_dir.is_dir():
         raise ExportError(f"{export_dir} is not a folder (give a pfl-export output folder)")
     path = export_dir / CARD_FILE
     if not path.is_file():
         raise ExportError(f"{export_dir} has no {CARD_FILE}: is it a pfl-export output folder?")
-    try:
-        card = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ExportError(f"{path}: not valid JSON ({err})") from err
+    card = read_card_json(path)
     problem = "" if isinstance(card, dict) else "it is not a JSON object"
     for key, kind in (("source", dict), ("artifacts", list), ("classes", list)):
         if not problem and not isinstance(card.get(key), kind):
@@ -67,7 +62,7 @@ def _checked_artifact(export_dir: Path, artifact: dict[str, Any]) -> Path:
     path = export_dir / name
     if not path.is_file():
         raise ExportError(f"{path}: the card's artifact is missing")
-    if hashlib.sha256(path.read_bytes()).hexdigest() != artifact["sha256"]:
+    if file_sha256(path) != artifact["sha256"]:
         raise ExportError(f"{path}: its sha256 does not match the model card (changed or "
                           f"damaged since the export)")
     return path

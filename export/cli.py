@@ -11,6 +11,9 @@ Typical commands (every option: docs/export.md):
     pfl-export classify runs/demo/exports/client17        # run it on images
 
 A run that has not finished (no final.json) is refused unless --round names the checkpoint.
+A run's config may import built-in names and installed entry points; a package of your own
+(`model = "myapp.nets:Net"`) needs `--allow-imports myapp`: a run folder is data, whoever
+sent it.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ import typer
 
 from pflkit.export.contract import ExportError
 from pflkit.sdk.console import entry_point
-from pflkit.sdk.registry import add_project_path
+from pflkit.sdk.registry import ImportPolicy, add_project_path
 
 app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=False,
                   rich_markup_mode="markdown")  # paragraphs reflow, examples stay lines
 DEFAULT_GOLDEN_SAMPLES = 5
+ALLOW_IMPORTS_HELP = ("a package (or package.module:attr) the {what} may import (repeatable; "
+                      "default: built-in names and installed entry points only)")
 
 
 def _fail(err: Exception) -> typer.Exit:
@@ -80,6 +85,8 @@ def main(
     out: Annotated[Path | None, typer.Option(
         help="output folder (default: RUN/exports/<client|generic>)")] = None,
     force: Annotated[bool, typer.Option(help="replace an existing output folder")] = False,
+    allow_imports: Annotated[list[str] | None, typer.Option(
+        help=ALLOW_IMPORTS_HELP.format(what="run's config"))] = None,
 ) -> None:
     """Export, verify in onnxruntime and the ExecuTorch runtime, write model_card.json."""
     add_project_path()  # a run's module:attr model, dataset or algorithm may live here
@@ -108,10 +115,11 @@ def main(
         if not 1 <= golden_samples <= MAX_GOLDEN_SAMPLES:
             raise ExportError(f"--golden-samples must be in 1..{MAX_GOLDEN_SAMPLES}, got "
                               f"{golden_samples}")
+        imports = _imports(allow_imports, "pfl-export --allow-imports")
         if run is not None and state_dir is None:
-            source = load_run_source(run, client, round_done)
+            source = load_run_source(run, client, round_done, imports)
             if round_done is None:
-                _refuse_unfinished(run, source.info["round"])
+                _refuse_unfinished(run, source.info["round"], imports)
             default_out = run / "exports" / f"client{client}"  # without --client: see below
         elif state_dir is not None and run is None:
             if global_file is None or config is None:
@@ -121,7 +129,7 @@ def main(
                 raise ExportError(f"{' and '.join(given)} select(s) a state in a run directory; "
                                   f"with --state-dir the state is the folder's and the round "
                                   f"the --global file's")
-            source = load_device_source(state_dir, global_file, config)
+            source = load_device_source(state_dir, global_file, config, imports)
             default_out = state_dir / "export"
         else:
             raise ExportError("give --run RUN_DIR, or --state-dir DIR --global FILE "
@@ -163,16 +171,28 @@ def _share(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
-def _refuse_unfinished(run: Path, rounds_done: int) -> None:
+def _imports(allowed: list[str] | None, setting: str) -> ImportPolicy:
+    """What a config the user did not write here may import: built-ins, entry points, ``allowed``.
+
+    A run folder or a card may come from anyone, so its import paths are code its writer chose.
+    """
+    try:
+        return ImportPolicy.allowing(allowed or (), setting)
+    except ValueError as err:
+        raise ExportError(f"--allow-imports: {err}") from err
+
+
+def _refuse_unfinished(run: Path, rounds_done: int, imports: ImportPolicy) -> None:
     """A run still training (or stopped, or failed) has no final model yet: say so, not export.
 
     ``final.json`` is the run's last write, after every round and the post-federation stage.
     """
+    from pflkit.sdk.run_config import SimConfig
     from pflkit.sdk.rundir import RunDir
 
     if RunDir(run).final.is_file():
         return
-    total = RunDir(run).config().rounds
+    total = SimConfig.load(RunDir(run).config_file, imports=imports).rounds
     raise ExportError(f"{run} has not finished ({rounds_done} of {total} rounds done, no "
                       f"final.json): export it once pfl-sim ends (pfl-sim --resume {run} "
                       f"continues a stopped run), or give --round {rounds_done} to export "
@@ -200,21 +220,16 @@ def classify(
     export_dir: Annotated[Path, typer.Argument(help="a pfl-export output folder")],
     count: Annotated[int, typer.Option(help="number of test images, [1, 10000]")] = 8,
     allow_imports: Annotated[list[str] | None, typer.Option(
-        help="a package (or package.module:attr) the card's run config may import "
-             "(repeatable; default: built-in names and installed entry points only)")] = None,
+        help=ALLOW_IMPORTS_HELP.format(what="card's run config"))] = None,
 ) -> None:
     """Classify real test images with every exported file, beside eager PyTorch."""
     from pflkit.export.classify import NO_IMPORTS, classify_table, read_card
     from pflkit.export.golden import MAX_CLASSIFY_IMAGES
-    from pflkit.sdk.registry import ImportPolicy
 
     try:
         if not 1 <= count <= MAX_CLASSIFY_IMAGES:
             raise ExportError(f"--count must be in 1..{MAX_CLASSIFY_IMAGES}, got {count}")
-        try:
-            imports = ImportPolicy.allowing(allow_imports or (), NO_IMPORTS.setting)
-        except ValueError as err:
-            raise ExportError(f"--allow-imports: {err}") from err
+        imports = _imports(allow_imports, NO_IMPORTS.setting)
         typer.echo(classify_table(export_dir, read_card(export_dir), count, imports))
     except (ExportError, OSError, ValueError, KeyError) as err:
         raise _fail(err) from err

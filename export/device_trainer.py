@@ -24,6 +24,7 @@ import torch
 from pflkit.export.quiet import set_runtime_threads
 from pflkit.export.training_card import (
     TrainingProgramError,
+    check_batch,
     check_rows,
     check_weights,
     read_card,
@@ -128,6 +129,7 @@ class DeviceTrainer:
         if not 1 <= rows <= most:
             raise TrainingProgramError(f"a batch of {rows} rows: the program takes 1..{most} "
                                        "(training.max_batch)")
+        check_batch(self.section, inputs)
         try:
             return self.module.forward_backward(self.train_method, _contiguous(inputs))
         except RuntimeError as err:

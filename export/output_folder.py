@@ -4,7 +4,9 @@ An export replaces ``--out`` as a whole, so an ``--out`` that is, contains or li
 run's own files (its folder, ``config.toml``, ``global/``, ``clients/``, ``personalized/`` ...)
 or the device folder, state file, global file or config it reads would delete them. Other
 folders of a run (``exports/``, the default, or e.g. ``app/``) stay allowed. ``--force``
-replaces only an empty folder or a previous export (one that holds ``model_card.json``).
+replaces only an empty folder or a previous export (one that holds ``model_card.json``) holding
+nothing its card does not list: a file saved into it since (a device's trained weights beside
+the trainer) is the user's, and replacing the folder would delete it.
 """
 
 from __future__ import annotations
@@ -12,11 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pflkit.export.card_file import CARD_FILE, read_card_json
 from pflkit.export.contract import ExportError
 from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.state_store import DeviceStateStore
-
-CARD_FILE = "model_card.json"
 
 
 def _within(path: Path, folder: Path) -> bool:
@@ -60,3 +61,21 @@ def check_output(out: Path, info: dict[str, Any], force: bool) -> None:
     if not (out / CARD_FILE).is_file():
         raise ExportError(f"--out {out} is not a previous export (no {CARD_FILE}): --force "
                           f"replaces only an export, so choose another folder")
+    unlisted = _unlisted_entries(out)
+    if unlisted:
+        raise ExportError(f"--out {out} holds {', '.join(unlisted[:3])}, which its {CARD_FILE} "
+                          f"does not list: --force replaces only an export's own files, so move "
+                          f"them out first or choose another folder")
+
+
+def _unlisted_entries(out: Path) -> list[str]:
+    """The names in a previous export that are neither its card nor an artifact the card lists."""
+    try:
+        card = read_card_json(out / CARD_FILE)
+    except ExportError as err:
+        raise ExportError(f"--out {out}: its {CARD_FILE} is not a readable card ({err}): --force "
+                          f"replaces only an export, so choose another folder") from err
+    artifacts = card.get("artifacts") if isinstance(card, dict) else None
+    listed = {a.get("file") for a in artifacts if isinstance(a, dict)} \
+        if isinstance(artifacts, list) else set()
+    return sorted(p.name for p in out.iterdir() if p.name != CARD_FILE and p.name not in listed)

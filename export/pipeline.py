@@ -17,7 +17,6 @@ accuracy on the balanced test set undersells a model made for a skewed client.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -30,10 +29,11 @@ from typing import Any
 
 import torch
 
+from pflkit.export.card_file import CARD_FILE, file_sha256
 from pflkit.export.contract import Exportable, ExportError
 from pflkit.export.formats import FORMATS, Format
 from pflkit.export.golden import MAX_GOLDEN_SAMPLES, golden_document
-from pflkit.export.output_folder import CARD_FILE, check_output
+from pflkit.export.output_folder import check_output
 from pflkit.export.selection import build_exportable, for_new_client, without_client
 from pflkit.export.source import Source
 from pflkit.export.training_program import (
@@ -65,10 +65,9 @@ class ExportResult:
 
 def _artifact(path: Path, fmt: Format | None, precision: str | None,
               kind: str = "golden") -> dict[str, Any]:
-    data = path.read_bytes()
     entry: dict[str, Any] = {"file": path.name, "format": fmt.name if fmt else kind,
-                             "precision": precision, "sha256": hashlib.sha256(data).hexdigest(),
-                             "bytes": len(data)}
+                             "precision": precision, "sha256": file_sha256(path),
+                             "bytes": path.stat().st_size}
     if fmt is not None and fmt.max_batch is not None:
         entry["max_batch"] = fmt.max_batch
     return entry
@@ -143,6 +142,7 @@ def export_model(source: Source, choice: Choice, out_dir: Path,
     with the algorithm's hyperparameters overridden by ``trainer_params``.
     """
     out = Path(out_dir)
+    formats = list(dict.fromkeys(formats))  # a format given twice is written (and listed) once
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown or not formats:
         raise ExportError(f"unknown format(s) {unknown or formats}; known: {', '.join(FORMATS)}")

@@ -12,17 +12,17 @@ weight changes, the rules of the Android core's ``TrainingSection`` and ``Labele
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from pflkit.export.output_folder import CARD_FILE
+from pflkit.export.card_file import CARD_FILE, read_card_json
+from pflkit.export.contract import ExportError
 from pflkit.export.training_section import TrainingProgramError, check_section
 
 FILE_KEYS = ("program", "initial_weights")
-__all__ = ["TrainingProgramError", "check_rows", "check_weights", "read_card"]
+__all__ = ["TrainingProgramError", "check_batch", "check_rows", "check_weights", "read_card"]
 
 
 def read_card(folder: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -32,10 +32,9 @@ def read_card(folder: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     """
     path = folder / CARD_FILE
     try:
-        card = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise TrainingProgramError(f"{path}: not a readable model card "
-                                   f"({type(err).__name__}: {str(err).splitlines()[0]})") from err
+        card = read_card_json(path)
+    except ExportError as err:
+        raise TrainingProgramError(f"not a readable model card: {err}") from err
     section = card.get("training") if isinstance(card, dict) else None
     if not section:
         raise TrainingProgramError(f"{folder}: the model card has no training section "
@@ -49,7 +48,6 @@ def read_card(folder: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
 def check_rows(section: dict[str, Any], image_shape: tuple[int, ...], images: torch.Tensor,
                labels: torch.Tensor) -> None:
     """Rows a trainer can learn from: the program's image shape, finite, labels its classes."""
-    classes = int(section["outputs"][1]["shape"][-1])
     if tuple(images.shape[1:]) != tuple(image_shape) or images.dim() != len(image_shape) + 1:
         raise TrainingProgramError(f"images have shape {tuple(images.shape)}, the program reads "
                                    f"(N, {', '.join(map(str, image_shape))})")
@@ -59,6 +57,33 @@ def check_rows(section: dict[str, Any], image_shape: tuple[int, ...], images: to
     if not images.is_floating_point() or not bool(torch.isfinite(images).all()):
         raise TrainingProgramError("images must be finite floating-point values "
                                    "(preprocessed as the card says)")
+    _check_labels(section, labels)
+
+
+def check_batch(section: dict[str, Any], inputs: tuple[torch.Tensor, ...]) -> None:
+    """One batch of the train method's inputs: finite floats, labels its classes, lam in [0, 1].
+
+    The runtime would take a NaN row or a lambda outside [0, 1] without a word and make the
+    personal weights NaN at the next SGD step; a low-level ``step`` is checked as ``personalize``.
+    """
+    specs = section["inputs"]
+    if len(inputs) != len(specs):
+        raise TrainingProgramError(f"{len(inputs)} inputs, the program takes {len(specs)} ("
+                                   f"{', '.join(s['name'] for s in specs)}: training.inputs)")
+    for spec, value in zip(specs, inputs, strict=True):
+        if spec["from"] == "label":
+            _check_labels(section, value)
+        elif not value.is_floating_point() or not bool(torch.isfinite(value).all()):
+            raise TrainingProgramError(f"input {spec['name']!r} must be finite floating-point "
+                                       "values")
+        elif spec["from"] == "lambda" and not bool(((value >= 0) & (value <= 1)).all()):
+            low, high = float(value.min()), float(value.max())
+            raise TrainingProgramError(f"input {spec['name']!r}: every entry must be a lambda in "
+                                       f"[0, 1], got {low:g}..{high:g}")
+
+
+def _check_labels(section: dict[str, Any], labels: torch.Tensor) -> None:
+    classes = int(section["outputs"][1]["shape"][-1])
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
         raise TrainingProgramError(f"labels must be integer class indices, found {labels.dtype}")
     bad = labels[(labels < 0) | (labels >= classes)]

@@ -12,7 +12,7 @@ from pathlib import Path
 RUN_TOML = '''\
 # A pflkit project: personalized federated learning on tabular sensor data.
 #   pfl-sim --config run.toml --out runs/first
-#   pfl-export --run runs/first --client 0 --lambda 0.5
+#   pfl-export --run runs/first --client 0 --lambda 0.5 --allow-imports model,data
 # docs/extending.md explains every part; docs/simulator.md lists every key.
 seed = 0
 rounds = 10
@@ -102,7 +102,8 @@ README_MD = '''\
 # A pflkit project
 
     pfl-sim --config run.toml --out runs/first          # simulate 10 clients, 10 rounds
-    pfl-export --run runs/first --client 0 --lambda 0.5  # client 0's model: ONNX, .pte, card
+    pfl-export --run runs/first --client 0 --lambda 0.5 --allow-imports model,data
+                                    # client 0's model: ONNX, .pte, card
 
 - `run.toml`: the run (data split, model, method, training); override any key with
   `--set training.lr=0.1`.

@@ -262,6 +262,9 @@ def test_existing_output_needs_force(make_run, tmp_path):
     assert forced.exit_code == 2 and "is not a previous export" in forced.output
     (tmp_path / "out" / "keep.txt").unlink()
     assert CliRunner().invoke(app, args).exit_code == 0
-    (tmp_path / "out" / "extra.txt").write_text("x")
+    (tmp_path / "out" / "extra.txt").write_text("x")  # the user's file in an export: kept
+    forced = CliRunner().invoke(app, [*args, "--force"])
+    assert forced.exit_code == 2 and "holds extra.txt, which its model_card.json" in forced.output
+    assert (tmp_path / "out" / "extra.txt").read_text() == "x"
+    (tmp_path / "out" / "extra.txt").unlink()
     assert CliRunner().invoke(app, [*args, "--force"]).exit_code == 0  # an export: replaced
-    assert not (tmp_path / "out" / "extra.txt").exists()

@@ -33,8 +33,8 @@ def test_init_writes_a_project_that_simulates_and_exports(tmp_path):
     final = json.loads((project / "runs" / "first" / "final.json").read_text())
     assert final["global_model"]["top1"] > 0.5  # 4 classes: the model learned something
     export = subprocess.run([str(BIN / "pfl-export"), "--run", "runs/first", "--client", "0",
-                             "--lambda", "0.5"], cwd=project, capture_output=True, text=True,
-                            timeout=GUARD)
+                             "--lambda", "0.5", "--allow-imports", "model,data"], cwd=project,
+                            capture_output=True, text=True, timeout=GUARD)
     assert export.returncode == 0, export.stderr
     card = json.loads((project / "runs/first/exports/client0/model_card.json").read_text())
     assert card["classes"] == ["idle", "walking", "running", "cycling"]
