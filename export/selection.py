@@ -83,6 +83,12 @@ def without_client(source: Source, choice: Choice) -> Choice:
     class distribution) still builds a personalized model; another choice needs a client.
     """
     specs = source.algorithm.inference.choices
+    if "run" in source.info and source.info.get("client") is not None \
+            and for_new_client(specs, choice):  # else a card would claim client N's model
+        names = sorted(s.name for s in specs if s.new_client and s.name in choice.values)
+        raise ExportError(f"{', '.join(names)} builds a new client's model from its own "
+                          "choice, not client N's: give --client N or the distribution, not "
+                          "both")
     if ("run" not in source.info or source.info.get("client") is not None
             or choice.head != "personalized" or for_new_client(specs, choice)):
         return choice

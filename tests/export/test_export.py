@@ -236,6 +236,9 @@ def test_device_state_folder_exports_like_the_run(make_run, tmp_path):
     ("fedavg_ft", ["--client", "1", "--lambda", "0.3"],
      "--lambda: fedavg_ft declares no choice it sets (fedavg_ft's choices: none)"),
     ("fedrod_hyper", ["--class-counts", "1,2,3"], "10 entries"),
+    ("fedrod_hyper", ["--client", "2", "--class-counts", "1,1,1,1,1,1,1,1,1,1"],
+     "class_distribution builds a new client's model from its own choice, not client N's: "
+     "give --client N or the distribution, not both"),  # the card claimed client 2's model
     ("fedrod_hyper", ["--class-counts", "0,0,0,0,0,0,0,0,0,0"], "all zero"),
     ("fedrod_hyper", ["--class-counts", "1,2", "--proportions", "0.5,0.5"],
      "--proportions and --class-counts both set class_distribution: give one"),
