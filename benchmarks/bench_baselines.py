@@ -120,8 +120,9 @@ def page(results: dict[str, Any], name: str, setting: str, kept_plot: str = "") 
     rows, rounds = results["rows"], results["rounds"]
     return ("# Baselines: FMNIST pathological non-IID (2 shards/client), "
             f"{setting_title(setting, rounds)}\n\n"
-            f"Command: `{results['command']}` (ROUNDS={rounds}, {results['threads']} torch "
-            "thread).\n5 clients/round, E=10, B=10, lr 0.01 x 0.99^round, SGD m=0.9, wd 1e-4; "
+            f"Command: `{results['command']}` (`make bench-baselines`; ROUNDS={rounds}, "
+            f"{results['threads']} torch thread).\n5 clients/round, E=10, B=10, lr 0.01 x "
+            "0.99^round, SGD m=0.9, wd 1e-4; "
             "each client's own test split = 20% of its rows. Numbers after the LAST round; "
             "personalized model of each method on each client's own test split; ECE/MCE "
             "with 15 bins, mean over clients. FedAvg = the FedAvg+FT run's global model "
@@ -279,12 +280,13 @@ def main() -> None:
                      if gone else "")  # redrawing would drop them: keep the plot as it is
         if not gone:
             curve(curves, RESULTS / f"{name}_curve.png", setting_title(setting, rounds))
+        given = "".join(f"{k}={os.environ[k]} " for k in ("ROUNDS",) if os.environ.get(k))
         command = ("cd benchmarks && " + ("" if setting == DEFAULT_SETTING else
                                           f"SETTING={setting} ")
-                   + "../.venv/bin/python bench_baselines.py  (make bench-baselines)")
+                   + given + "../.venv/bin/python bench_baselines.py")
         reruns = dict(stored.get("reruns", {}))
         if why is None and os.environ.get("METHODS"):
-            reruns[method] = command.replace("&& ", f"&& METHODS={method} ", 1).split("  (")[0]
+            reruns[method] = command.replace("&& ", f"&& METHODS={method} ", 1)
         elif why is None:
             reruns.pop(method, None)
         results = {"rounds": rounds, "threads": threads, "command": command,

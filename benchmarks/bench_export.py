@@ -165,11 +165,11 @@ def main() -> None:
             results.append({"method": method, **measure(label, selection, source, out)})
             print(table(results[-1:]), flush=True)
     text = table(results)
-    command = "cd benchmarks && ../.venv/bin/python bench_export.py  (make bench-export)"
+    command = "cd benchmarks && ../.venv/bin/python bench_export.py"
     note = (f"Measured on one thread ({threads}), client {CLIENT}, {rounds} rounds per method "
             f"(a short run: this benchmark measures the exported model, not the method's "
             f"accuracy). Latency: median of single calls on real client test rows.\n")
-    md = f"# bench-export\n\nCommand: `{command}`\n\n{note}\n{text}"
+    md = f"# bench-export\n\nCommand: `{command}` (`make bench-export`)\n\n{note}\n{text}"
     (Path(__file__).resolve().parent / "results" / "export.md").write_text(md)
     print(md)
     save("export", {"rounds": rounds, "client": CLIENT, "threads": threads, "runs": runs,

@@ -158,8 +158,8 @@ def write_summary(threads: int) -> None:
     reduced = [r for r in rows if r["rounds"] < 100]
     notes = [
         "# FedRoD on Fashion-MNIST (Table 1 setting, App. C)", "",
-        "Measured numbers, last round, one seed (0). Command(s), run from benchmarks/ through "
-        "the slot wrapper, single-threaded (PFLKIT_THREADS=1):", "",
+        "Measured numbers, last round, one seed (0). Command(s), run from benchmarks/, "
+        "single-threaded (PFLKIT_THREADS=1):", "",
         *command_block(commands), "",
         text,
         "Protocols: `generic` = global model on the global test set. `final pass` = each "

@@ -88,8 +88,8 @@ def main() -> None:
                 "New clients (FMNIST Dir(0.3), 50 train / 50 new): accuracy vs round")
     notes = [
         "# FedRoD (hyper) for new clients on Fashion-MNIST (Table 4 protocol)", "",
-        "Measured numbers, last round, one seed (0). Command, from benchmarks/ through the slot "
-        "wrapper, single-threaded:", "",
+        "Measured numbers, last round, one seed (0). Command, from benchmarks/, "
+        "single-threaded:", "",
         *command_block([f"python bench_fedrod_new_clients.py {rounds}"]), "",
         text,
         "Zero-shot: FedRoD-hyper's head H(a_m; nu-bar) from the new client's class counts; "

@@ -61,7 +61,6 @@ LABELS = {"fedavg": "FedAvg", "fedavg_ft": "FedAvg+FT", "superfed_mm": "SuPerFed
 PARAMS: dict[str, dict[str, Any]] = {
     "fedavg": {}, "fedavg_ft": {"ft_epochs": 5}, "superfed_mm": {"sweep": False},
     "fedrod_hyper": {"hidden": 16}, "pflmoe": {"variant": "mfe", "epochs": 20}}
-COMMAND = "cd benchmarks && ../.venv/bin/python bench_privacy.py  (make bench-privacy)"
 
 
 @dataclass(frozen=True)

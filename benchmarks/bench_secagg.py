@@ -125,7 +125,7 @@ def main() -> None:
             rows.append(row)
     md = "\n".join([
         "# bench-secagg", "",
-        "Command: `cd benchmarks && ../.venv/bin/python bench_secagg.py  (make bench-secagg)`",
+        "Command: `cd benchmarks && ../.venv/bin/python bench_secagg.py` (`make bench-secagg`)",
         "",
         f"{DEVICES} devices, a {DIMENSION:,}-parameter float32 update each (plain upload "
         f"{4 * DIMENSION:,} bytes), one round per row; the dropped devices leave after sharing "

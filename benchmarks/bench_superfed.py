@@ -41,7 +41,7 @@ from pflkit.sdk.data.federation import PartitionConfig
 from pflkit.sdk.rundir import RunDir
 
 METHODS = ("superfed_mm", "superfed_lm")
-COMMAND = "cd benchmarks && ../.venv/bin/python bench_superfed.py  (make bench-superfed)"
+COMMAND = "cd benchmarks && ../.venv/bin/python bench_superfed.py"
 
 
 def settings() -> dict[str, tuple[str, int, int]]:
@@ -238,9 +238,10 @@ def write(rows: dict[str, Any], threads: int) -> None:
                       "tables": sections, "claims": checks})
     (RESULTS / "superfed.md").write_text(
         "# SuPerFed on FMNIST, pathological non-IID (2 shards per client)\n\n"
-        f"Command: `{COMMAND}` ({threads} torch thread). Settings: see bench_superfed.py and "
-        "docs/superfed.md. Numbers after the LAST round. Personalized top-1 on each client's own "
-        "test split, mean +- std over clients; ECE/MCE with 15 bins, mean over clients. "
+        f"Command: `{COMMAND}` (`make bench-superfed`; {threads} torch thread). Settings: see "
+        "bench_superfed.py and docs/superfed.md. Numbers after the LAST round. Personalized "
+        "top-1 on each client's own test split, mean +- std over clients; ECE/MCE with 15 "
+        "bins, mean over clients. "
         "Rounds: the 'last round' column (L = floor(0.4 R)). twonn-50-r500 runs the paper's 500 "
         "rounds; the other settings run fewer because of the CPU budget and shared benchmark "
         "slots (TwoCNN: 10 rounds, 40-79 s per round on a shared core). superfed_curve.png shows "

@@ -29,8 +29,7 @@ from pflkit.sdk.data.federation import PartitionConfig
 
 NOISES = (("pair", 0.1), ("pair", 0.4), ("symmetric", 0.2), ("symmetric", 0.6))
 METHODS = ("superfed_mm", "superfed_lm", "fedavg", "apfl")
-COMMAND = ("cd benchmarks && ../.venv/bin/python bench_superfed_noise.py  "
-           "(make bench-superfed-noise)")
+COMMAND = "cd benchmarks && ../.venv/bin/python bench_superfed_noise.py"
 
 
 def cell(r: dict[str, Any]) -> str:
@@ -139,9 +138,9 @@ def write(rows: dict[str, Any], threads: int, rounds: int, missing: list[str]) -
                             "missing_methods": missing})
     (RESULTS / "superfed_noise.md").write_text(
         "# SuPerFed under label noise: FMNIST, Dir(10), 100 clients, TwoNN\n\n"
-        f"Command: `{COMMAND}` (ROUNDS={rounds}, {threads} torch thread; the paper "
-        "trains 500 rounds, this is a short-budget run: L = floor(0.4 R)). Each cell: "
-        "ECE / MCE / (top-1 %), mean +- std over clients on their own clean test split, "
+        f"Command: `{COMMAND}` (`make bench-superfed-noise`; ROUNDS={rounds}, {threads} torch "
+        "thread; the paper trains 500 rounds, this is a short-budget run: L = floor(0.4 R)). "
+        "Each cell: ECE / MCE / (top-1 %), mean +- std over clients on their own clean test split, "
         "after the LAST round. SuPerFed: lambda chosen per client on held-out (noisy) "
         "train rows. FedAvg: the global model. Curves: superfed_noise_curve.png "
         "(SuPerFed's per-round evaluation uses lambda 0.5 after round L).\n\n" + text

@@ -18,7 +18,8 @@ ORDER = ["fedavg", "overhead", "baselines", "superfed", "superfed_noise", "fedro
 HEADER = """# Benchmarks
 
 Measured on this project's machine: 2 CPU cores (shared with other jobs while these ran), no
-GPU, torch 2.14.1, one torch thread per benchmark unless a section says otherwise. Each section
+GPU, torch 2.14.1, one torch thread per benchmark, unless a section says otherwise (the GPU
+sections name their GPU and torch). Each section
 names the exact command; results are the LAST round, never the best; ratios are against a
 baseline measured in the same run. Raw numbers: `benchmarks/results/*.json`; curves:
 `benchmarks/results/*.png`. Regenerate this page with `make bench-report`.

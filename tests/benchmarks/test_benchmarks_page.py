@@ -9,6 +9,7 @@ correction goes into the results file (and the script that writes it), then `mak
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,3 +35,12 @@ def test_every_section_names_its_command():
     assert len(sections) >= 20
     unnamed = [s.splitlines()[0] for s in sections if "Command" not in s]
     assert unnamed == []
+
+
+def test_every_inline_command_is_shell_that_parses():
+    """A reader pastes them: `... bench_x.py  (make bench-x)` inside the backticks did not."""
+    commands = re.findall(r"Command[^`\n]*?: `([^`]+)`", PAGE.read_text())
+    assert len(commands) >= 10
+    broken = [c for c in commands
+              if subprocess.run(["bash", "-n", "-c", c], capture_output=True).returncode]
+    assert broken == []
