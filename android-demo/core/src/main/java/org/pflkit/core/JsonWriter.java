@@ -1,7 +1,9 @@
 package org.pflkit.core;
 
+import java.math.BigDecimal;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
 
 /**
  * Writes the values {@link Json#parse} returns (and Java integers) back as compact JSON: request
@@ -13,15 +15,29 @@ public final class JsonWriter {
   /** Maps, lists, strings, numbers, booleans, {@link Json#NULL} or Java null. */
   public static String write(Object value) {
     StringBuilder out = new StringBuilder();
-    append(out, value);
+    append(out, value, false);
     return out.toString();
   }
 
-  private static void append(StringBuilder out, Object value) {
+  /**
+   * A parsed JSON value as one text that depends on nothing but the value and is the same on
+   * every Java runtime, for digests: as {@link #write}, but object keys sorted (by UTF-16 code
+   * unit) and a {@link Double} written as its exact decimal value with a fraction or an exponent
+   * (never {@code Double.toString}, which differs between Java releases), so {@code 1} and
+   * {@code 1.0} differ.
+   */
+  public static String canonical(Object value) {
+    StringBuilder out = new StringBuilder();
+    append(out, value, true);
+    return out.toString();
+  }
+
+  private static void append(StringBuilder out, Object value, boolean canonical) {
     if (value instanceof Map) {
       out.append('{');
       boolean first = true;
-      for (Map.Entry<?, ?> e : ((Map<?, ?>) value).entrySet()) {
+      Map<?, ?> map = (Map<?, ?>) value;
+      for (Map.Entry<?, ?> e : (canonical ? new TreeMap<Object, Object>(map) : map).entrySet()) {
         if (!(e.getKey() instanceof String)) {
           throw new IllegalArgumentException("JSON object keys must be strings, found "
               + e.getKey());
@@ -30,7 +46,7 @@ public final class JsonWriter {
         first = false;
         string(out, (String) e.getKey());
         out.append(':');
-        append(out, e.getValue());
+        append(out, e.getValue(), canonical);
       }
       out.append('}');
     } else if (value instanceof List) {
@@ -39,7 +55,7 @@ public final class JsonWriter {
       for (Object v : (List<?>) value) {
         out.append(first ? "" : ",");
         first = false;
-        append(out, v);
+        append(out, v, canonical);
       }
       out.append(']');
     } else if (value instanceof String) {
@@ -49,8 +65,11 @@ public final class JsonWriter {
       if (Double.isNaN(d) || Double.isInfinite(d)) {
         throw new IllegalArgumentException("JSON has no " + d);
       }
-      // integral values print without ".0" so ids and sizes stay integers for Python readers
-      if (d == Math.rint(d) && Math.abs(d) < 1e15) {
+      if (canonical) {
+        String exact = new BigDecimal(d).stripTrailingZeros().toString();
+        out.append(exact).append(exact.contains(".") || exact.contains("E") ? "" : ".0");
+      } else if (d == Math.rint(d) && Math.abs(d) < 1e15) {
+        // integral values print without ".0" so ids and sizes stay integers for Python readers
         out.append((long) d);
       } else {
         out.append(value instanceof Float ? Float.toString((Float) value) : Double.toString(d));

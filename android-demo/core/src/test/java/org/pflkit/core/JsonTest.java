@@ -1,6 +1,7 @@
 package org.pflkit.core;
 
 import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertNotEquals;
 import static org.junit.Assert.assertSame;
 import static org.junit.Assert.assertTrue;
 import static org.junit.Assert.fail;
@@ -106,5 +107,23 @@ public class JsonTest {
     } catch (Json.SyntaxException e) {
       assertTrue(e.getMessage(), e.getMessage().contains("nesting deeper"));
     }
+  }
+
+  /** Vectors of the canonical text a run config's digest hashes (FederatedClient keeps it). */
+  @Test
+  public void canonicalTextSortsKeysAndWritesNumbersExactly() {
+    String[][] vectors = {
+        {"{\"b\": 1, \"a\": [true, null, \"x\\n\"]}", "{\"a\":[true,null,\"x\\u000a\"],\"b\":1}"},
+        {"{\"lr\": 1.0, \"n\": 1, \"big\": 100.0, \"tiny\": 9.5367431640625e-7, \"z\": -0.0}",
+            "{\"big\":1E+2,\"lr\":1.0,\"n\":1,\"tiny\":9.5367431640625E-7,\"z\":0.0}"},
+        {"{\"lr\": 0.1}", "{\"lr\":0.1000000000000000055511151231257827021181583404541015625}"},
+        {"{\"\u00e9\": {\"b\": 2.5, \"a\": {}}}", "{\"\u00e9\":{\"a\":{},\"b\":2.5}}"},
+    };
+    for (String[] v : vectors) {
+      assertEquals(v[0], v[1], JsonWriter.canonical(Json.parse(v[0])));
+    }
+    assertNotEquals("1 and 1.0 are other configs, as in Python's digest",
+        JsonWriter.canonical(Json.parse("{\"lr\": 1}")),
+        JsonWriter.canonical(Json.parse("{\"lr\": 1.0}")));
   }
 }

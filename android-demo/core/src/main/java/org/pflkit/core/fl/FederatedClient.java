@@ -26,7 +26,8 @@ import org.pflkit.core.TensorData;
  *
  * <pre>
  *   credentials.json            server URL, client id, secret (owner-only)
- *   cache.json                  cached global state's hash, client state's run, SecAgg round begun
+ *   cache.json                  cached global state's hash, client state's run and config,
+ *                               SecAgg round begun
  *   global.safetensors          the newest downloaded global state
  *   client_state.safetensors    the private state (never uploaded)
  *   pending.safetensors         a trained, unacknowledged round: the exact upload bytes
@@ -47,6 +48,15 @@ public final class FederatedClient {
   static final String CLIENT_STATE = "client_state.safetensors";
   /** cache.json: [run, round] of the last SecAgg round this device began (Python's name). */
   static final String SECAGG_ROUND = "secagg_round";
+  /** cache.json: the run whose private state client_state.safetensors holds. */
+  static final String STATE_RUN = "state_run";
+  /**
+   * cache.json: that state's run config, {@link Task#configDigest}. The Python SDK's
+   * {@code state_config} is its own digest, which this client cannot compute: it is dropped
+   * when this client replaces the state, as it no longer describes it.
+   */
+  static final String STATE_CONFIG = "state_config_java";
+  private static final String PYTHON_STATE_CONFIG = "state_config";
   private static final Charset UTF8 = Charset.forName("UTF-8");
 
   /** Waits between retries (a seam so tests can record the waits). */
@@ -184,7 +194,7 @@ public final class FederatedClient {
 
   /** The private state of the current run, or null before the device's first round in it. */
   public ClientState clientState(long runId) throws IOException {
-    Object run = readJson(CACHE).get("state_run");
+    Object run = readJson(CACHE).get(STATE_RUN);
     byte[] bytes = AtomicFiles.readOrNull(new File(dir, CLIENT_STATE));
     if (bytes == null || !Long.valueOf(runId).equals(run)) {
       return null;
@@ -284,21 +294,45 @@ public final class FederatedClient {
           + "holds NaN or Inf (tensor " + broken + "); nothing is trained on it or uploaded "
           + "and the device keeps its state: the run's operator must act");
     }
-    RoundTrainer.Result result = trainer.train(task, global, clientState(task.runId));
+    String config = task.configDigest();
+    RoundTrainer.Result result = trainer.train(task, global, runState(task, config));
     if (Divergence.diverged(result)) {
       Map<String, Object> cache = readJson(CACHE);
       cache.put("diverged", thisRound);
       writeJson(CACHE, cache);
       return null;
     }
-    Map<String, Object> metrics = new LinkedHashMap<String, Object>(result.metrics);
+    Map<String, Object> metrics = new LinkedHashMap<String, Object>();
+    for (Map.Entry<String, Double> m : result.metrics.entrySet()) {
+      if (!m.getValue().isNaN() && !m.getValue().isInfinite()) {  // the Python SDK's rule: a
+        metrics.put(m.getKey(), m.getValue());  // NaN loss is a fit that took no step
+      }
+    }
     byte[] upload = Safetensors.write(task.clipNorm == null ? result.update  // devices clip
         : UpdateClipping.clip(global.tensors, result.update, task.clipNorm),
         Collections.singletonMap(Wire.METRICS, JsonWriter.write(metrics)));
     PendingRound pending = new PendingRound(task.runId, task.round, result.numSamples,
-        task.globalHash, upload, result.state);
+        task.globalHash, config, upload, result.state);
     AtomicFiles.write(new File(dir, PendingRound.FILE), pending.toBytes());
     return pending;
+  }
+
+  /**
+   * The stored private state of the task's run (null: none yet), refused in one line, the file
+   * kept, when it was trained under another config of that run id (the run was recreated or
+   * changed on the server, e.g. another model): the Python SDK's rule. A cache.json without
+   * {@value #STATE_CONFIG} (an older release) takes the state as before.
+   */
+  private ClientState runState(Task task, String config) throws IOException {
+    ClientState state = clientState(task.runId);
+    Object kept = readJson(CACHE).get(STATE_CONFIG);
+    if (state != null && kept instanceof String && !kept.equals(config)) {
+      throw new IOException(new File(dir, CLIENT_STATE) + ": this device's state of run "
+          + task.runId + " was trained under another config of that run (run " + task.runId
+          + " was recreated or changed on the server); the file is kept as it is: move it "
+          + "away to take part in the run from a fresh state");
+    }
+    return state;
   }
 
   /**
@@ -324,7 +358,13 @@ public final class FederatedClient {
     if (pending.state != null) {
       AtomicFiles.write(new File(dir, CLIENT_STATE), pending.state.toBytes());
       Map<String, Object> cache = readJson(CACHE);
-      cache.put("state_run", pending.runId);
+      cache.put(STATE_RUN, pending.runId);
+      cache.remove(PYTHON_STATE_CONFIG);
+      if (pending.configDigest == null) {  // trained by an older release: config unknown
+        cache.remove(STATE_CONFIG);
+      } else {
+        cache.put(STATE_CONFIG, pending.configDigest);
+      }
       writeJson(CACHE, cache);
     }
     AtomicFiles.delete(new File(dir, PendingRound.FILE));

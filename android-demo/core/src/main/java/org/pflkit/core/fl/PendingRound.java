@@ -20,22 +20,27 @@ final class PendingRound {
   static final String UPLOAD = "upload";
   static final String STATE_PREFIX = "state/";
   static final String META_KEY = "pflkit.pending";
+  /** Metadata: the run config's {@link Task#configDigest} (the Python SDK keeps its own). */
+  static final String CONFIG = "config_java";
 
   final long runId;
   final long round;
   final long numSamples;
   /** The global state it was trained on (null: a file of an older release). */
   final String globalHash;
+  /** The {@link Task#configDigest} of the run it was trained in (null: an older file). */
+  final String configDigest;
   final byte[] upload;
   /** The state to keep once the server has answered, or null to keep the current one. */
   final ClientState state;
 
-  PendingRound(long runId, long round, long numSamples, String globalHash, byte[] upload,
-      ClientState state) {
+  PendingRound(long runId, long round, long numSamples, String globalHash, String configDigest,
+      byte[] upload, ClientState state) {
     this.runId = runId;
     this.round = round;
     this.numSamples = numSamples;
     this.globalHash = globalHash;
+    this.configDigest = configDigest;
     this.upload = upload;
     this.state = state;
   }
@@ -48,6 +53,7 @@ final class PendingRound {
     meta.put(Wire.ROUND, round);
     meta.put(Wire.NUM_SAMPLES, numSamples);
     meta.put(Wire.GLOBAL_HASH, globalHash);
+    meta.put(CONFIG, configDigest);
     meta.put("has_state", state != null);
     if (state != null) {
       for (Map.Entry<String, TensorData> e : state.tensors.entrySet()) {
@@ -85,10 +91,9 @@ final class PendingRound {
           ? (Map<String, Object>) meta.get("client_meta") : Collections.<String, Object>emptyMap();
       state = new ClientState(tensors, clientMeta);
     }
-    Object hash = meta.get(Wire.GLOBAL_HASH);
     return new PendingRound(integer(meta, Wire.RUN_ID, source), integer(meta, Wire.ROUND, source),
-        integer(meta, Wire.NUM_SAMPLES, source), hash instanceof String ? (String) hash : null,
-        upload.bytes(), state);
+        integer(meta, Wire.NUM_SAMPLES, source), string(meta, Wire.GLOBAL_HASH),
+        string(meta, CONFIG), upload.bytes(), state);
   }
 
   /**
@@ -126,6 +131,10 @@ final class PendingRound {
           + "state";
     }
     return null;
+  }
+
+  private static String string(Map<?, ?> meta, String key) {
+    return meta.get(key) instanceof String ? (String) meta.get(key) : null;
   }
 
   private static long integer(Map<?, ?> meta, String key, String source)

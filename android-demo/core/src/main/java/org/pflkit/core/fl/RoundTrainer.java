@@ -23,35 +23,75 @@ public interface RoundTrainer {
   final class Result {
     /** Tensors the server aggregates: exactly the run's update schema (names, shapes, dtypes). */
     public final Map<String, TensorData> update;
-    /** The aggregation weight (the number of training examples used). */
+    /**
+     * The aggregation weight (the number of training examples used), in [0,
+     * {@link Wire#MAX_NUM_SAMPLES}].
+     */
     public final long numSamples;
-    /** Finite numbers the server averages into the round's metrics (may be empty). */
+    /**
+     * Numbers the server averages into the round's metrics (may be empty); NaN and infinite
+     * ones are not sent, as the Python SDK does (a round whose weights are finite is uploaded
+     * whatever its loss; one with NaN or Inf weights is {@code diverged}).
+     */
     public final Map<String, Double> metrics;
     /** The new private state, or null to keep the current one. */
     public final ClientState state;
 
     public Result(Map<String, TensorData> update, long numSamples, Map<String, Double> metrics,
         ClientState state) {
-      if (numSamples < 0) {
-        throw new IllegalArgumentException("numSamples must be >= 0, found " + numSamples);
+      if (numSamples < 0 || numSamples > Wire.MAX_NUM_SAMPLES) {  // else 422 at every re-send
+        throw new IllegalArgumentException("numSamples must be in [0, " + Wire.MAX_NUM_SAMPLES
+            + "] (the examples the round trained on), found " + numSamples);
       }
       if (metrics.size() > Wire.MAX_METRICS) {
         throw new IllegalArgumentException(metrics.size() + " metrics: the server takes at most "
             + Wire.MAX_METRICS);
       }
       for (Map.Entry<String, Double> m : metrics.entrySet()) {
-        if (m.getKey().length() > Wire.MAX_METRIC_NAME) {
-          throw new IllegalArgumentException("metric name longer than " + Wire.MAX_METRIC_NAME
-              + " characters: " + m.getKey());
+        if (!printableName(m.getKey())) {  // the server refuses it (400), at every re-send
+          throw new IllegalArgumentException("a metric name must be 1 to " + Wire.MAX_METRIC_NAME
+              + " printable characters (no control character or line break)");
         }
-        if (m.getValue() == null || m.getValue().isNaN() || m.getValue().isInfinite()) {
-          throw new IllegalArgumentException("metric " + m.getKey() + " is not finite");
+        if (m.getValue() == null) {
+          throw new IllegalArgumentException("metric " + m.getKey() + " has no value (null)");
         }
       }
       this.update = Collections.unmodifiableMap(new LinkedHashMap<String, TensorData>(update));
       this.numSamples = numSamples;
       this.metrics = Collections.unmodifiableMap(new LinkedHashMap<String, Double>(metrics));
       this.state = state;
+    }
+
+    /**
+     * 1 to {@link Wire#MAX_METRIC_NAME} characters, each printable as Python's
+     * {@code str.isprintable} (the server's rule): no control, format, private-use, unassigned
+     * or surrogate character, and no separator but the space.
+     */
+    static boolean printableName(String name) {
+      if (name == null || name.isEmpty() || name.length() > Wire.MAX_METRIC_NAME) {
+        return false;
+      }
+      for (int i = 0; i < name.length(); i += Character.charCount(name.codePointAt(i))) {
+        int c = name.codePointAt(i);
+        switch (Character.getType(c)) {
+          case Character.CONTROL:
+          case Character.FORMAT:
+          case Character.PRIVATE_USE:
+          case Character.SURROGATE:
+          case Character.UNASSIGNED:
+          case Character.LINE_SEPARATOR:
+          case Character.PARAGRAPH_SEPARATOR:
+            return false;
+          case Character.SPACE_SEPARATOR:
+            if (c != ' ') {
+              return false;
+            }
+            break;
+          default:
+            break;
+        }
+      }
+      return true;
     }
   }
 }

@@ -6,6 +6,8 @@ import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import org.pflkit.core.Json;
+import org.pflkit.core.JsonWriter;
+import org.pflkit.core.Sha256;
 
 /**
  * What the server wants now ({@code GET /v1/task}): {@code train} (with the round, the global
@@ -159,6 +161,18 @@ public final class Task {
       out[i] = integer(list.get(i), "config.input_shape[" + i + "]", Integer.MAX_VALUE);
     }
     return out;
+  }
+
+  /**
+   * What identifies the run's config: SHA-256 of its canonical JSON ({@link
+   * JsonWriter#canonical}).
+   * The same every round of a run; another value under the same run id means the run was
+   * recreated or changed on the server (e.g. another model). Not the Python SDK's
+   * {@code config_digest} (Python's {@code json.dumps} bytes, its float repr included, are not
+   * reproducible here), so the client keeps it under its own key.
+   */
+  public String configDigest() {
+    return Sha256.hex(JsonWriter.canonical(config).getBytes(Charset.forName("UTF-8")));
   }
 
   @SuppressWarnings("unchecked")

@@ -46,6 +46,11 @@ public final class Wire {
   public static final String DUPLICATE = "duplicate";
   public static final String DETAIL = "detail";
   public static final String NUM_SAMPLES = "num_samples";
+  /**
+   * The largest {@value #NUM_SAMPLES} the server's upload route takes (422 above it; a server's
+   * own {@code max_num_samples} may be lower), the server's settings.MAX_NUM_SAMPLES.
+   */
+  public static final long MAX_NUM_SAMPLES = 1_000_000_000L;
   /** A task of a run whose devices clip: the L2 norm the upload's change must stay within. */
   public static final String CLIP_NORM = "clip_norm";
   /** A task of a secure-aggregation round: the round's public setup. */

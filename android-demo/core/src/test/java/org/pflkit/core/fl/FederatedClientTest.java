@@ -29,6 +29,8 @@ import org.junit.Before;
 import org.junit.Rule;
 import org.junit.Test;
 import org.junit.rules.TemporaryFolder;
+import org.pflkit.core.Json;
+import org.pflkit.core.JsonWriter;
 import org.pflkit.core.Safetensors;
 import org.pflkit.core.Sha256;
 import org.pflkit.core.TensorData;
@@ -418,6 +420,74 @@ public class FederatedClientTest {
     assertNull("no private state was committed", c.clientState(1));
   }
 
+  /**
+   * A trainer that reports its loss as it is: a blown-up round's NaN loss used to throw from
+   * Result (every poll trained again, never {@code diverged}); a round without a step (NaN
+   * loss, finite weights) is uploaded without that metric, as the Python SDK does.
+   */
+  @Test
+  public void aNanLossIsNotSentAndNanWeightsWithItAreADivergence() throws Exception {
+    FederatedClient c = enrolled(new RetryPolicy(100, 100, 250));
+    int[] trained = {0};
+    RoundTrainer blownUp = (task, g, state) -> {
+      trained[0]++;
+      return new RoundTrainer.Result(Collections.singletonMap("w", TensorData.ofFloats(
+          new long[] {2}, new float[] {Float.NaN, Float.NaN})), 12,
+          Collections.singletonMap("loss", Double.NaN), null);
+    };
+    script.add(new Answer(200, TRAIN));
+    script.add(new Answer(200, GLOBAL));
+    assertEquals(StepResult.DIVERGED, c.step(blownUp).status);
+    script.add(new Answer(200, TRAIN));
+    assertEquals(StepResult.DIVERGED, c.step(blownUp).status);
+    assertEquals("trained once", 1, trained[0]);
+
+    RoundTrainer noStep = (task, g, state) -> new RoundTrainer.Result(g.tensors, 0,
+        Map.of("loss", Double.NaN, "acc", Double.POSITIVE_INFINITY, "n", 3.0), null);
+    script.add(new Answer(200, TRAIN.replace("\"round\": 4", "\"round\": 5")));
+    script.add(new Answer(200, "{\"run_id\": 1, \"round\": 5, \"sha256\": \"x\", "
+        + "\"duplicate\": false}"));
+    bodies.clear();
+    assertEquals(StepResult.TRAINED, c.step(noStep).status);
+    assertEquals("{\"n\":3}", Safetensors.parse(bodies.get(1), "upload").metadata.get(
+        Wire.METRICS));
+  }
+
+  /**
+   * A metric name (400) or a sample count (422) the server refuses is the trainer's error in
+   * one line, not a refusal at every re-send of the pending round.
+   */
+  @Test
+  public void aMetricNameOrSampleCountTheServerRefusesIsTheTrainersErrorInOneLine() {
+    for (String name : new String[] {"", "loss\n", "a\u001b[31m", "x".repeat(65), "a\u00a0b",
+        "\u200bz"}) {
+      try {
+        new RoundTrainer.Result(Collections.emptyMap(), 1, Collections.singletonMap(name, 1.0),
+            null);
+        fail(name);
+      } catch (IllegalArgumentException e) {
+        assertEquals("a metric name must be 1 to 64 printable characters (no control character"
+            + " or line break)", e.getMessage());
+      }
+    }
+    for (String name : new String[] {"train loss", "x".repeat(64), "\u00e9t\u00e9",
+        "\ud83d\ude00"}) {
+      assertEquals(1, new RoundTrainer.Result(Collections.emptyMap(), 1,
+          Collections.singletonMap(name, 1.0), null).metrics.size());
+    }
+    for (long count : new long[] {-1, Wire.MAX_NUM_SAMPLES + 1, Long.MAX_VALUE}) {
+      try {  // the server's route takes [0, 1e9]: 422, at every re-send until the round ends
+        new RoundTrainer.Result(Collections.emptyMap(), count, Collections.emptyMap(), null);
+        fail(String.valueOf(count));
+      } catch (IllegalArgumentException e) {
+        assertEquals("numSamples must be in [0, 1000000000] (the examples the round trained on)"
+            + ", found " + count, e.getMessage());
+      }
+    }
+    assertEquals(Wire.MAX_NUM_SAMPLES, new RoundTrainer.Result(Collections.emptyMap(),
+        Wire.MAX_NUM_SAMPLES, Collections.emptyMap(), null).numSamples);
+  }
+
   @Test
   public void aDamagedPendingFileIsDiscardedAndTheRoundTrainedAgain() throws Exception {
     FederatedClient c = enrolled(RetryPolicy.defaults());
@@ -483,7 +553,8 @@ public class FederatedClientTest {
 
   @Test
   public void thePendingRoundIsCommittedOnlyOnceTheServerIsDoneWithIt() {
-    PendingRound pending = new PendingRound(1, 4, 12, Sha256.hex(GLOBAL), new byte[0], null);
+    PendingRound pending = new PendingRound(1, 4, 12, Sha256.hex(GLOBAL), null, new byte[0],
+        null);
     String[][] cases = {  // task JSON extra, status, over?
         {", \"run_id\": 1, \"round\": 4", "paused", "false"},
         {", \"run_id\": 1, \"round\": 4", "wait", "false"},
@@ -566,5 +637,109 @@ public class FederatedClientTest {
     assertEquals("never trained", 0, trained[0]);
     assertTrue("nothing was uploaded", requests.stream().noneMatch(r -> r.startsWith("PUT")));
     assertFalse(new File(tmp.getRoot(), PendingRound.FILE).exists());
+  }
+
+  // A device's private state belongs to one run config (the Python SDK's rule): a run
+  // recreated on the server under the same id (a new database, another model) is refused the
+  // state trained under the old one, in one line, the file kept.
+
+  static final String OTHER_CONFIG = TRAIN.replace("\"round\": 4", "\"round\": 0")
+      .replace("\"total_rounds\": 5", "\"total_rounds\": 5, \"model\": \"resnet\"");
+  static final String UPLOADED = "{\"run_id\": 1, \"round\": 4, \"sha256\": \"x\", "
+      + "\"duplicate\": false}";
+
+  private File stateFile() {
+    return new File(tmp.getRoot(), FederatedClient.CLIENT_STATE);
+  }
+
+  private Map<String, Object> cache() throws IOException {
+    @SuppressWarnings("unchecked")
+    Map<String, Object> cache = (Map<String, Object>) Json.parse(new String(Files.readAllBytes(
+        new File(tmp.getRoot(), FederatedClient.CACHE).toPath()), StandardCharsets.UTF_8));
+    return new LinkedHashMap<>(cache);
+  }
+
+  private void writeCache(Map<String, Object> cache) throws IOException {
+    Files.write(new File(tmp.getRoot(), FederatedClient.CACHE).toPath(),
+        JsonWriter.write(cache).getBytes(StandardCharsets.UTF_8));
+  }
+
+  /** One round of run 1 trained, uploaded and committed under the TRAIN config. */
+  private FederatedClient committedRound(int[] trained) throws Exception {
+    FederatedClient c = enrolled(new RetryPolicy(100, 100, 250));  // a stray upload fails fast
+    script.add(new Answer(200, TRAIN));
+    script.add(new Answer(200, GLOBAL));
+    script.add(new Answer(200, UPLOADED));
+    assertEquals(StepResult.TRAINED, c.step(counting(trained)).status);
+    assertTrue(stateFile().exists());
+    return c;
+  }
+
+  @Test
+  public void aStateOfTheSameRunUnderAnotherConfigIsRefusedInOneLineAndKept() throws Exception {
+    int[] trained = {0};
+    FederatedClient c = committedRound(trained);
+    byte[] kept = Files.readAllBytes(stateFile().toPath());
+    assertEquals(Task.parse(TRAIN.getBytes(StandardCharsets.UTF_8)).configDigest(),
+        cache().get(FederatedClient.STATE_CONFIG));
+    requests.clear();
+    for (int poll = 0; poll < 2; poll++) {  // every poll of the recreated run, not just one
+      script.add(new Answer(200, OTHER_CONFIG));
+      try {
+        c.step(counting(trained));
+        fail("a state of another config of run 1 is refused");
+      } catch (IOException e) {
+        assertEquals(stateFile() + ": this device's state of run 1 was trained under another "
+            + "config of that run (run 1 was recreated or changed on the server); the file is "
+            + "kept as it is: move it away to take part in the run from a fresh state",
+            e.getMessage());
+      }
+    }
+    assertEquals("never trained on it", 1, trained[0]);
+    assertTrue("nothing was uploaded", requests.stream().noneMatch(r -> r.startsWith("PUT")));
+    assertArrayEquals("the file is kept as it is", kept,
+        Files.readAllBytes(stateFile().toPath()));
+    assertFalse(new File(tmp.getRoot(), PendingRound.FILE).exists());
+
+    assertTrue("moved away: the run is joined from a fresh state", stateFile().delete());
+    script.add(new Answer(200, OTHER_CONFIG));
+    script.add(new Answer(200, UPLOADED.replace("\"round\": 4", "\"round\": 0")));
+    assertEquals(StepResult.TRAINED, c.step(counting(trained)).status);
+    assertEquals(Task.parse(OTHER_CONFIG.getBytes(StandardCharsets.UTF_8)).configDigest(),
+        cache().get(FederatedClient.STATE_CONFIG));
+  }
+
+  @Test
+  public void theSameConfigInAnotherKeyOrderAndWhitespaceIsTheSameRun() throws Exception {
+    int[] trained = {0};
+    FederatedClient c = committedRound(trained);
+    script.add(new Answer(200, TRAIN.replace("\"round\": 4", "\"round\": 5").replace(
+        "{\"lr_schedule\": {\"lr\": 0.1, \"decay\": 0.5}, \"total_rounds\": 5}",
+        "{\"total_rounds\":5,\"lr_schedule\":{\"decay\":0.5,\"lr\":0.1}}")));
+    script.add(new Answer(200, UPLOADED.replace("\"round\": 4", "\"round\": 5")));
+    assertEquals(StepResult.TRAINED, c.step(counting(trained)).status);
+    assertEquals(2, trained[0]);
+  }
+
+  /**
+   * A cache.json of an older release has no config digest: its state is taken as before. One
+   * with the Python SDK's digest, which this client cannot check, keeps working too, and the
+   * Python key is dropped once this client replaced the state it described.
+   */
+  @Test
+  public void aCacheWithoutThisClientsDigestTakesTheStateAsBefore() throws Exception {
+    int[] trained = {0};
+    FederatedClient c = committedRound(trained);
+    Map<String, Object> cache = cache();
+    cache.remove(FederatedClient.STATE_CONFIG);
+    cache.put("state_config", "0".repeat(64));  // the Python SDK's digest
+    writeCache(cache);
+    script.add(new Answer(200, OTHER_CONFIG.replace("\"round\": 0", "\"round\": 5")));
+    script.add(new Answer(200, UPLOADED.replace("\"round\": 4", "\"round\": 5")));
+    assertEquals(StepResult.TRAINED, c.step(counting(trained)).status);
+    assertEquals(2, trained[0]);
+    assertFalse("it described the state replaced", cache().containsKey("state_config"));
+    assertEquals(Task.parse(OTHER_CONFIG.getBytes(StandardCharsets.UTF_8)).configDigest(),
+        cache().get(FederatedClient.STATE_CONFIG));
   }
 }

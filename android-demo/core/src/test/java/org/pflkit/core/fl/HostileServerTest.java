@@ -222,7 +222,7 @@ public class HostileServerTest {
     File pending = new File(tmp.getRoot(), PendingRound.FILE);
     script.add(text(200, "{\"status\": \"train\", \"retry_after\": 1.0, \"run_id\": 1, "
         + "\"round\": 0, \"global_hash\": \"" + "0".repeat(64) + "\", \"config\": {}}"));
-    byte[] bytes = new PendingRound(1, 0, 5, null, new byte[] {1, 2, 3}, null).toBytes();
+    byte[] bytes = new PendingRound(1, 0, 5, null, null, new byte[] {1, 2, 3}, null).toBytes();
     AtomicFiles.write(pending, bytes);
     script.add(raw("HTTP/1.1 307 Temporary Redirect\r\nLocation: http://evil.example/\r\n"
         + "Content-Length: 2\r\n\r\n", "{}".getBytes(StandardCharsets.UTF_8)));
