@@ -11,7 +11,6 @@ FedPer, APFL, pFedMe, Ditto, FedRep. Also run: FedAvg+FT (``fedavg_ft``) and loc
 
 FedAvg is not trained separately: ``fedavg_ft`` trains exactly as ``fedavg`` (same seeds and
 ``fit``), so FedAvg's row is its final global model on each client's own test split.
-
     make bench-baselines                 (ROUNDS=100, all methods, PFLKIT_THREADS=1)
     ROUNDS=500 overrides a setting's default rounds (100; twonn-50-r500: 500)
     METHODS=fedper,fedrep    (a subset; rows merge into baselines.json, also while another runs)
@@ -280,10 +279,9 @@ def main() -> None:
                      if gone else "")  # redrawing would drop them: keep the plot as it is
         if not gone:
             curve(curves, RESULTS / f"{name}_curve.png", setting_title(setting, rounds))
-        given = "".join(f"{k}={os.environ[k]} " for k in ("ROUNDS",) if os.environ.get(k))
-        command = ("cd benchmarks && " + ("" if setting == DEFAULT_SETTING else
-                                          f"SETTING={setting} ")
-                   + given + "../.venv/bin/python bench_baselines.py")
+        given = [f"SETTING={setting}"] * (setting != DEFAULT_SETTING) + [
+            f"ROUNDS={os.environ['ROUNDS']}"] * bool(os.environ.get("ROUNDS"))
+        command = " ".join(["cd benchmarks &&", *given, "../.venv/bin/python bench_baselines.py"])
         reruns = dict(stored.get("reruns", {}))
         if why is None and os.environ.get("METHODS"):
             reruns[method] = command.replace("&& ", f"&& METHODS={method} ", 1)
