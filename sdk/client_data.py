@@ -32,11 +32,15 @@ def save_client_data(path: Path, data: LabeledTensors) -> None:
     label below 0, NaN) are refused here, and nothing is written: they used to be written,
     and the device stopped on them later.
     """
+    path = Path(path)
+    if path.is_dir():  # the folder pfl-client --data names, not the file in it
+        raise DatasetError(f"{path} is a folder: save to {path / DATA_FILE}, the file "
+                           f"pfl-client --data {path} reads")
     x, y = raw_rows("the device's data", (data.x, data.y))
     x = x.to(torch.float32)
     if (problem := data_problem(x, y)) is not None:
         raise DatasetError(f"the device's data: {problem}")
-    atomic_write_bytes(Path(path), state_to_bytes({"x": x, "y": y}))
+    atomic_write_bytes(path, state_to_bytes({"x": x, "y": y}))
 
 
 def data_problem(x: torch.Tensor, y: torch.Tensor) -> str | None:
@@ -72,11 +76,27 @@ def task_problem(data: LabeledTensors, input_shape: tuple[int, ...], classes: in
     return None
 
 
+def _no_data_file(folder: Path) -> str:
+    """Why ``folder`` gives no data file to read: each mistake named as what it is."""
+    path = folder / DATA_FILE
+    if folder.is_file():  # --data device2/data.safetensors
+        return f"{folder} is a file: --data names the folder that holds {DATA_FILE}"
+    if not folder.is_dir():
+        return f"{folder}: no such folder (--data names the folder that holds {DATA_FILE})"
+    if path.exists() or path.is_symlink():  # a folder, a broken link, a FIFO (would block)
+        return f"{path}: not a file"
+    return f"no {DATA_FILE} in {folder} (write it with save_client_data: see docs/server.md)"
+
+
 def load_client_data(folder: Path) -> LabeledTensors:
-    """Read ``folder/data.safetensors``: x (N, ...) preprocessed float32, y (N,) int64."""
+    """Read ``folder/data.safetensors``: x (N, ...) preprocessed float32, y (N,) int64.
+
+    Read once, when the device starts: ``pfl-client`` trains every round on these rows, and
+    rows written meanwhile count from its next start (docs/data.md).
+    """
     path = Path(folder) / DATA_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"no {DATA_FILE} in {folder} (see docs/server.md)")
+        raise FileNotFoundError(_no_data_file(Path(folder)))
     tensors = state_from_bytes(path.read_bytes(), str(path))
     if set(tensors) != {"x", "y"}:
         raise CorruptStateError(f"{path}: expected tensors 'x' and 'y', got {sorted(tensors)}")

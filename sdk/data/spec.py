@@ -29,6 +29,7 @@ from pflkit.sdk.data.tensors import (
     DatasetError,
     LabeledTensors,
     as_numbers,
+    by_rows,
     nonfinite_problem,
     raw_rows,
     user_column,
@@ -89,6 +90,9 @@ class Preprocessing:
 
     def apply(self, pixels: torch.Tensor) -> torch.Tensor:
         """Raw pixels (N, C, H, W) in [0, pixel_scale] -> normalized float32 inputs."""
+        return by_rows(self._pixels_to_inputs, pixels)  # huge images: a chunk at a time
+
+    def _pixels_to_inputs(self, pixels: torch.Tensor) -> torch.Tensor:
         x = pixels.to(torch.float32) / self.pixel_scale
         if tuple(x.shape[-2:]) != self.size:
             x = F.interpolate(x, size=self.size, mode="bilinear", align_corners=False)
@@ -146,12 +150,11 @@ class Standardize:
                 "layout": self.layout or _LAYOUTS.get(len(self.shape), "N" + "D" * len(self.shape))}
 
     def apply(self, raw: torch.Tensor) -> torch.Tensor:
-        """Raw inputs (N, *shape) -> float32 model inputs."""
-        x = raw.to(torch.float32)
+        """Raw inputs (N, *shape) -> float32 model inputs (a chunk of rows at a time)."""
         if self.mean is None or self.std is None:
-            return x
-        return (x - torch.tensor(self.mean, dtype=torch.float32)) / \
-            torch.tensor(self.std, dtype=torch.float32)
+            return raw.to(torch.float32)
+        mean, std = (torch.tensor(v, dtype=torch.float32) for v in (self.mean, self.std))
+        return by_rows(lambda rows: (rows.to(torch.float32) - mean) / std, raw)
 
 
 @dataclass(frozen=True)

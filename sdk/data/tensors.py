@@ -11,13 +11,14 @@ input losing its imaginary part) or cannot be numbers (text, objects) is refused
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 REAL_KINDS = "biuf"  # numpy kinds of real numbers: bool, signed, unsigned, float (no complex)
+CHUNK_BYTES = 1 << 26  # float32 bytes of input a row-wise step converts at a time (by_rows)
 
 
 class DatasetError(ValueError):
@@ -65,9 +66,32 @@ class LabeledTensors:
 
 
 def nonfinite_problem(x: torch.Tensor) -> str | None:
-    """How many rows of ``x`` hold NaN or Inf and the first (training on them only diverges)."""
-    bad = (~torch.isfinite(x.flatten(1)).all(1)).nonzero().flatten().tolist()
+    """How many rows of ``x`` hold NaN or Inf and the first (training on them only diverges).
+
+    By rows: ``isfinite`` of all of ``x`` at once took 1.8x its bytes above it (680 MiB for
+    a 381 MiB dataset), on every dataset pfl-sim loads and every device's data.
+    """
+    rows_bad = by_rows(lambda rows: ~torch.isfinite(rows.flatten(1)).all(1), x)
+    bad = rows_bad.nonzero().flatten().tolist()
     return f"x has NaN or Inf in {len(bad)} row(s), the first at row {bad[0]}" if bad else None
+
+
+def by_rows(step: Callable[[torch.Tensor], torch.Tensor], raw: torch.Tensor) -> torch.Tensor:
+    """``step(raw)`` for a ``step`` that treats each row alone, a chunk of rows at a time.
+
+    The same numbers, written into one output: the float32 copies ``step`` makes at the
+    input's size stay one chunk's (resizing 200 uint8 images of 3x1024x1024 to 64x64 at once
+    took 4.8 GiB above the 600 MiB input, for a 9 MiB result).
+    """
+    rows = max(1, CHUNK_BYTES // max(1, 4 * raw[0].numel())) if len(raw) else 1
+    if len(raw) <= rows:
+        return step(raw)
+    first = step(raw[:rows])
+    out = first.new_empty((len(raw), *first.shape[1:]))
+    out[:rows] = first
+    for start in range(rows, len(raw), rows):
+        out[start:start + rows] = step(raw[start:start + rows])
+    return out
 
 
 def as_numbers(what: str, value: object) -> torch.Tensor:
