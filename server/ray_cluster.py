@@ -21,6 +21,7 @@ from pflkit.sdk.config_types import ConfigError
 from pflkit.sdk.execution_config import ExecutionConfig
 
 UNIT = 10_000  # Ray counts resources in 1/10000: 0.1 CPU fits 20 times in 2
+MOST_WORKERS = 1024  # execution.workers' largest value, and so the most a default count starts
 
 
 def check_reachable(address: str, timeout: float) -> None:
@@ -31,15 +32,29 @@ def check_reachable(address: str, timeout: float) -> None:
     if address in ("auto", "local"):
         return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"execution.ray_address: expected HOST:PORT, ray://HOST:PORT or auto, "
-                         f"got {address!r}")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"execution.ray_address: expected HOST:PORT (PORT in [1, 65535]), "
+                         f"ray://HOST:PORT or auto, got {address!r}")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as err:
         reason = "no answer" if isinstance(err, TimeoutError) else (err.strerror or str(err))
         raise ConnectionError(f"execution.ray_address: no Ray cluster at {address} ({reason} "
                               f"within execution.ray_connect_timeout = {timeout:g} s)") from None
+
+
+def join_cluster(ray: Any, address: str) -> None:
+    """``ray.init(address)``; Ray's own refusal (``auto`` with no cluster running) named ours.
+
+    Ray's message went on to point at its own ``--address`` flag, not the setting: only its
+    first sentence is kept.
+    """
+    try:
+        ray.init(address=address, **quiet_ray())
+    except ConnectionError as err:
+        said = str(err).partition(". ")[0].rstrip(".")
+        raise ConnectionError(f"execution.ray_address: no Ray cluster to join at {address!r} "
+                              f"({said}; start one with `ray start --head`)") from None
 
 
 @contextlib.contextmanager
@@ -73,10 +88,20 @@ def placeable(nodes: list[dict[str, Any]], num_cpus: float, num_gpus: float) -> 
 
 
 def worker_count(nodes: list[dict[str, Any]], settings: ExecutionConfig) -> int:
-    """``settings.workers``, or as many as the nodes place; a count they cannot place is refused."""
+    """``settings.workers``, or as many as the nodes place (at most :data:`MOST_WORKERS`).
+
+    A count they cannot place is refused, and so is a resource finer than Ray's unit (Ray
+    refuses it too, in a traceback; here it divided by zero). Each worker is a process: left
+    uncapped, ``num_cpus = 0.00015`` on 2 cores asked Ray for 10 000 and never reached a round.
+    """
+    for key in ("num_cpus", "num_gpus"):
+        value = getattr(settings, key)
+        if 0 < value < 1 / UNIT:
+            raise ConfigError(f"execution.{key}: Ray counts resources in steps of {1 / UNIT:g}, "
+                              f"got {value:g}")
     fits = placeable(nodes, settings.num_cpus, settings.num_gpus)
     if fits and (settings.workers or 0) <= fits:
-        return settings.workers or fits
+        return settings.workers or min(fits, MOST_WORKERS)
     need = f"num_cpus = {settings.num_cpus:g}" + \
         (f", num_gpus = {settings.num_gpus:g}" if settings.num_gpus else "")
     if fits:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -43,7 +44,13 @@ from pflkit.sdk.tensorio import state_from_bytes, state_to_bytes
 from pflkit.sdk.training import autocast_training
 from pflkit.server.executors import ClientTask, Executor
 from pflkit.server.faults import crash_point, slow_point
-from pflkit.server.ray_cluster import check_reachable, ctrl_c_kills, quiet_ray, worker_count
+from pflkit.server.ray_cluster import (
+    check_reachable,
+    ctrl_c_kills,
+    join_cluster,
+    quiet_ray,
+    worker_count,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +63,12 @@ class ClientFitFailed(RuntimeError):
 
 
 def _import_ray() -> Any:
+    """Ray, or one line naming the setting that asked for it (it is an optional dependency)."""
     try:
         import ray
     except ImportError as err:
-        raise ImportError("the ray executor needs Ray: pip install 'pflkit[ray]'") from err
+        raise ConfigError(f"execution.executor: the ray executor needs Ray, which does not "
+                          f"import ({err}): pip install 'pflkit[ray]'") from None
     return ray
 
 
@@ -75,16 +84,30 @@ def largest_first(tasks: Sequence[ClientTask]) -> list[int]:
     return sorted(range(len(tasks)), key=lambda i: -len(tasks[i].data))
 
 
+def find_modules_where(module_paths: Sequence[str]) -> None:
+    """Append the driver's ``sys.path`` entries this worker lacks (it keeps its own first).
+
+    A project's ``model:Net`` resolves from the folder of its config (``add_project_path``),
+    which Ray's workers did not have: the starter project failed every fit with
+    ``No module named 'model'`` after its run folder was written.
+    """
+    sys.path.extend(p for p in dict.fromkeys(module_paths) if p not in sys.path)
+
+
 class ClientWorker:
     """One worker process: the algorithm, all clients' rows, and the round's global state."""
 
-    def __init__(self, algorithm: Algorithm, rows: dict[int, tuple[np.ndarray, np.ndarray]],
-                 device: str, threads: int, precision: str, tf32: bool, autotune: bool
-                 ) -> None:
+    def __init__(self, algorithm: Algorithm | list[Any],
+                 rows: dict[int, tuple[np.ndarray, np.ndarray]], device: str, threads: int,
+                 precision: str, tf32: bool, autotune: bool,
+                 module_paths: Sequence[str] = ()) -> None:
         slow_point("ray_worker_start")
         keep_freed_heap()  # else every step faults its activations in again (19-27% more CPU)
         torch.set_num_threads(threads)
         self.device = resolve_device(device)  # "auto" is resolved where the worker runs
+        find_modules_where(module_paths)
+        if isinstance(algorithm, list):  # [its ref]: Ray leaves a nested ref alone, so a
+            algorithm = _import_ray().get(algorithm[0])  # project's own method unpickles here
         self.algorithm = algorithm.to(self.device)
         self.autocast = use_device(self.device, precision, tf32, autotune)
         with warnings.catch_warnings():  # the object store's arrays are read-only: training
@@ -140,7 +163,7 @@ class RayExecutor(Executor):
             if settings.ray_address:
                 check_reachable(settings.ray_address, settings.ray_connect_timeout)
                 with ctrl_c_kills():  # nothing is written yet: nothing to clean up
-                    ray.init(address=settings.ray_address, **quiet_ray())
+                    join_cluster(ray, settings.ray_address)
             else:
                 ray.init(num_cpus=os.cpu_count(), include_dashboard=False, **quiet_ray())
         try:  # a worker no node can place would hold its clients forever
@@ -149,6 +172,8 @@ class RayExecutor(Executor):
             if self._owns_ray:
                 ray.shutdown()
             raise
+        if settings.workers is None:  # a worker with no client to fit would only hold memory
+            count = min(count, len(federation.all_clients))
         rows = {cid: (c.train.x.cpu().numpy(), c.train.y.cpu().numpy())
                 for cid, c in federation.all_clients.items()}
         self._rows = ray.put(rows)  # shipped to each worker once, not every round
@@ -160,9 +185,9 @@ class RayExecutor(Executor):
         threads = max(1, int(settings.num_cpus))
         # kept referenced for the run: a restarted worker is built from the same objects
         self._algorithm = ray.put(algorithm)
-        self.workers = [self._actor.remote(self._algorithm, self._rows, settings.device, threads,
-                                           settings.precision, settings.tf32,
-                                           settings.cudnn_benchmark)
+        self.workers = [self._actor.remote([self._algorithm], self._rows, settings.device,
+                                           threads, settings.precision, settings.tf32,
+                                           settings.cudnn_benchmark, list(sys.path))
                         for _ in range(count)]
         self._key = 0
 
