@@ -57,7 +57,8 @@ def clip_update(global_state: State, update: State, max_norm: float) -> State:
 
 
 def refuse_unfit_rules(rules: AggregationConfig, aggregation: ServerAggregation,
-                       global_state: State) -> None:
+                       global_state: State, schedule: Schedule | None = None,
+                       population: int | None = None) -> None:
     """Refuse (one line) aggregation rules the method's server step cannot take.
 
     pfl-sim (exit 2) and pfl-server (422 at run creation, the operator's floor applied) call
@@ -72,11 +73,14 @@ def refuse_unfit_rules(rules: AggregationConfig, aggregation: ServerAggregation,
       SCAFFOLD's server step and control variate would be dropped or crash at the close.
     - Adaptive clipping's count noise ``dp_clipped_count_stddev`` must exceed ``z / 2``
       (:func:`~pflkit.sdk.adaptive_clipping.sum_noise_multiplier`), where both are given: no
-      round of such a run could close. (The default, ``m / 20``, is checked per round.)
+      round of such a run could close. The default, ``m / 20``, and a calibrated z are
+      checked too where the round size is known (:func:`_refuse_small_count_noise`).
     """
     count_stddev, z = rules.dp_clipped_count_stddev, rules.dp_noise_multiplier
     if count_stddev is not None and z is not None:
         sum_noise_multiplier(z, count_stddev)
+    if schedule is not None:
+        _refuse_small_count_noise(rules, schedule, population)
     schema = aggregation.update_schema(global_state)
     missing = [k for k, (_, dtype) in schema.items()
                if dtype.is_floating_point and k not in global_state]
@@ -92,6 +96,29 @@ def refuse_unfit_rules(rules: AggregationConfig, aggregation: ServerAggregation,
         raise ValueError(f"aggregation.{replacing}: it would replace the method's own server "
                          f"step ({type(own).__name__}); this method needs rule = \"mean\" "
                          f"without DP or SecAgg")
+
+
+def _refuse_small_count_noise(rules: AggregationConfig, schedule: Schedule,
+                              population: int | None) -> None:
+    """Refuse adaptive clipping whose count noise is too small for z in the run's rounds.
+
+    pfl-sim knows its ``population``, so its rounds' size m. A server's roster is not known
+    at creation, but a round with a fixed ``clients_per_round`` opens with that many clients
+    (m), and z is the given one (``dp_target_epsilon`` calibrates it per roster: per round).
+    """
+    if rules.dp_adaptive_quantile is None or rules.dp_clip_norm is None:
+        return
+    if population is None:
+        population = schedule.sampling.clients_per_round
+        if population is None or rules.dp_noise_multiplier is None:
+            return
+    m = schedule.sample_size(population)
+    try:
+        dp_rounds(rules, population, m, schedule.rounds)
+    except ValueError as err:
+        unset = "" if rules.dp_clipped_count_stddev is not None else \
+            f" (unset: m / 20, for m = {m} clients a round)"
+        raise ValueError(f"aggregation.dp_clipped_count_stddev: {err}{unset}") from None
 
 
 def trimmed_mean(values: np.ndarray, trim_fraction: float) -> np.ndarray:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -19,6 +20,7 @@ from torch import nn
 from pflkit.sdk.data.federation import ClientData
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.metrics import (
+    Scores,
     class_weighted_accuracy,
     mean_std,
     predict,
@@ -84,6 +86,35 @@ def _finite(logits: torch.Tensor, client_id: int) -> torch.Tensor:
     return logits
 
 
+def evaluate_or_undefined(model: nn.Module, client: ClientData,
+                          global_test: LabeledTensors | None, num_classes: int,
+                          predictor: Predictor, diverged: list[int]) -> ClientReport:
+    """:func:`evaluate_client`, or for a model with non-finite outputs no score at all.
+
+    A run reports such a model rather than stopping on it: every protocol is NaN (so means
+    leave it out, as a client without test rows) and its client id is appended to
+    ``diverged``, which the run lists beside the means.
+    """
+    try:
+        return evaluate_client(model, client, global_test, num_classes, predictor)
+    except DivergedModel:
+        diverged.append(client.client_id)
+        nan = float("nan")
+        return ClientReport(client.client_id, nan, nan, nan, nan, nan, nan)
+
+
+def global_scores(logits: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+    """A model's scores on a labelled set; with non-finite outputs ``diverged`` and no score.
+
+    Argmax of Inf logits still picks a class, but no number of a diverged model means
+    anything: all are NaN (null in JSON) with ``n`` kept.
+    """
+    if bool(torch.isfinite(logits).all()):
+        return scores_from_logits(logits, y).to_dict()
+    nan = float("nan")
+    return Scores(nan, nan, nan, nan, nan, len(y)).to_dict() | {"diverged": True}
+
+
 def summarize(reports: Iterable[ClientReport]) -> dict[str, float]:
     """Mean and std across clients of every field: ``<field>_mean`` / ``<field>_std``.
 
@@ -102,7 +133,6 @@ def summarize(reports: Iterable[ClientReport]) -> dict[str, float]:
         mean, std = mean_std([getattr(r, name) for r in reports])
         out[f"{name}_mean"], out[f"{name}_std"] = mean, std
     return out
-
 
 
 PAIRED_PROTOCOLS = ("class_weighted", "own_top1")

@@ -25,6 +25,24 @@ class UpdateRejected(ValueError):
     """A client's update does not fit the round (unsampled, duplicate, bad tensors)."""
 
 
+class GlobalDiverged(ValueError):
+    """A round's aggregate has NaN or Inf: it never becomes the global state.
+
+    Each update is finite, but a method's server step (SCAFFOLD's ``server_lr``) or a cast to
+    float32 can still overflow; every device would be sent the broken model, and every later
+    round would aggregate from it.
+    """
+
+
+def refuse_non_finite_global(round_index: int, state: State) -> None:
+    """Raise :class:`GlobalDiverged` (one line, the first bad tensor) unless all is finite."""
+    bad = next((name for name, t in state.items()
+                if t.is_floating_point() and not bool(torch.isfinite(t).all())), None)
+    if bad is not None:
+        raise GlobalDiverged(f"round {round_index}: the aggregate's tensor '{bad}' has NaN or "
+                             "Inf (the global model diverged); it is not committed")
+
+
 @dataclass
 class OpenRound:
     """The round in progress: who was asked, who answered, the running aggregate."""
@@ -170,12 +188,18 @@ class Coordinator:
 
     @phase("aggregate")
     def close_round(self) -> State:
-        """Finish the open round: the aggregate becomes the global state; advance the round."""
+        """Finish the open round: the aggregate becomes the global state; advance the round.
+
+        :class:`GlobalDiverged` if the aggregate is not finite: the global state and the
+        round stay as they were.
+        """
         current = self.open_round()
         missing = sorted(set(current.sampled) - set(current.received))
         if missing:
             log.warning("round %d closes without clients %s", current.index, missing)
-        self.global_state = current.aggregator.result()
+        result = current.aggregator.result()
+        refuse_non_finite_global(current.index, result)
+        self.global_state = result
         self.round += 1
         self._open = None
         return self.global_state

@@ -13,7 +13,10 @@ of the process that supervises the HTTP workers; see ``ticker.py``), and several
   the old commit (the close is redone from the same blobs, on restart) or the new one, so no
   acknowledged update is lost or counted twice, and the fold order (client id) makes the
   result equal to the simulator's for the same clients. A close that raises gives its claim
-  back at once; a keeper that died holding one loses it after ``CLOSING_LEASE``.
+  back at once; a keeper that died holding one loses it after ``CLOSING_LEASE``. A close whose
+  aggregate has NaN or Inf (``GlobalDiverged``) is not retried: the same blobs would give it
+  again, so the run stops, the round is abandoned with the reason, and the last finite global
+  state stays the run's.
 
 This is the part of the server that computes with tensors (PyTorch).
 """
@@ -21,7 +24,6 @@ This is the part of the server that computes with tensors (PyTorch).
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -32,10 +34,16 @@ from sqlalchemy.orm import Session
 from pflkit.sdk.aggregation_rules import AggregatorFactory
 from pflkit.sdk.privacy_accounting import PrivacyBudgetExceeded, dp_rounds, privacy_spent
 from pflkit.sdk.tensorio import CorruptStateError, state_from_bytes, state_to_bytes
-from pflkit.server.coordinator import Coordinator, UpdateRejected
+from pflkit.server.coordinator import (
+    Coordinator,
+    GlobalDiverged,
+    UpdateRejected,
+    refuse_non_finite_global,
+)
 from pflkit.server.faults import crash_point
 from pflkit.server.orm import Client, Round, Run, RunClipNorm, Update
 from pflkit.server.privacy_status import server_metadata
+from pflkit.server.round_metrics import recorded_noise, round_metrics
 from pflkit.server.secagg_close import secagg_global
 from pflkit.server.secagg_rounds import SecAggRounds
 from pflkit.server.store import Store
@@ -84,7 +92,7 @@ class RoundKeeper:
         """
         rows = db.execute(select(func.json_array_length(Round.roster), Round.metrics).where(
             Round.run_id == run_id, Round.index < index).order_by(Round.index))
-        return [(int(n), _recorded_noise(metrics)) for n, metrics in rows]
+        return [(int(n), recorded_noise(metrics)) for n, metrics in rows]
 
     def recover(self) -> int:
         """After a crash: rounds left ``closing`` are reopened (their close is redone)."""
@@ -191,6 +199,8 @@ class RoundKeeper:
                                 .order_by(Update.client_id)).all()
         try:
             self._close_claimed(run, rnd, list(updates))
+        except GlobalDiverged as err:  # the same blobs would diverge again: no retry
+            self._stop_diverged(rnd, err)
         except Exception as err:
             with self.store.transaction() as s:
                 s.execute(update(Round).where(Round.id == round_id, Round.status == "closing",
@@ -198,6 +208,17 @@ class RoundKeeper:
                           .values(status="open", claimed_at=None))
             err.add_note(f"run {run.id}: closing round {rnd.index} failed; it is open again")
             raise
+
+    def _stop_diverged(self, rnd: Round, err: GlobalDiverged) -> None:
+        """The run stops: its round is abandoned with the reason, the last global stays."""
+        with self.store.transaction() as s:
+            done = s.execute(update(Round).where(Round.id == rnd.id, Round.status == "closing",
+                                                 Round.claimed_at == rnd.claimed_at)
+                             .values(status="abandoned", metrics={"stopped": str(err)}))
+            run = s.get(Run, rnd.run_id)
+            if done.rowcount and run is not None:  # type: ignore[attr-defined]
+                run.status = "stopped"
+                log.error("run %d: stopped after %d rounds: %s", run.id, rnd.index, err)
 
     def _close_claimed(self, run: Run, rnd: Round, updates: list[Update]) -> None:
         round_id = rnd.id
@@ -214,6 +235,7 @@ class RoundKeeper:
         if terms.secagg is not None:  # the server has only the survivors' sum
             new_global, extra = secagg_global(SecAggRounds(self.store), rnd, terms,
                                               coord.global_state)
+            refuse_non_finite_global(rnd.index, new_global)
         else:
             updates = self._fold(coord, rnd, updates)
             new_global = coord.close_round()
@@ -227,7 +249,7 @@ class RoundKeeper:
                 **server_metadata(spent, n, setup.schedule.sample_size(n))}
         digest = self.store.blobs.put(state_to_bytes(new_global, meta))
         crash_point("close_after_blob")
-        metrics = {**_round_metrics(updates), **spent, **extra}
+        metrics = {**round_metrics(updates), **spent, **extra}
         with self.store.transaction() as s:
             # only under the claim whose updates were folded: a replica starting up reopens
             # closing rounds (recover), so uploads can land before the next claim
@@ -271,27 +293,3 @@ class RoundKeeper:
             folded.append(row)
             crash_point("close_mid_fold")
         return folded
-
-
-def _round_metrics(updates: list[Update] | Any) -> dict[str, Any]:
-    """Sample-weighted mean of each metric the clients reported, plus participation.
-
-    The server's own counts win over a metric a client reported under the same name.
-    """
-    total = sum(u.num_samples for u in updates)
-    out: dict[str, Any] = {"participants": len(updates), "samples": total}
-    keys = sorted({k for u in updates for k in u.metrics} - set(out))
-    for key in keys:
-        rows = [(u.metrics[key], u.num_samples) for u in updates if key in u.metrics]
-        weight = sum(n for _, n in rows)
-        if weight > 0:  # a convex mean: finite uploads (even 1e308) give a finite mean
-            out[key] = math.fsum(v * (n / weight) for v, n in rows)
-    return out
-
-
-def _recorded_noise(metrics: dict[str, Any] | None) -> float | None:
-    """The noise multiplier a closed round's metrics recorded (None: none, or not a number)."""
-    z = (metrics or {}).get("dp_noise_multiplier")
-    if isinstance(z, bool) or not isinstance(z, int | float) or not math.isfinite(z) or z <= 0:
-        return None
-    return float(z)

@@ -9,17 +9,20 @@ update is not aggregated, it keeps the state it had before the round, its loss s
 the round's mean, and the round's metrics row names it under ``diverged`` (a warning says so
 too). A post-federation stage that diverges is dropped the same way: the client is scored
 with its state from before the stage and final.json lists it under ``diverged``. Finite
-weights are never judged, however large the loss.
+weights are never judged, however large the loss. A round whose aggregate is not finite
+(:class:`~pflkit.server.coordinator.GlobalDiverged`) stops the run, as on the server: every
+client would train from it; ``--resume`` would repeat it, so the error does not offer it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 from pflkit.sdk.algorithms.base import ClientState
 from pflkit.sdk.divergence import finite_fit, finite_state
-from pflkit.server.coordinator import Coordinator
+from pflkit.server.coordinator import Coordinator, GlobalDiverged
 from pflkit.server.executors import FitBatch
 
 log = logging.getLogger(__name__)
@@ -62,3 +65,11 @@ def stage_result(client_id: int, before: ClientState, after: ClientState,
                 "with its state from before the stage", client_id)
     diverged_ids.append(client_id)
     return before
+
+
+def what_next(err: Exception, run_dir: Path) -> str:
+    """What a user can do with a run that failed after committing rounds."""
+    if isinstance(err, GlobalDiverged):  # the same seed and config diverge the same way
+        return ("its global model diverged, which --resume would repeat: start a new run with "
+                "other settings (a lower training.lr, say), or delete it")
+    return f"continue with pfl-sim --resume {run_dir} once the cause is fixed, or delete it"

@@ -37,7 +37,7 @@ from pflkit.sdk.state_store import client_state_to_bytes
 from pflkit.sdk.tensorio import atomic_write_bytes, load_state, save_json, save_state
 from pflkit.server.coordinator import Coordinator, OpenRound
 from pflkit.server.executors import ClientTask, make_executor
-from pflkit.server.sim_divergence import stage_result, submit_finite_rows, warn
+from pflkit.server.sim_divergence import stage_result, submit_finite_rows, warn, what_next
 from pflkit.server.sim_evaluation import final_scores, round_scores
 
 log = logging.getLogger(__name__)
@@ -75,9 +75,9 @@ class Simulation:
         start_round, global_state = 0, None
         if resume and (done := self.files.rounds_done()):
             start_round, global_state = done, load_state(self.files.latest)
-        if global_state is None:
-            global_state = self.algorithm.aggregation.init_global(config.seed)
-        refuse_unfit_rules(config.aggregation, self.algorithm.aggregation, global_state)
+        global_state = global_state or self.algorithm.aggregation.init_global(config.seed)
+        refuse_unfit_rules(config.aggregation, self.algorithm.aggregation, global_state,
+                           config.schedule(), len(self.federation.clients))
         # DP's clip norm is state of the run: a resumed run continues with the stored one
         hidden = config.aggregation.hidden_seed(config.seed)  # the sample's and noise's seed
         self.rules = AggregatorFactory(self.algorithm.aggregation.new_aggregator,
@@ -245,26 +245,26 @@ class Simulation:
             from pflkit.server.report import write_report
 
             write_report(self.run_dir)
-        except Exception:  # Ctrl-C is not one: a stopped run keeps its rounds for --resume
-            self._discard()
+        except Exception as err:  # Ctrl-C is not one: a stopped run keeps its rounds for --resume
+            self._discard(err)
             raise
         finally:
             self.close()
         return RunResult(self.run_dir, coord.global_state, final)
 
-    def _discard(self) -> None:
+    def _discard(self, err: Exception) -> None:
         """A fresh run that failed leaves no folder that ``--out`` would refuse for nothing.
 
         Before its first committed round it is removed (down to the folder that existed). Once
         a round is committed its checkpoints are worth more than a free ``--out``: they stay,
-        and ``--resume`` continues from them once the cause is fixed (``--out`` says so).
+        and ``--resume`` continues from them once the cause can be fixed (the log says so).
         """
         if self._existing is None:
             return
         if self.files.latest.exists():
-            log.error("the run failed after round %d: its checkpoints stay in %s; continue "
-                      "with pfl-sim --resume %s once the cause is fixed, or delete it",
-                      checkpoint_round(self.files.latest), self.run_dir, self.run_dir)
+            log.error("the run failed after round %d: its checkpoints stay in %s; %s",
+                      checkpoint_round(self.files.latest), self.run_dir,
+                      what_next(err, self.run_dir))
             return
         self.files.discard(self._existing)
         log.warning("the run failed: removed what it wrote to %s", self.run_dir)
