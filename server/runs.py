@@ -196,7 +196,7 @@ def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules
         setup = build_setup(config_toml, rules)
     with refused_as_invalid():  # builds the model; clipping as the operator's floor sets it
         state = setup.algorithm.aggregation.init_global(setup.config.seed)
-        refuse_unfit_rules(setup.aggregation, setup.algorithm.aggregation, state)
+        refuse_unfit_rules(setup.aggregation, setup.algorithm.aggregation, state, setup.schedule)
     terms = terms_of(setup, state)
     refuse_unfit_secagg(terms, setup.schedule.sampling.clients_per_round)
     rules.check_update_size(terms)

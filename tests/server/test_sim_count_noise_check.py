@@ -55,3 +55,16 @@ def test_a_fixed_round_size_is_checked_without_a_roster():
         refuse_unfit_rules(sim.aggregation, algorithm.aggregation, state, schedule)
     big = schedule.__class__(**{**schedule.__dict__, "sampling": Sampling(clients_per_round=40)})
     refuse_unfit_rules(sim.aggregation, algorithm.aggregation, state, big)  # 40 / 20 > 1 / 2
+
+
+def test_pfl_server_refuses_it_when_the_run_is_created(tmp_path):
+    """POST /v1/runs (service.runs.create): 422 naming the setting, no run stored."""
+    from pflkit.server.errors import Invalid
+    from pflkit.server.service import build_service
+    from pflkit.server.settings import ServerSettings
+
+    service = build_service(ServerSettings(admin_token="x" * 20, data_dir=tmp_path / "data"))
+    with pytest.raises(Invalid, match=r"dp_clipped_count_stddev .* for m = 4 clients a round"):
+        service.runs.create(config(dp_noise_multiplier=1.0).to_toml())
+    with service.store.transaction() as session:
+        assert service.store.current_run(session) is None
