@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from waiting import GUARD
 
 from pflkit.sdk.client import load_client_data, save_client_data
 from pflkit.sdk.data.tensors import DatasetError, LabeledTensors
@@ -25,8 +26,8 @@ def _pfl_client(data: Path) -> subprocess.CompletedProcess[str]:
     """``pfl-client`` as a device runs it; the data is read before any server is asked."""
     return subprocess.run([sys.executable, "-c", "from pflkit.sdk.client_cli import script; "
                            "script()", "--server", "http://127.0.0.1:9", "--data", str(data),
-                           "--give-up-after", "0"], capture_output=True, text=True, timeout=120,
-                          check=False)
+                           "--give-up-after", "0"],  # retried never: port 9 refuses at once
+                          capture_output=True, text=True, timeout=GUARD, check=False)
 
 
 def test_pfl_client_given_the_data_file_says_data_names_its_folder(tmp_path: Path):

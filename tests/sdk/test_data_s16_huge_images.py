@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from waiting import GUARD
 
 from pflkit.sdk.data.spec import Dataset, Preprocessing, Standardize
 
@@ -29,7 +30,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
 
 def test_resizing_huge_images_needs_about_a_chunk_of_memory_above_its_input():
     done = subprocess.run([sys.executable, "-c", MEASURE], capture_output=True, text=True,
-                          timeout=300, check=True)
+                          timeout=GUARD, check=True)
     above_mib = int(done.stdout.split()[-1])
     assert above_mib < 512, f"{above_mib} MiB above a 180 MiB input (1440 at once)"
 
@@ -69,6 +70,6 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
 def test_checking_a_datasets_rows_for_nan_needs_about_a_chunk_above_them(tmp_path: Path):
     """The NaN/Inf check of every dataset (and device) took 1.8x the inputs' bytes above them."""
     done = subprocess.run([sys.executable, "-c", CHECK_ROWS, str(tmp_path)], capture_output=True,
-                          text=True, timeout=300, check=True)
+                          text=True, timeout=GUARD, check=True)
     above_mib = int(done.stdout.split()[-1])
     assert above_mib < 300, f"{above_mib} MiB above the 381 MiB of inputs loaded (673 at once)"

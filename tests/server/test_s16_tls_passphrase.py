@@ -56,7 +56,7 @@ def serve_args(folder: Path, port: int, *flags: str) -> list[str]:
 def healthy(port: int) -> bool:
     try:
         return httpx.get(f"https://127.0.0.1:{port}/v1/health", verify=False,
-                         timeout=2).status_code == 200
+                         timeout=GUARD).status_code == 200
     except httpx.TransportError:
         return False
 
