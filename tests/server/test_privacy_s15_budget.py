@@ -34,15 +34,12 @@ def test_the_round_that_would_spend_past_the_budget_is_not_opened(tmp_path, data
     assert current(service)[0]["rounds_done"] == 2
 
 
-def test_a_clipped_count_noise_too_small_opens_no_round(tmp_path):
-    service, _ = service_for(tmp_path, None, per_round=3, run_extra=ADAPTIVE_DEFAULT,
-                             min_enrolled=4)
-    enrollment = service.enrollment
-    enrollment.enroll(enrollment.issue_token(3, None)[1])
-    with pytest.raises(ValueError, match="dp_clipped_count_stddev 0.15 is too small"):
-        service.rounds.tick()
-    assert current(service)[1] is None
-    assert {service.tasks.task(cid)["status"] for cid in range(4)} == {"wait"}
+def test_a_default_count_noise_too_small_for_a_fixed_round_size_is_refused_when_created(
+        tmp_path):
+    """clients_per_round = 3 fixes m: the default m / 20 is known too small before any round."""
+    with pytest.raises(Invalid, match=r"dp_clipped_count_stddev 0\.15 is too small .* for m = "
+                                      r"3 clients a round\)$"):
+        service_for(tmp_path, None, per_round=3, run_extra=ADAPTIVE_DEFAULT, min_enrolled=4)
 
 
 @pytest.mark.parametrize("noise, floor", [
