@@ -127,6 +127,8 @@ def render_status(run: RunPublic, now: float | None = None) -> Group:
         (f"rounds {run.rounds_done}/{run.rounds_total} done", "bold"),
         f"  {plural(run.enrolled_clients, 'client')} enrolled")
     parts: list[Any] = [head]
+    if run.stopped_reason is not None:
+        parts.append(Text(printable(f"stopped by the server: {run.stopped_reason}")))
     if run.privacy is not None:
         parts.append(Text(privacy_line(run.privacy)))
     current = run.current_round

@@ -285,6 +285,8 @@ class Runs:
                                "received": sorted(senders), "deadline": rnd.deadline_at}
             history = [{"index": r.index, "closed_at": r.closed_at, "global_hash": r.result_hash,
                         "metrics": r.metrics} for r in rounds if r.status == "closed"]
+            why = [r.metrics["stopped"] for r in rounds if r.status == "abandoned"
+                   and isinstance(r.metrics, dict) and "stopped" in r.metrics]
             enrolled = s.scalar(select(func.count(Client.id))
                                 .where(Client.revoked_at.is_(None))) or 0
             rules = run_aggregation(run.config_toml, self.store.settings.aggregation_floor)
@@ -292,4 +294,5 @@ class Runs:
                     "model": terms.model, "rounds_total": run.rounds_total,
                     "rounds_done": run.rounds_done, "global_hash": run.global_hash,
                     "enrolled_clients": enrolled, "current_round": current, "history": history,
-                    "privacy": privacy_status(rules, history)}
+                    "privacy": privacy_status(rules, history),
+                    "stopped_reason": why[-1] if why else None}

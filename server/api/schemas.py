@@ -97,6 +97,7 @@ class RunPublic(BaseModel):
     current_round: RoundProgressPublic | None
     history: list[RoundHistoryPublic]
     privacy: PrivacyPublic | None = None  # None: no DP
+    stopped_reason: str | None = None  # why the server stopped it (e.g. its aggregate diverged)
 
 
 MAX_TOKEN_TTL = 10 * 365 * 86400  # seconds: ten years

@@ -1,4 +1,4 @@
-"""pfl-server never commits a global state with NaN or Inf: the run stops, saying why.
+"""pfl-server never commits a global state with NaN or Inf: the run stops, saying why (status).
 
 Each upload is finite (and checked so), but SCAFFOLD's server step ``x + server_lr * (mean -
 x)`` at server_lr 10 takes uploads near float32's largest value past it. Before, that Inf
@@ -10,10 +10,13 @@ from __future__ import annotations
 import logging
 
 import torch
+from rich.console import Console
 from server_harness import run_toml
 from service_harness import current, global_of
 
 from pflkit.sdk.tensorio import state_to_bytes
+from pflkit.server.admin_view import render_status
+from pflkit.server.api.schemas import RunPublic
 from pflkit.server.orm import Run
 from pflkit.server.service import build_service
 from pflkit.server.settings import ServerSettings
@@ -46,3 +49,7 @@ def test_a_non_finite_aggregate_stops_the_run_and_keeps_the_last_global(tmp_path
     assert all(bool(torch.isfinite(t).all()) for t in global_of(service, start).values())
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "has NaN or Inf (the global model diverged)" in errors[0]
+    assert "has NaN or Inf (the global model diverged)" in after["stopped_reason"]
+    console = Console(width=200, record=True)
+    console.print(render_status(RunPublic(**after)))
+    assert "stopped by the server: round 0: the aggregate's tensor" in console.export_text()
