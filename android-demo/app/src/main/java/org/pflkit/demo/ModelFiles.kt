@@ -50,8 +50,10 @@ class ModelFiles private constructor(val dir: File, val card: ModelCard) {
             )
         }
 
-        private fun load(dir: File): ModelFiles =
-            ModelFiles(dir, ModelCard.parse(File(dir, CARD).readText(Charsets.UTF_8)))
+        private fun load(dir: File): ModelFiles {
+            val card = File(dir, CARD)
+            return ModelFiles(dir, ModelCard.read(card.inputStream(), card.path))
+        }
     }
 
     /** The APK's `assets/model/`; a new install or update of the app is a new bundle. */

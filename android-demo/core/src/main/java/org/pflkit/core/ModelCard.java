@@ -1,5 +1,8 @@
 package org.pflkit.core;
 
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.charset.Charset;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashSet;
@@ -87,6 +90,23 @@ public final class ModelCard {
     verifiedLambda = readParity(Fields.required(root, "parity", ""));
     Object train = Fields.optional(root, "training");
     training = train == null ? null : new TrainingSection(train);
+  }
+
+  /** The most bytes a card may hold (pfl-export's limit; a written one is a few KiB). */
+  public static final int MAX_BYTES = 1 << 20;
+
+  /**
+   * Read, parse and validate the card in {@code in} (closed): one over {@link #MAX_BYTES} is
+   * refused without being read whole, as pfl-export refuses it (a card pushed to the device
+   * may be anything).
+   */
+  public static ModelCard read(InputStream in, String source) throws IOException {
+    byte[] bytes = Streams.readAtMost(in, MAX_BYTES);
+    if (bytes == null) {
+      throw new IOException(source + ": more than " + MAX_BYTES + " bytes, too large for a "
+          + "model card (at most 1 MiB): not read");
+    }
+    return parse(new String(bytes, Charset.forName("UTF-8")));
   }
 
   /** Parse and validate card text. */

@@ -51,6 +51,25 @@ public class ModelCardTest {
   }
 
   @Test
+  public void aCardOverTheLimitIsRefusedUnreadAndOneAtItIsParsed() throws java.io.IOException {
+    String text = cardText("superfed_mm_runtime");
+    byte[] padded = new byte[ModelCard.MAX_BYTES];
+    java.util.Arrays.fill(padded, (byte) ' ');
+    byte[] card = text.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+    System.arraycopy(card, 0, padded, 0, card.length);  // JSON with trailing spaces: 1 MiB
+    assertTrue(ModelCard.read(new java.io.ByteArrayInputStream(padded), "card").hasRuntimeLambda());
+    byte[] over = Arrays.copyOf(padded, ModelCard.MAX_BYTES + 1);
+    over[ModelCard.MAX_BYTES] = ' ';
+    try {
+      ModelCard.read(new java.io.ByteArrayInputStream(over), "pushed/model_card.json");
+      fail("a card over 1 MiB is refused");
+    } catch (java.io.IOException e) {
+      assertEquals("pushed/model_card.json: more than 1048576 bytes, too large for a model card"
+          + " (at most 1 MiB): not read", e.getMessage());
+    }
+  }
+
+  @Test
   public void superfedRuntimeLambdaCardHasTheLamInput() {
     ModelCard card = ModelCard.parse(cardText("superfed_mm_runtime"));
     assertTrue(card.hasRuntimeLambda());
