@@ -21,6 +21,7 @@ import torch
 
 from pflkit.sdk.algorithms.base import ClientState
 from pflkit.sdk.algorithms.state_layout import add_prefix, strip_prefix
+from pflkit.sdk.state_store import config_digest
 from pflkit.sdk.tensorio import (
     CorruptStateError,
     read_metadata,
@@ -95,10 +96,16 @@ class PendingRound:
 
         The run's round numbers only grow, so a task of the same run at an earlier round, or
         at this round on another global state, comes from a server restored from a backup:
-        uploaded there, this update would be averaged into a round it was not trained for.
+        uploaded there, this update would be averaged into a round it was not trained for. A
+        task of the same run under another config comes from a run recreated under its id.
         """
         current = task.get("round")
-        if task.get("run_id") != self.run_id or current is None or current > self.round:
+        if task.get("run_id") != self.run_id:
+            return None
+        if self.config is not None and task.get("config") and \
+                config_digest(task["config"]) != self.config:  # a run recreated under its id
+            return f"run {self.run_id} runs under another config"
+        if current is None or current > self.round:
             return None
         if current < self.round:
             return f"run {self.run_id} is back at round {current}"
@@ -117,8 +124,9 @@ def still_due(path: Path, task: dict[str, Any], commit: Callable[[PendingRound],
     """
     pending = PendingRound.load(path)
     if pending is not None and (stale := pending.superseded(task)) is not None:
-        log.warning("round %s: the server's %s (restored from a backup?): the update trained "
-                    "for it is dropped, the device keeps its state", pending.round, stale)
+        log.warning("round %s: the server's %s (restored from a backup, or recreated?): the "
+                    "update trained for it is dropped, the device keeps its state",
+                    pending.round, stale)
         path.unlink()
         return None
     if pending is not None and pending.is_over(task):

@@ -56,7 +56,8 @@ def test_a_pending_update_is_dropped_when_its_round_restarts_from_another_global
         client.close()
     assert caplog.messages == [
         "round 1: the server's run 1 started round 1 again, from another global state (restored "
-        "from a backup?): the update trained for it is dropped, the device keeps its state"]
+        "from a backup, or recreated?): the update trained for it is dropped, the device keeps "
+        "its state"]
     paths = [(s.method, urlsplit(s.path).path) for s in server.served]
     assert paths[-1] == ("PUT", "/v1/runs/1/rounds/1/update")
     assert server.served[-1].body != stale.upload  # trained again, on the second global
@@ -75,6 +76,10 @@ PENDING = PendingRound(3, 5, 40, {}, b"update", ClientState(), OLD, "c" * 64)
     ({"status": "train", "run_id": 3, "round": 5, "global_hash": NEW},
      "run 3 started round 5 again, from another global state"),
     ({"status": "paused", "run_id": 3, "round": 2, "global_hash": NEW}, "run 3 is back at round 2"),
+    ({"status": "train", "run_id": 3, "round": 5, "global_hash": OLD, "config": {"lr": 0.1}},
+     "run 3 runs under another config"),  # recreated with the same model and seed
+    ({"status": "train", "run_id": 3, "round": 6, "config": {"lr": 0.1}},
+     "run 3 runs under another config"),  # not committed into the new run either
 ])
 def test_which_tasks_supersede_a_pending_round(task, why):
     assert PENDING.superseded(task) == why

@@ -116,11 +116,18 @@ final class PendingRound {
    * {@code superseded}). A run's round numbers only grow, so a task of the same run at an
    * earlier round, or at this round on another global state, comes from a server restored
    * from a backup: uploaded there, the update would be averaged into a round it was not
-   * trained for.
+   * trained for. A task of the same run under another config comes from a run recreated under
+   * its id.
    */
   String superseded(Task task) {
-    if (task.runId == null || task.runId != runId || task.round == null
-        || task.round > round) {
+    if (task.runId == null || task.runId != runId) {
+      return null;
+    }
+    if (configDigest != null && !task.config.isEmpty()  // tasks but train ones may carry none
+        && !configDigest.equals(task.configDigest())) {
+      return "run " + runId + " runs under another config";
+    }
+    if (task.round == null || task.round > round) {
       return null;
     }
     if (task.round < round) {

@@ -583,6 +583,13 @@ public class FederatedClientTest {
       Task t = Task.parse(task("wait", h[0]).getBytes(StandardCharsets.UTF_8));
       assertEquals(h[0], h[1], pending.superseded(t));
     }
+    Task trained = Task.parse(TRAIN.getBytes(StandardCharsets.UTF_8));
+    PendingRound configured = new PendingRound(1, 4, 12, Sha256.hex(GLOBAL),
+        trained.configDigest(), new byte[0], null);
+    assertNull(configured.superseded(trained));
+    Task recreated = Task.parse(TRAIN.replace("\"lr\": 0.1", "\"lr\": 0.2")
+        .getBytes(StandardCharsets.UTF_8));  // same round and global, another config
+    assertEquals("run 1 runs under another config", configured.superseded(recreated));
   }
 
   static final byte[] RESTORED = Safetensors.write(Collections.singletonMap("w",
