@@ -187,12 +187,14 @@ def _refuse_unfinished(run: Path, rounds_done: int, imports: ImportPolicy) -> No
 
     ``final.json`` is the run's last write, after every round and the post-federation stage.
     """
+    from pflkit.sdk.config_types import stored_settings
     from pflkit.sdk.run_config import SimConfig
     from pflkit.sdk.rundir import RunDir
 
     if RunDir(run).final.is_file():
         return
-    total = SimConfig.load(RunDir(run).config_file, imports=imports).rounds
+    with stored_settings():  # the run's own config, maybe from an older pflkit
+        total = SimConfig.load(RunDir(run).config_file, imports=imports).rounds
     raise ExportError(f"{run} has not finished ({rounds_done} of {total} rounds done, no "
                       f"final.json): export it once pfl-sim ends (pfl-sim --resume {run} "
                       f"continues a stopped run), or give --round {rounds_done} to export "

@@ -26,6 +26,7 @@ from pflkit.export.contract import ExportError
 from pflkit.export.state_shapes import check_tensors
 from pflkit.sdk.algorithms.base import Algorithm, ClientState, RoundContext, State
 from pflkit.sdk.builder import build_algorithm, load_data, partition_of
+from pflkit.sdk.config_types import stored_settings
 from pflkit.sdk.data.datasets import DatasetSpec
 from pflkit.sdk.data.tensors import LabeledTensors
 from pflkit.sdk.registry import OWN_CONFIG, ImportPolicy
@@ -61,10 +62,12 @@ class Source:
 
 
 def _load_config(path: Path, imports: ImportPolicy) -> SimConfig:
+    """A run's config as the run stored it (one an older pflkit wrote loads: stored_settings)."""
     if not path.is_file():
         raise ExportError(f"no run configuration at {path}")
     try:
-        return SimConfig.load(path, imports=imports)
+        with stored_settings():
+            return SimConfig.load(path, imports=imports)
     except ConfigError as err:  # name the file once, whether or not the message does
         raise ExportError(str(err) if str(path) in str(err) else f"{path}: {err}") from err
 

@@ -15,6 +15,7 @@ from service_harness import service_for
 from sqlalchemy import update
 from test_sim_s15_resume_config import config, runner, stopped_after_two_rounds
 
+from pflkit.export.cli import app as export_app
 from pflkit.sdk.rundir import RUN_CONFIG_KEY, RunDir
 from pflkit.sdk.tensorio import load_state, read_metadata, save_state
 from pflkit.server.orm import Run
@@ -59,3 +60,15 @@ def test_a_server_run_row_holding_an_unused_setting_is_served_after_a_restart(tm
     status = restarted.runs.status(None)
     assert status["status"] == "active"
     assert "train" in {restarted.tasks.task(cid)["status"] for cid in clients}
+
+
+def test_a_run_folder_holding_an_unused_setting_exports(tmp_path, caplog):
+    files = stopped_after_two_rounds(tmp_path)
+    as_an_older_pflkit_wrote_it(files)
+    out = tmp_path / "export"
+    with caplog.at_level(logging.WARNING):
+        result = runner.invoke(export_app, ["--run", str(files.path), "--round", "2", "--client",
+                                            "0", "--format", "onnx", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (out / "model.onnx").is_file()
+    assert "a stored run config's alpha = 0.9 has no effect" in caplog.text
