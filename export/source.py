@@ -33,8 +33,8 @@ from pflkit.sdk.registry import OWN_CONFIG, ImportPolicy
 from pflkit.sdk.run_config import ConfigError, SimConfig
 from pflkit.sdk.rundir import RunDir
 from pflkit.sdk.rundir import checkpoint_round as recorded_round
-from pflkit.sdk.state_store import DeviceStateStore, client_state_from_bytes
-from pflkit.sdk.tensorio import CorruptStateError, load_state, read_metadata
+from pflkit.sdk.state_store import DeviceStateStore, load_client_state
+from pflkit.sdk.tensorio import CorruptStateError, load_state, read_file_metadata
 
 CALIBRATION_ROWS = 512  # train rows used for int8 calibration
 
@@ -178,7 +178,7 @@ def _client_state(run: RunDir, algorithm: Algorithm, client: int, round_done: in
     """The client's state and the file it came from (None: a fresh ``init_client``)."""
     personalized = run.personalized(client)
     if round_done == last and personalized.is_file():
-        return client_state_from_bytes(personalized.read_bytes(), str(personalized)), personalized
+        return load_client_state(personalized), personalized
     stored = run.clients.load(client, round_done - 1)
     if stored is None:
         return algorithm.training.init_client(client, seed, train), None
@@ -207,7 +207,7 @@ def load_device_source(state_dir: Path, global_file: Path, config_file: Path,
     trained = config.data.num_clients - config.data.num_new_clients  # pfl-sim's population
     privacy = privacy_card.of_global_file(
         config.aggregation, config.schedule(), trained, info["round"] or 0,
-        read_metadata(Path(global_file).read_bytes()), _shared(algorithm, global_state))
+        read_file_metadata(Path(global_file)), _shared(algorithm, global_state))
     return Source(algorithm, dataset.spec, global_state, state, dataset.train,
                   dataset.test, info,
                   {"name": config.data.dataset, "root": config.data.root, "seed": config.seed},

@@ -16,7 +16,7 @@ from pathlib import Path
 from pflkit.sdk.algorithms.base import State
 from pflkit.sdk.device_files import CACHE, DeviceFiles
 from pflkit.sdk.divergence import non_finite_tensor
-from pflkit.sdk.tensorio import CorruptStateError, atomic_write_bytes, state_from_bytes
+from pflkit.sdk.tensorio import CorruptStateError, atomic_write_bytes, read_state_file
 
 FILE = "global.safetensors"
 Layout = dict[str, tuple[int, ...]]
@@ -32,15 +32,26 @@ class GlobalStates:
         self.download = download
 
     def get(self, digest: str) -> State:
-        """The global state with this hash: cached, else downloaded and verified."""
-        data = self.path.read_bytes() if self.path.is_file() else b""
-        if hashlib.sha256(data).hexdigest() != digest:  # stale or damaged: download it
-            data = self.download(digest)
-            if hashlib.sha256(data).hexdigest() != digest:
-                raise CorruptStateError(f"downloaded global state does not hash to {digest}")
-            atomic_write_bytes(self.path, data)
-            self.files.write_json(CACHE, {**self.files.read_json(CACHE), "global_hash": digest})
-        return state_from_bytes(data, f"global state {digest}")
+        """The global state with this hash: cached, else downloaded and verified.
+
+        Read from the file in about its size of memory: the downloaded bytes are written and
+        dropped first, and the tensors are read from the very bytes that were hashed.
+        """
+        if self.path.is_file():
+            try:
+                return read_state_file(self.path, sha256=digest)[0]
+            except CorruptStateError:
+                pass  # stale or damaged: download it
+        data = self.download(digest)
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise CorruptStateError(f"downloaded global state does not hash to {digest}")
+        atomic_write_bytes(self.path, data)
+        del data  # not held beside the tensors
+        self.files.write_json(CACHE, {**self.files.read_json(CACHE), "global_hash": digest})
+        try:
+            return read_state_file(self.path, sha256=digest)[0]
+        except CorruptStateError as err:
+            raise CorruptStateError(f"global state {digest}: {err}") from None
 
     def of_model(self, digest: str, layout: Layout) -> State:
         """The global state ``digest``, refused in one line unless in ``layout`` and finite."""

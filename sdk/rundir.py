@@ -32,7 +32,13 @@ from pflkit.sdk.phases import phase
 from pflkit.sdk.registry import OWN_CONFIG, ImportPolicy
 from pflkit.sdk.run_config import ConfigError, SimConfig
 from pflkit.sdk.state_store import RunClientStore
-from pflkit.sdk.tensorio import CorruptStateError, json_text, load_state, read_metadata, save_state
+from pflkit.sdk.tensorio import (
+    CorruptStateError,
+    json_text,
+    load_state,
+    read_file_metadata,
+    save_state,
+)
 
 CLIP_NORM_KEY = "dp_clip_norm"  # global checkpoint metadata: the next round's C (repr)
 # global checkpoint metadata: the TOML of SimConfig.computed_part(), what its rounds ran under
@@ -41,10 +47,7 @@ RUN_CONFIG_KEY = "run_config"
 
 def checkpoint_round(path: Path) -> int | None:
     """The ``rounds_done`` a global checkpoint records (None: not recorded); checks the file."""
-    try:
-        text = read_metadata(path.read_bytes()).get("rounds_done")
-    except CorruptStateError as err:
-        raise CorruptStateError(f"{path}: {err}") from err
+    text = read_file_metadata(path).get("rounds_done")  # errors name the file
     if text is None:
         return None
     if not text.isdigit():
@@ -189,7 +192,7 @@ class RunDir:
         ``key: old -> new`` (and how many more); None too where nothing was recorded.
         ``imports``: what the recorded settings may name (they are read like ``config``).
         """
-        text = read_metadata(self.latest.read_bytes()).get(RUN_CONFIG_KEY) \
+        text = read_file_metadata(self.latest).get(RUN_CONFIG_KEY) \
             if self.latest.is_file() else None  # nothing committed: it starts over as configured
         if text is None:
             return None
@@ -214,7 +217,7 @@ class RunDir:
         """DP's clip norm for the next round as the last commit stored it (None: none stored)."""
         if not self.latest.is_file():
             return None
-        text = read_metadata(self.latest.read_bytes()).get(CLIP_NORM_KEY)
+        text = read_file_metadata(self.latest).get(CLIP_NORM_KEY)
         return None if text is None else float(text)
 
     def truncate_metrics(self, rounds_done: int) -> None:

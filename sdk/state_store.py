@@ -22,8 +22,10 @@ from typing import Any
 from pflkit.sdk.algorithms.base import ClientState
 from pflkit.sdk.tensorio import (
     CorruptStateError,
+    State,
     atomic_write_bytes,
     read_metadata,
+    read_state_file,
     state_from_bytes,
     state_to_bytes,
 )
@@ -38,11 +40,20 @@ def client_state_to_bytes(state: ClientState) -> bytes:
 
 def client_state_from_bytes(data: bytes, source: str = "client state") -> ClientState:
     """Inverse of :func:`client_state_to_bytes`; corrupt input raises CorruptStateError."""
-    tensors = state_from_bytes(data, source)
+    return _client_state(state_from_bytes(data, source), read_metadata(data), source)
+
+
+def load_client_state(path: Path) -> ClientState:
+    """A client state file, read in about its size of memory (not twice: bytes, tensors)."""
+    tensors, metadata = read_state_file(path)
+    return _client_state(tensors, metadata, str(path))
+
+
+def _client_state(tensors: State, metadata: dict[str, str], source: str) -> ClientState:
     try:
-        meta = json.loads(read_metadata(data).get(META_KEY, "{}"))
-    except json.JSONDecodeError as err:
-        raise CorruptStateError(f"{source}: metadata is not JSON ({err})") from err
+        meta = json.loads(metadata.get(META_KEY, "{}"))
+    except (ValueError, RecursionError) as err:  # also nesting too deep, 4300+ digits
+        raise CorruptStateError(f"{source}: metadata is not JSON ({str(err)[:80]})") from None
     if not isinstance(meta, dict):  # NaN, a list or a string: methods read it by key
         raise CorruptStateError(f"{source}: metadata is a JSON {type(meta).__name__}, "
                                 "not an object")
@@ -63,11 +74,11 @@ class DeviceStateStore:
         self.root = Path(root)
 
     def load(self) -> ClientState | None:
-        """The saved state, or None before the first save."""
+        """The saved state, or None before the first save (a folder there is refused)."""
         path = self.root / self.FILE
-        if not path.is_file():
+        if not path.exists():
             return None
-        return client_state_from_bytes(path.read_bytes(), str(path))
+        return load_client_state(path)
 
     def save(self, state: ClientState) -> None:
         """Atomically replace the saved state."""
@@ -107,8 +118,7 @@ class RunClientStore:
         rounds = [r for r in self._versions(client_id) if r <= committed_round]
         if not rounds:
             return None
-        path = self.path(client_id, rounds[-1])
-        return client_state_from_bytes(path.read_bytes(), str(path))
+        return load_client_state(self.path(client_id, rounds[-1]))
 
     def save(self, client_id: int, round_index: int, state: ClientState) -> None:
         """Write the version of ``client_id`` produced in ``round_index``."""

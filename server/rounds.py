@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from pflkit.sdk.aggregation_rules import AggregatorFactory
 from pflkit.sdk.privacy_accounting import PrivacyBudgetExceeded, dp_rounds, privacy_spent
-from pflkit.sdk.tensorio import CorruptStateError, state_from_bytes, state_to_bytes
+from pflkit.sdk.tensorio import CorruptStateError, load_state, state_to_bytes
 from pflkit.server.coordinator import (
     Coordinator,
     GlobalDiverged,
@@ -285,7 +285,7 @@ class RoundKeeper:
         for row in updates:
             try:
                 coord.submit(row.client_id, row.num_samples,
-                             state_from_bytes(self.store.blobs.get(row.blob_hash), row.blob_hash))
+                             load_state(self.store.blobs.path(row.blob_hash)))
             except (CorruptStateError, UpdateRejected) as err:
                 log.warning("run %d: round %d: dropped client %d's update, which the close "
                             "cannot use (%s)", rnd.run_id, rnd.index, row.client_id, err)

@@ -181,6 +181,6 @@ class Store:
             raise NotFound(f"no global state {digest}") from None
 
     def _load_state(self, digest: str) -> State:
-        from pflkit.sdk.tensorio import state_from_bytes
+        from pflkit.sdk.tensorio import load_state
 
-        return state_from_bytes(self.blobs.get(digest), f"blob {digest}")
+        return load_state(self.blobs.path(digest))
