@@ -16,7 +16,7 @@ from pflkit.sdk.data.tensors import DatasetError, LabeledTensors, nonfinite_prob
 from pflkit.sdk.tensorio import (
     CorruptStateError,
     atomic_write_bytes,
-    state_from_bytes,
+    load_state,
     state_to_bytes,
 )
 
@@ -97,7 +97,7 @@ def load_client_data(folder: Path) -> LabeledTensors:
     path = Path(folder) / DATA_FILE
     if not path.is_file():
         raise FileNotFoundError(_no_data_file(Path(folder)))
-    tensors = state_from_bytes(path.read_bytes(), str(path))
+    tensors = load_state(path)
     if set(tensors) != {"x", "y"}:
         raise CorruptStateError(f"{path}: expected tensors 'x' and 'y', got {sorted(tensors)}")
     problem = data_problem(tensors["x"], tensors["y"])

@@ -23,6 +23,7 @@ from pflkit.sdk.data.spec import (
     DatasetSource,
     DatasetSpec,
     Preprocessing,
+    check_spec,
 )
 from pflkit.sdk.registry import ExtensionError, check_call, known_names, resolve_as
 from pflkit.sdk.seeding import numpy_rng
@@ -109,10 +110,13 @@ def load_dataset(
 
 def dataset_spec(name: str, size: tuple[int, int] | None = None,
                  root: Path | str | None = None) -> DatasetSpec:
-    """A dataset's spec (classes, input shape, preprocessing), without its files if it can."""
+    """A dataset's spec (classes, input shape, preprocessing), without its files if it can.
+
+    Checked as a loaded dataset's spec is: pfl-server builds its model from this one alone.
+    """
     source = dataset_source(name)
     if source.spec is not None:
-        return source.spec(size)
+        return check_spec(name, source.spec(size))
     return load_dataset(name, root, size).spec
 
 

@@ -19,14 +19,15 @@ or write a loader function that declares its preprocessing (docs/extending.md). 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from pflkit.sdk.data.spec import MAX_CLASSES, Dataset, DatasetError, DatasetNotFoundError
-from pflkit.sdk.data.tensors import REAL_KINDS, check_labels, check_user_ids
-from pflkit.sdk.tensorio import state_from_bytes
+from pflkit.sdk.data.tensors import REAL_KINDS, check_labels, check_user_ids, repeated_name
+from pflkit.sdk.tensorio import load_state
 
 SPLITS = ("train", "test")
 
@@ -104,7 +105,7 @@ def _present(path: Path) -> bool:
 
 def _read_tensors(tensors: Path, split: str) -> dict[str, Named]:
     """The tensors of ``split.safetensors``: ``x``, ``y`` and (train only) ``users``."""
-    state = state_from_bytes(tensors.read_bytes(), str(tensors))
+    state = load_state(tensors)
     allowed = [{"x", "y"}, {"x", "y", "users"}] if split == "train" else [{"x", "y"}]
     if set(state) not in allowed:
         also = " (and 'users', train only)" if "users" in state or split == "train" else ""
@@ -149,9 +150,13 @@ def _labels(where: str, y: torch.Tensor, num_classes: int | None) -> torch.Tenso
 
 
 def _class_names(path: Path) -> tuple[str, ...] | None:
-    """The names in ``classes.txt``, one per non-blank line; None without the file.
+    r"""The names in ``classes.txt``, line i naming label i - 1; None without the file.
 
-    A byte order mark (Windows Notepad writes one) is no part of the first name.
+    A byte order mark (Windows Notepad writes one) is no part of the first name, and blank
+    lines at the end are no classes. A blank line before a name is refused: skipped, it moved
+    every later name onto the label before its own. Lines end at \n, \r\n or \r only: a name
+    holding U+2028 or a form feed was cut in two (``str.splitlines``), moving the later ones.
+    Names are compared as Unicode NFC (:func:`repeated_name`).
     """
     if not _present(path):  # a broken link or a folder there is refused, never skipped
         return None
@@ -159,12 +164,16 @@ def _class_names(path: Path) -> tuple[str, ...] | None:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise DatasetError(f"{path}: not UTF-8 text ({err})") from err
-    names = tuple(line.strip() for line in text.splitlines() if line.strip())
+    lines = [line.strip() for line in re.split(r"\r\n|\r|\n", text)]
+    names = tuple(lines[:max((at + 1 for at, name in enumerate(lines) if name), default=0)])
     if not names:
         raise DatasetError(f"{path}: names no class (one class name per line)")
-    if len(set(names)) < len(names):
-        twice = next(n for i, n in enumerate(names) if n in names[:i])
-        raise DatasetError(f"{path}: class '{twice}' is named twice")
+    if "" in names:
+        raise DatasetError(f"{path}: line {names.index('') + 1} is blank: line i names label "
+                           "i - 1, so every class needs a name")
+    if twice := repeated_name(names):
+        raise DatasetError(f"{path}: class '{names[twice[1]]}' is named twice (line "
+                           f"{twice[0] + 1} and line {twice[1] + 1})")
     return names
 
 

@@ -48,46 +48,87 @@ def _find_file(folder: Path, stem: str) -> Path | None:
     return None
 
 
-def _read_at_most(handle: BinaryIO, limit: int) -> bytes:
-    """Up to ``limit`` bytes, read in chunks: a gzip bomb stops at ``limit``, not at memory."""
+# Pixels (or labels) one IDX file may hold: 1.37 million 28x28 images, 4 GiB as float32; the
+# largest MNIST-family file, EMNIST byclass's train images, holds 547 MB. A header claiming
+# more (its four-byte sizes allow 2**32 - 1 per axis) is refused before anything is read.
+MAX_IDX_BYTES = 2**30
+_CHUNK = 1 << 24  # bytes read (and inflated) at a time
+
+
+def _read_at_most(handle: BinaryIO, limit: int) -> list[bytes]:
+    """Up to ``limit`` bytes in chunks: a gzip bomb stops at ``limit``, not at memory."""
     chunks, got = [], 0
-    while got < limit and (chunk := handle.read(min(1 << 24, limit - got))):
+    while got < limit and (chunk := handle.read(min(_CHUNK, limit - got))):
         chunks.append(chunk)
         got += len(chunk)
-    return b"".join(chunks)
+    return chunks
+
+
+def _joined(chunks: list[bytes], size: int) -> np.ndarray:
+    """The chunks as one array, each let go once copied: memory of ``size``, not twice it."""
+    data = np.empty(size, dtype=np.uint8)
+    at = 0
+    chunks.reverse()
+    while chunks:
+        chunk = chunks.pop()
+        data[at : at + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
+        at += len(chunk)
+    return data
+
+
+def _idx_dims(path: Path, head: bytes, shape: bytes) -> tuple[list[int], int]:
+    """The header's dimensions and bytes of data, or one line: not IDX, or claiming too much."""
+    ndim = head[3] if len(head) == 4 else 0
+    if len(head) < 4 or head[:3] != b"\x00\x00\x08" or len(shape) < 4 * ndim:
+        raise DatasetNotFoundError(f"{path} is not an unsigned-byte IDX file")
+    dims = [int.from_bytes(shape[4 * i : 4 * i + 4], "big") for i in range(ndim)]
+    claimed = int(np.prod(dims, dtype=object))
+    if claimed > MAX_IDX_BYTES:
+        raise DatasetNotFoundError(f"{path}: its header claims {tuple(dims)}, {claimed} bytes of "
+                                   f"data; an IDX file holds at most {MAX_IDX_BYTES} (1 GiB)")
+    return dims, claimed
 
 
 def read_idx(path: Path) -> np.ndarray:
     """Read an IDX file (optionally gzipped): the MNIST family's format.
 
-    The header's dimensions bound what is read (one byte more, to tell a longer file), so a
-    small ``.gz`` that inflates to gigabytes is refused after reading what its header claims.
+    Nothing is allocated on the header's word: its sizes are checked against
+    :data:`MAX_IDX_BYTES` first, the data is read (inflated) a chunk at a time up to one byte
+    more than they claim, so a small ``.gz`` that inflates to gigabytes stops there, and the
+    array is made only once the bytes present match the claim.
     """
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as handle:
-            head = _read_at_most(handle, 4)
-            ndim = head[3] if len(head) == 4 else 0
-            shape = _read_at_most(handle, 4 * ndim)
-            dims = [int.from_bytes(shape[4 * i : 4 * i + 4], "big") for i in range(ndim)]
-            expected = int(np.prod(dims, dtype=object))
-            data = _read_at_most(handle, expected + 1)
+            head = handle.read(4)
+            shape = handle.read(4 * head[3]) if len(head) == 4 else b""
+            dims, expected = _idx_dims(path, head, shape)
+            chunks = _read_at_most(handle, expected + 1)
+    except DatasetNotFoundError:
+        raise
     except (OSError, EOFError, zlib.error) as err:
-        raise DatasetNotFoundError(f"{path} is unreadable or truncated ({err})") from err
-    if len(head) < 4 or head[:3] != b"\x00\x00\x08" or len(shape) < 4 * ndim:
-        raise DatasetNotFoundError(f"{path} is not an unsigned-byte IDX file")
-    if len(data) != expected:
-        held = f"more than {expected}" if len(data) > expected else str(len(data))
-        raise DatasetNotFoundError(f"{path} holds {held} bytes of data, header says {expected}")
-    return np.frombuffer(data, dtype=np.uint8).reshape(dims)
+        raise DatasetNotFoundError(f"{path} is unreadable or truncated "
+                                   f"({' '.join(str(err).split())})") from err
+    held = sum(len(chunk) for chunk in chunks)
+    if held != expected:
+        held_text = f"more than {expected}" if held > expected else str(held)
+        raise DatasetNotFoundError(f"{path} holds {held_text} bytes of data, header says "
+                                   f"{expected}")
+    return _joined(chunks, expected).reshape(dims)
 
 
-def _check_images_and_labels(paths: dict[str, Path], raw: dict[str, np.ndarray], split: str
-                             ) -> None:
-    """Images (N, H, W), each side >= 1, and one label per image, or one line naming the file.
+def _check_labels(path: Path, labels: np.ndarray, classes: int) -> None:
+    """Each label one of the dataset's classes, or one line naming the file and the row."""
+    if len(beyond := np.flatnonzero(labels >= classes)):
+        raise DatasetError(f"{path}: label {labels[beyond[0]]} at row {beyond[0]} is outside "
+                           f"0..{classes - 1} (the dataset's {classes} classes)")
 
-    Other IDX files are valid IDX too (a labels file in the images' place, one image): they
-    failed later, in a resize or a row count that named no file.
+
+def _check_images_and_labels(paths: dict[str, Path], raw: dict[str, np.ndarray], split: str,
+                             classes: int) -> None:
+    """Images (N, H, W) of at least 1x1 and a class label each, or one line naming the file.
+
+    A labels file in the images' place is valid IDX too: it failed later, in a resize.
     """
     images, labels = raw[f"{split}_x"], raw[f"{split}_y"]
     if images.ndim != 3 or min(images.shape[1:]) < 1:
@@ -96,20 +137,15 @@ def _check_images_and_labels(paths: dict[str, Path], raw: dict[str, np.ndarray],
     if labels.shape != images.shape[:1]:
         raise DatasetError(f"{paths[f'{split}_y']}: holds labels {labels.shape}, not one per "
                            f"image of {paths[f'{split}_x'].name} ({len(images)},)")
+    _check_labels(paths[f"{split}_y"], labels, classes)
 
 
 def _search_dirs(root: Path | None, env: str | None, default: Path | None) -> list[Path]:
     """Where to look: a root given is the only place (an empty one must not read another)."""
     if root is not None:
         return [Path(root)]
-    dirs: list[Path] = []
-    if env and os.environ.get(env):
-        dirs.append(Path(os.environ[env]))
-    if os.environ.get("PFLKIT_DATA_DIR"):
-        dirs.append(Path(os.environ["PFLKIT_DATA_DIR"]))
-    if default is not None:
-        dirs.append(default)
-    return dirs
+    named = [os.environ.get(env) if env else None, os.environ.get("PFLKIT_DATA_DIR")]
+    return [Path(folder) for folder in named if folder] + ([default] if default else [])
 
 
 def _idx_quadruple(
@@ -125,7 +161,7 @@ def _idx_quadruple(
             if len(paths) == len(stems):
                 raw = {key: read_idx(p) for key, p in paths.items()}
                 for split in ("train", "test"):
-                    _check_images_and_labels(paths, raw, split)
+                    _check_images_and_labels(paths, raw, split, len(_FILE_SPECS[name][0]))
                 return raw
     files = ", ".join(f"{s}[.gz]" for s in stems.values())
     looked = "; ".join(tried) or "nowhere (no folder given)"
@@ -143,10 +179,8 @@ _MNIST_STEMS = {
 }
 
 
-def from_uint8(
-    spec: DatasetSpec, train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
-    test_y: np.ndarray,
-) -> Dataset:
+def from_uint8(spec: DatasetSpec, train_x: np.ndarray, train_y: np.ndarray,
+               test_x: np.ndarray, test_y: np.ndarray) -> Dataset:
     """Preprocess raw uint8 images (N, C, H, W) with the spec's own recipe."""
     pre = spec.preprocessing
 
@@ -191,15 +225,18 @@ def _load_emnist(root: Path | None, seed: int, size: tuple[int, int] | None = No
                        raw["test_y"])
 
 
-def _read_cifar_binary(paths: list[Path], label_bytes: int, label_index: int
+def _read_cifar_binary(folder: Path, files: list[str], label_bytes: int, classes: int
                        ) -> tuple[np.ndarray, np.ndarray]:
-    record = label_bytes + 3072
-    chunks = [np.frombuffer(p.read_bytes(), dtype=np.uint8) for p in paths]
-    data = np.concatenate(chunks)
-    if data.size % record:
-        raise DatasetNotFoundError(f"{paths[0].parent}: CIFAR binary files have a torn record")
-    rows = data.reshape(-1, record)
-    return rows[:, label_bytes:].reshape(-1, 3, 32, 32), rows[:, label_index].astype(np.int64)
+    """Records of label bytes (the last one the label read), then 3x32x32 pixels."""
+    record, parts = label_bytes + 3072, []
+    for path in (folder / name for name in files):  # one at a time: two tears could add up
+        if (size := path.stat().st_size) % record:
+            raise DatasetNotFoundError(f"{path}: {size} bytes are no whole number of CIFAR "
+                                       f"records ({record} bytes each)")
+        parts.append(np.fromfile(path, dtype=np.uint8).reshape(-1, record))
+        _check_labels(path, parts[-1][:, label_bytes - 1], classes)
+    rows = np.concatenate(parts)
+    return rows[:, label_bytes:].reshape(-1, 3, 32, 32), rows[:, label_bytes - 1].astype(np.int64)
 
 
 def _cifar(name: str, root: Path | None, size: tuple[int, int] | None, env: str, subdir: str,
@@ -208,11 +245,10 @@ def _cifar(name: str, root: Path | None, size: tuple[int, int] | None, env: str,
     for base in _search_dirs(root, env, None):
         folder = base / subdir
         if all((folder / f).is_file() for f in train_files + test_files):
-            tx, ty = _read_cifar_binary([folder / f for f in train_files], label_bytes,
-                                        label_bytes - 1)
-            sx, sy = _read_cifar_binary([folder / f for f in test_files], label_bytes,
-                                        label_bytes - 1)
-            return from_uint8(_file_spec(name, size), tx, ty, sx, sy)
+            spec = _file_spec(name, size)
+            tx, ty = _read_cifar_binary(folder, train_files, label_bytes, spec.num_classes)
+            sx, sy = _read_cifar_binary(folder, test_files, label_bytes, spec.num_classes)
+            return from_uint8(spec, tx, ty, sx, sy)
     raise DatasetNotFoundError(
         f"dataset '{name}': put the CIFAR *binary version* files "
         f"({', '.join(train_files + test_files)}) in ROOT/{subdir}/ and pass --data-root ROOT "

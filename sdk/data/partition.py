@@ -135,6 +135,7 @@ def train_test_split(
 
 def _check_clients(labels: np.ndarray, num_clients: int) -> None:
     if num_clients <= 0:
-        raise PartitionError(f"num_clients must be positive, got {num_clients}")
+        raise PartitionError(f"data.num_clients must be positive, got {num_clients}")
     if num_clients > len(labels):
-        raise PartitionError(f"{num_clients} clients but only {len(labels)} samples")
+        raise PartitionError(f"data.num_clients = {num_clients}: more clients than the "
+                             f"{len(labels)} train rows (each client needs at least one)")

@@ -32,6 +32,7 @@ from pflkit.sdk.data.tensors import (
     by_rows,
     nonfinite_problem,
     raw_rows,
+    repeated_name,
     user_column,
     users_rows,
 )
@@ -193,8 +194,7 @@ class Dataset:
                  users: torch.Tensor | None = None) -> Dataset:
         """Build from raw (x, y) pairs; ``preprocessing`` (default: none) is applied to x.
 
-        x and y are tensors, numpy arrays or lists of real numbers, y integers; ``users``
-        (optional) names the user of each train row, as a user column would.
+        x and y: tensors, arrays or lists of real numbers, y integers; ``users``: a user column.
         """
         rows = {split: raw_rows(f"dataset '{name}': the {split} split", pair)
                 for split, pair in (("train", train), ("test", test))}
@@ -210,10 +210,7 @@ class Dataset:
                    per_user: Mapping[int, tuple[torch.Tensor, torch.Tensor]],
                    test: tuple[torch.Tensor, torch.Tensor],
                    preprocessing: Preprocessing | Standardize | None = None) -> Dataset:
-        """Build from one raw (x, y) pair per user id: the train split is their concatenation.
-
-        A user with no rows (``([], [])`` too) is no user: nothing of it is kept.
-        """
+        """One raw (x, y) pair per user id, concatenated; a user without rows is no user."""
         x, y, users = users_rows(name, per_user)
         return cls.from_raw(name, classes, (x, y), test, preprocessing, users)
 
@@ -228,21 +225,29 @@ def _check_fits(what: str, x: torch.Tensor, pre: Preprocessing | Standardize) ->
         raise DatasetError(f"{what} is {tuple(x.shape)}, the preprocessing takes {takes}")
 
 
-def check_dataset(ref: str, dataset: object) -> Dataset:
-    """Refuse a loader's result that breaks the contract, in one line naming the dataset."""
-    if not isinstance(dataset, Dataset):
-        raise DatasetError(f"dataset '{ref}' returned a {type(dataset).__name__}, not a "
-                           "pflkit Dataset (see docs/extending.md)")
-    shape, c = tuple(dataset.spec.input_shape), dataset.spec.num_classes
+def check_spec(ref: str, spec: object) -> DatasetSpec:
+    """Refuse a spec no model can be built for, in one line (pfl-server builds from it alone)."""
+    if not isinstance(spec, DatasetSpec):
+        raise DatasetError(f"dataset '{ref}' gave a {type(spec).__name__}, not a DatasetSpec")
+    shape, c, names = tuple(spec.input_shape), spec.num_classes, spec.classes
     if not 1 <= c <= MAX_CLASSES:
         raise DatasetError(f"dataset '{ref}' has {c} classes: a dataset has 1 to {MAX_CLASSES}")
     if not 1 <= len(shape) <= MAX_AXES or not all(1 <= n <= MAX_AXIS for n in shape):
         raise DatasetError(f"dataset '{ref}': inputs are {shape}: 1 to {MAX_AXES} axes, each 1 "
                            f"to {MAX_AXIS} long, as devices take them")
-    names = dataset.spec.classes
-    if odd := [n for i, n in enumerate(names) if not isinstance(n, str) or n in names[:i]]:
-        raise DatasetError(f"dataset '{ref}': class {odd[0]!r} is named twice or is no text "
-                           "(one distinct name per class)")
+    odd = [n for n in names if not isinstance(n, str)]
+    if odd or (twice := repeated_name(names)):
+        raise DatasetError(f"dataset '{ref}': class {(odd or [names[twice[1]]])[0]!r} is named "
+                           "twice or is no text (one distinct name per class)")
+    return spec
+
+
+def check_dataset(ref: str, dataset: object) -> Dataset:
+    """Refuse a loader's result that breaks the contract, in one line naming the dataset."""
+    if not isinstance(dataset, Dataset):
+        raise DatasetError(f"dataset '{ref}' returned a {type(dataset).__name__}, not a "
+                           "pflkit Dataset (see docs/extending.md)")
+    shape, c = tuple(check_spec(ref, dataset.spec).input_shape), dataset.spec.num_classes
     for split, part in (("train", dataset.train), ("test", dataset.test)):
         x, y = part.x, part.y
         if x.dtype != torch.float32 or tuple(x.shape[1:]) != shape:
@@ -256,7 +261,6 @@ def check_dataset(ref: str, dataset: object) -> Dataset:
         if len(y) and (int(y.min()) < 0 or int(y.max()) >= c):
             raise DatasetError(f"dataset '{ref}': {split} labels must be in 0..{c - 1} "
                                f"({c} classes)")
-    for split, part in (("train", dataset.train), ("test", dataset.test)):
         if len(part) == 0:  # test: the global model is scored on it at every evaluation
             raise DatasetError(f"dataset '{ref}': the {split} split is empty")
     users = dataset.users
@@ -269,9 +273,6 @@ def check_dataset(ref: str, dataset: object) -> Dataset:
     return dataset
 
 
-Loader = Callable[..., Dataset]
-
-
 @dataclass(frozen=True)
 class DatasetSource:
     """A loadable dataset: the object a dataset name resolves to.
@@ -282,7 +283,7 @@ class DatasetSource:
     needs the clients' data; without it, the server calls ``load`` once per process.
     """
 
-    load: Loader
+    load: Callable[..., Dataset]
     spec: Callable[[tuple[int, int] | None], DatasetSpec] | None = None
     doc: str = ""
 
