@@ -197,8 +197,9 @@ class FederatedClient:
             return None
         update = result.update if clip is None else clip_update(global_state, result.update, clip)
         metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(v)}
-        upload = tensorio.state_to_bytes(update, {protocol.METRICS_KEY: json.dumps(metrics)})
-        pending = PendingRound(task["run_id"], task["round"], result.num_samples, metrics,
+        upload = tensorio.state_to_bytes(update, protocol.round_report(  # or one line: not kept
+            task["round"], result.num_samples, metrics))
+        pending = PendingRound(task["run_id"], task["round"], int(result.num_samples), metrics,
                                upload, result.client_state, task["global_hash"], digest)
         atomic_write_bytes(self.state_dir / pending_round.FILE, pending.to_bytes())
         return pending
@@ -232,7 +233,8 @@ class FederatedClient:
                     return StepResult("wait", retry, pending.round)  # it never masks twice
             else:
                 self._request("PUT", f"/v1/runs/{pending.run_id}/rounds/{pending.round}/update",
-                              params={"num_samples": pending.num_samples}, content=pending.upload,
+                              params={"num_samples": pending.weight(task)},
+                              content=pending.upload,
                               headers={"Content-Type": "application/octet-stream"})
         except ServerRefused as err:
             if err.status == 409:  # e.g. paused meanwhile: keep the pending round, poll again

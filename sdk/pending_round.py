@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from pflkit.sdk import protocol
 from pflkit.sdk.algorithms.base import ClientState
 from pflkit.sdk.algorithms.state_layout import add_prefix, strip_prefix
 from pflkit.sdk.state_store import config_digest
@@ -90,6 +91,18 @@ class PendingRound:
         current = task.get("round")
         return current is not None and (current > self.round or (
             current == self.round and task["status"] == "uploaded"))
+
+    def weight(self, task: dict[str, Any]) -> int:
+        """The upload's ``num_samples``: its rows, capped at the task's ``max_num_samples``.
+
+        Capped when sent, not when trained: a round trained before the server's limit was
+        lowered (or under an older server) is still accepted, not refused at every re-send.
+        """
+        weight = protocol.upload_weight(self.num_samples, task)
+        if weight < self.num_samples:
+            log.info("round %s: trained on %d rows, which weigh as the server's "
+                     "max_num_samples (%d)", self.round, self.num_samples, weight)
+        return weight
 
     def superseded(self, task: dict[str, Any]) -> str | None:
         """Why this round belongs to a history the server no longer has (None: it does not).

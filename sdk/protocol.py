@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import re
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,6 +27,12 @@ MAX_RETRY_AFTER_CHARS = 64  # a longer value is not read (3600 s never needs mor
 METRICS_KEY = "metrics"
 MAX_METRICS = 64
 MAX_METRIC_NAME = 64
+
+
+def metric_name_ok(name: Any) -> bool:
+    """Whether the server takes this metric name: 1 to MAX_METRIC_NAME printable characters."""
+    return isinstance(name, str) and 0 < len(name) <= MAX_METRIC_NAME and name.isprintable()
+
 
 # safetensors metadata key: the sha256 of the tensor data after the header. Files at rest carry
 # it (``tensorio``); any payload that carries it must match it, uploads included, else refused.
@@ -53,6 +60,45 @@ def task_clip_norm(task: dict[str, Any]) -> float | None:
     if isinstance(clip, bool) or not isinstance(clip, int | float) or not 0 < clip < math.inf:
         raise ValueError(f"task: {CLIP_NORM_KEY} must be a positive number, got {clip!r}")
     return float(clip)
+
+
+# A train task carries the server's max_num_samples: the most an update may weigh (its
+# ``num_samples``, an integer in [1, MAX_NUM_SAMPLES]). A device whose round trained on more
+# rows reports this many (``upload_weight``), as DP-FedAvg caps a client's weight, instead of
+# having every re-send of its pending round refused (422) until the round closes.
+MAX_NUM_SAMPLES_KEY = "max_num_samples"
+MAX_NUM_SAMPLES = 10**9  # the upload route's bound on num_samples, and on a server's setting
+
+
+def upload_weight(num_samples: int, task: dict[str, Any]) -> int:
+    """The ``num_samples`` an upload reports: the rows trained on, at most the task's limit.
+
+    A task without the limit (an older server) leaves it as it is. ``task`` passed
+    ``task_problem``, which checks the limit's range.
+    """
+    limit = task.get(MAX_NUM_SAMPLES_KEY)
+    return num_samples if limit is None else min(num_samples, limit)
+
+
+def round_report(round_index: int, num_samples: Any, metrics: dict[str, float]
+                 ) -> dict[str, str]:
+    """A round's upload metadata (its finite ``metrics``), checked as the server checks it.
+
+    A weight or metrics the server would refuse (400, 422) are a one-line ValueError: kept as
+    the pending round, they would be re-sent and refused at every step until the round closed.
+    """
+    problem = None
+    if isinstance(num_samples, bool) or not isinstance(num_samples, numbers.Integral) or \
+            not 0 <= num_samples <= MAX_NUM_SAMPLES:
+        problem = f"num_samples must be an integer in [0, {MAX_NUM_SAMPLES}]"
+    elif len(metrics) > MAX_METRICS:
+        problem = f"{len(metrics)} metrics: the server takes at most {MAX_METRICS}"
+    elif not all(map(metric_name_ok, metrics)):
+        problem = f"metric names must be 1 to {MAX_METRIC_NAME} printable characters"
+    if problem is not None:
+        raise ValueError(f"round {round_index}: the method's fit reported {problem}; nothing "
+                         "is kept or uploaded")
+    return {METRICS_KEY: json.dumps(metrics)}
 
 
 MAX_DETAIL = 2000  # characters of a server's error message shown to a person
@@ -154,6 +200,9 @@ def task_problem(task: dict[str, Any]) -> str | None:
         value = task.get(key)
         if value is not None and not (type(value) is int and 0 <= value <= MAX_ID):
             return f"{key} must be an integer in [0, {MAX_ID}]"
+    limit = task.get(MAX_NUM_SAMPLES_KEY)
+    if limit is not None and not (type(limit) is int and 1 <= limit <= MAX_NUM_SAMPLES):
+        return f"{MAX_NUM_SAMPLES_KEY} must be an integer in [1, {MAX_NUM_SAMPLES}]"
     if (problem := _secagg_problem(task)) is not None:
         return problem
     acts = task["status"] == "train" or (task["status"] == "finished" and task.get("config"))

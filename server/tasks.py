@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from pflkit.sdk.protocol import CLIP_NORM_KEY
+from pflkit.sdk.protocol import CLIP_NORM_KEY, MAX_NUM_SAMPLES_KEY
 from pflkit.sdk.secagg.wire import TASK_KEY, task_setup
 from pflkit.server.errors import Invalid, NotFound
 from pflkit.server.orm import Round, Run, SecAggMessage, Update
@@ -63,9 +63,12 @@ class Tasks:
                 {CLIP_NORM_KEY: terms.device_clip_norm}
             if terms.secagg is not None:
                 extra[TASK_KEY] = task_setup(terms.secagg, SecAggRounds.setup(rnd, terms))
+            # the most an update may weigh: a device with more rows reports this many, instead
+            # of an upload refused (422) at every re-send until the round closes
             return {**base, "status": "uploaded" if sent is not None else "train",
                     "deadline": rnd.deadline_at, "global_hash": rnd.global_hash,
-                    "config": config, **extra}
+                    "config": config, **extra,
+                    MAX_NUM_SAMPLES_KEY: self.store.settings.max_num_samples}
 
     def preview(self) -> dict[str, Any]:
         """The newest run's task config, for a device to check before it enrolls.

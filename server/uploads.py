@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from pflkit.sdk.protocol import MAX_METRIC_NAME, MAX_METRICS, METRICS_KEY
+from pflkit.sdk.protocol import MAX_METRIC_NAME, MAX_METRICS, METRICS_KEY, metric_name_ok
 from pflkit.server.blobs import sha256
 from pflkit.server.clip_check import clip_problem
 from pflkit.server.errors import BadRequest, Conflict, Forbidden, Gone, Invalid, ServiceError
@@ -241,6 +241,12 @@ def _replay(a: Admission, prior: tuple[str, int], digest: str) -> UploadReceipt:
                    f"round {a.round_index}")
 
 
+# The longest JSON of metrics within the rules: each name's characters written as JSON escapes
+# (Python's json.dumps writes one outside ASCII as \uXXXX, one beyond the BMP as two: 12
+# characters), a float's repr (at most 24) and the punctuation. Longer is refused unparsed.
+MAX_METRICS_JSON = MAX_METRICS * (12 * MAX_METRIC_NAME + 40)
+
+
 def upload_metrics(metadata: dict[str, str]) -> dict[str, float]:
     """The metrics an upload reports (see ``protocol.METRICS_KEY``); MalformedUpdate if bad.
 
@@ -253,15 +259,15 @@ def upload_metrics(metadata: dict[str, str]) -> dict[str, float]:
         return {}
     problem = f"metadata '{METRICS_KEY}' must be a JSON object of at most {MAX_METRICS} " \
               f"names (1 to {MAX_METRIC_NAME} printable characters) to finite numbers"
-    if len(raw) > MAX_METRICS * (MAX_METRIC_NAME + 40):
+    if len(raw) > MAX_METRICS_JSON:
         raise MalformedUpdate(f"{problem}; it has {len(raw)} characters")
     try:
         metrics = json.loads(raw, parse_int=float, parse_constant=_no_constant)
     except (ValueError, RecursionError) as err:
         raise MalformedUpdate(f"{problem} ({type(err).__name__}: {str(err)[:80]})") from err
     if not isinstance(metrics, dict) or len(metrics) > MAX_METRICS or not all(
-            0 < len(k) <= MAX_METRIC_NAME and k.isprintable() and isinstance(v, float)
-            and math.isfinite(v) for k, v in metrics.items()):
+            metric_name_ok(k) and isinstance(v, float) and math.isfinite(v)
+            for k, v in metrics.items()):
         raise MalformedUpdate(problem)
     return metrics
 

@@ -188,6 +188,7 @@ class TaskPublic(BaseModel):
     global_hash: str | None = None
     config: TaskConfigPublic | None = None
     clip_norm: float | None = None  # DP on the device: clip the upload's change to it
+    max_num_samples: int | None = None  # an update's most num_samples: devices cap at it
     secagg: dict[str, Any] | None = None  # a SecAgg round's public setup (docs/privacy.md)
 
 

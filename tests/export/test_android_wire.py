@@ -22,7 +22,7 @@ KEYS = {  # Wire constant -> the schema that carries it
     "RETRY_AFTER": schemas.TaskPublic, "RUN_ID": schemas.TaskPublic, "ROUND": schemas.TaskPublic,
     "DEADLINE": schemas.TaskPublic, "GLOBAL_HASH": schemas.TaskPublic,
     "CONFIG": schemas.TaskPublic, "SHA256": schemas.ReceiptPublic,
-    "DUPLICATE": schemas.ReceiptPublic,
+    "DUPLICATE": schemas.ReceiptPublic, "MAX_NUM_SAMPLES_KEY": schemas.TaskPublic,
 }
 
 

@@ -226,7 +226,7 @@ public final class FederatedClient {
         return new StepResult(StepResult.DIVERGED, task.retryAfterSeconds, task.round, false);
       }
     }
-    String path = Wire.update(pending.runId, pending.round, pending.numSamples);
+    String path = Wire.update(pending.runId, pending.round, pending.weight(task));
     boolean duplicate;
     String status = StepResult.TRAINED;
     try {

@@ -112,6 +112,16 @@ final class PendingRound {
   }
 
   /**
+   * The upload's {@code num_samples}: the examples it trained on, at most the task's {@link
+   * Task#maxNumSamples} (the Python SDK's {@code PendingRound.weight}). Capped when sent, not
+   * when trained: a round trained before the server's limit was lowered (or under an older
+   * server) is still accepted, not refused (422) at every re-send until the round closes.
+   */
+  long weight(Task task) {
+    return task.maxNumSamples == null ? numSamples : Math.min(numSamples, task.maxNumSamples);
+  }
+
+  /**
    * Why this round belongs to a history the server no longer has, or null (the Python SDK's
    * {@code superseded}). A run's round numbers only grow, so a task of the same run at an
    * earlier round, or at this round on another global state, comes from a server restored

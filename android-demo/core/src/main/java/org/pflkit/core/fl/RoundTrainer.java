@@ -25,7 +25,8 @@ public interface RoundTrainer {
     public final Map<String, TensorData> update;
     /**
      * The aggregation weight (the number of training examples used), in [0,
-     * {@link Wire#MAX_NUM_SAMPLES}].
+     * {@link Wire#MAX_NUM_SAMPLES}]. The upload reports at most the task's {@link
+     * Task#maxNumSamples} (the server's {@code max_num_samples}): more examples weigh that.
      */
     public final long numSamples;
     /**
@@ -63,12 +64,14 @@ public interface RoundTrainer {
     }
 
     /**
-     * 1 to {@link Wire#MAX_METRIC_NAME} characters, each printable as Python's
-     * {@code str.isprintable} (the server's rule): no control, format, private-use, unassigned
-     * or surrogate character, and no separator but the space.
+     * 1 to {@link Wire#MAX_METRIC_NAME} characters (code points, as Python counts them: an
+     * emoji is one, not two UTF-16 units), each printable as Python's {@code str.isprintable}
+     * (the server's rule): no control, format, private-use, unassigned or surrogate character,
+     * and no separator but the space.
      */
     static boolean printableName(String name) {
-      if (name == null || name.isEmpty() || name.length() > Wire.MAX_METRIC_NAME) {
+      if (name == null || name.isEmpty()
+          || name.codePointCount(0, name.length()) > Wire.MAX_METRIC_NAME) {
         return false;
       }
       for (int i = 0; i < name.length(); i += Character.charCount(name.codePointAt(i))) {

@@ -42,6 +42,12 @@ public final class Task {
    * clip: {@code dp_clip_on_device}; the client clips before uploading), or null.
    */
   public final Double clipNorm;
+  /**
+   * The most an update may weigh on this server ({@code max_num_samples}, in [1, {@link
+   * Wire#MAX_NUM_SAMPLES}]; the upload reports at most this many examples), or null (an older
+   * server, which does not say).
+   */
+  public final Long maxNumSamples;
   /** A secure-aggregation round's public setup (the update leaves masked), or null. */
   public final Map<String, Object> secagg;
   /**
@@ -72,6 +78,13 @@ public final class Task {
     if (clipNorm != null && !(clipNorm > 0 && clipNorm < Double.POSITIVE_INFINITY)) {
       throw new IllegalArgumentException("task: clip_norm must be a positive number, found "
           + clipNorm);
+    }
+    Object limit = json.get(Wire.MAX_NUM_SAMPLES_KEY);
+    maxNumSamples = limit == null || limit == Json.NULL ? null
+        : Json.integer(limit, 1, Wire.MAX_NUM_SAMPLES);
+    if (limit != null && limit != Json.NULL && maxNumSamples == null) {
+      throw new IllegalArgumentException("task: " + Wire.MAX_NUM_SAMPLES_KEY + " must be an "
+          + "integer in [1, " + Wire.MAX_NUM_SAMPLES + "]");
     }
     Object sa = json.get(Wire.SECAGG);
     if (sa != null && sa != Json.NULL && !(sa instanceof Map)) {  // never read as "no SecAgg"

@@ -51,6 +51,11 @@ public final class Wire {
    * own {@code max_num_samples} may be lower), the server's settings.MAX_NUM_SAMPLES.
    */
   public static final long MAX_NUM_SAMPLES = 1_000_000_000L;
+  /**
+   * A train task's {@code max_num_samples}: the most an update may weigh on this server, in [1,
+   * {@link #MAX_NUM_SAMPLES}]. A round trained on more examples reports this many.
+   */
+  public static final String MAX_NUM_SAMPLES_KEY = "max_num_samples";
   /** A task of a run whose devices clip: the L2 norm the upload's change must stay within. */
   public static final String CLIP_NORM = "clip_norm";
   /** A task of a secure-aggregation round: the round's public setup. */

@@ -460,7 +460,7 @@ public class FederatedClientTest {
   @Test
   public void aMetricNameOrSampleCountTheServerRefusesIsTheTrainersErrorInOneLine() {
     for (String name : new String[] {"", "loss\n", "a\u001b[31m", "x".repeat(65), "a\u00a0b",
-        "\u200bz"}) {
+        "\u200bz", "\ud83d\ude00".repeat(65)}) {
       try {
         new RoundTrainer.Result(Collections.emptyMap(), 1, Collections.singletonMap(name, 1.0),
             null);
@@ -471,7 +471,7 @@ public class FederatedClientTest {
       }
     }
     for (String name : new String[] {"train loss", "x".repeat(64), "\u00e9t\u00e9",
-        "\ud83d\ude00"}) {
+        "\ud83d\ude00", "\ud83d\ude00".repeat(64)}) {  // 64 characters, as Python counts
       assertEquals(1, new RoundTrainer.Result(Collections.emptyMap(), 1,
           Collections.singletonMap(name, 1.0), null).metrics.size());
     }

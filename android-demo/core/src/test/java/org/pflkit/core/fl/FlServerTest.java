@@ -122,7 +122,7 @@ public class FlServerTest {
 
     byte[] corrupt = valid.clone();
     corrupt[3] = 0x7f;  // header length far past the end
-    ServerRefused refused = upload(client, task, corrupt);
+    ServerRefused refused = upload(client, task, corrupt, 10);
     assertEquals(400, refused.status);
 
     Map<String, TensorData> wrongShape = new LinkedHashMap<>(good);
@@ -141,7 +141,9 @@ public class FlServerTest {
     refused = stepWith(client, missing, 10);
     assertEquals(422, refused.status);
     assertTrue(refused.detail, refused.detail.contains("lacks"));
-    refused = stepWith(client, good, 100_001);  // the server's default max_num_samples: 100000
+    // the server's default max_num_samples: 100000 (the client reports at most the task's)
+    assertEquals(Long.valueOf(100_000), task.maxNumSamples);
+    refused = upload(client, task, valid, 100_001);
     assertEquals(422, refused.status);
     assertTrue(refused.detail, refused.detail.contains("max_num_samples"));
 
@@ -289,10 +291,11 @@ public class FlServerTest {
     return round;
   }
 
-  private static ServerRefused upload(FederatedClient client, Task task, byte[] body)
-      throws IOException {
+  private static ServerRefused upload(FederatedClient client, Task task, byte[] body,
+      long numSamples) throws IOException {
     try {
-      client.request("PUT", Wire.update(task.runId, task.round, 10), body, Wire.OCTET_STREAM);
+      client.request("PUT", Wire.update(task.runId, task.round, numSamples), body,
+          Wire.OCTET_STREAM);
     } catch (ServerRefused refused) {
       return refused;
     }
