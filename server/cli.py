@@ -37,7 +37,7 @@ from pflkit.server.db import driver_message, shown_url
 from pflkit.server.errors import ServiceError
 from pflkit.server.http_protocol import BoundedHeadProtocol
 from pflkit.server.service import build_service, undone_if_refused
-from pflkit.server.settings import ENV_PREFIX, ServerSettings, explain
+from pflkit.server.settings import ENV_PREFIX, NUMBERS, ServerSettings, explain
 from pflkit.server.ticker import WAKE_ENV, Ticker
 
 app = typer.Typer(add_completion=False, help=__doc__)
@@ -50,6 +50,17 @@ class LogLevel(StrEnum):
     info = "info"
     warning = "warning"
     error = "error"
+
+
+def number(setting: str, what: str = "") -> typer.models.OptionInfo:
+    """The flag of a number setting, its range in its help; passed on as text.
+
+    The settings read it as JSON spells numbers: click's int() and float() took 1_0 for 10,
+    and +5 or " 7 ".
+    """
+    kind, stated_range = NUMBERS[setting]
+    return typer.Option(metavar="INTEGER" if kind is int else "NUMBER",
+                        help=f"{stated_range}{'; ' if what else ''}{what}")
 
 
 @app.callback()
@@ -121,39 +132,46 @@ def serve(
     dataset_dir: Annotated[Path | None, typer.Option(
         help="folder that a run config's data.root must lie in")] = None,
     host: Annotated[str | None, typer.Option()] = None,
-    port: Annotated[int | None, typer.Option(help="0: pick a free port")] = None,
-    workers: Annotated[int | None, typer.Option()] = None,
+    port: Annotated[str | None, number("port", "0: pick a free port")] = None,
+    workers: Annotated[str | None, number("workers")] = None,
     admin_token_file: Annotated[Path | None, typer.Option(help="file holding the admin token")
                                 ] = None,
-    clients_per_round: Annotated[int | None, typer.Option()] = None,
-    min_clients: Annotated[int | None, typer.Option(help="uploads that close a round")] = None,
-    min_enrolled: Annotated[int | None, typer.Option()] = None,
-    round_deadline: Annotated[float | None, typer.Option(help="seconds")] = None,
-    max_upload_bytes: Annotated[int | None, typer.Option()] = None,
-    max_num_samples: Annotated[int | None, typer.Option(help="bound on an update's weight")
-                               ] = None,
-    max_header_bytes: Annotated[int | None, typer.Option(help="longer request heads: 431")
-                                ] = None,
-    header_timeout: Annotated[float | None, typer.Option(
-        help="seconds to send a request head; then the connection is closed")] = None,
-    body_timeout: Annotated[float | None, typer.Option(
-        help="seconds a request body may pause; then 408 and the connection is closed")
-                            ] = None,
-    max_json_bytes: Annotated[int | None, typer.Option(help="larger JSON bodies: 413")] = None,
-    keep_alive_timeout: Annotated[float | None, typer.Option(
-        help="seconds an idle connection stays open")] = None,
-    auth_failure_limit: Annotated[int | None, typer.Option(
-        help="failed authentications per address and window before 429")] = None,
-    auth_failure_window: Annotated[float | None, typer.Option(help="seconds")] = None,
+    clients_per_round: Annotated[str | None, number("clients_per_round")] = None,
+    min_clients: Annotated[str | None, number("min_clients", "uploads that close a round")
+                           ] = None,
+    min_enrolled: Annotated[str | None, number("min_enrolled")] = None,
+    round_deadline: Annotated[str | None, number("round_deadline", "seconds")] = None,
+    max_upload_bytes: Annotated[str | None, number("max_upload_bytes")] = None,
+    max_num_samples: Annotated[str | None, number(
+        "max_num_samples", "bound on an update's weight")] = None,
+    max_header_bytes: Annotated[str | None, number(
+        "max_header_bytes", "longer request heads: 431")] = None,
+    header_timeout: Annotated[str | None, number(
+        "header_timeout", "seconds to send a request head; then the connection is closed")
+                              ] = None,
+    body_timeout: Annotated[str | None, number(
+        "body_timeout", "seconds a request body may pause; then 408 and the connection is "
+                        "closed")] = None,
+    max_json_bytes: Annotated[str | None, number("max_json_bytes", "larger JSON bodies: 413")
+                              ] = None,
+    keep_alive_timeout: Annotated[str | None, number(
+        "keep_alive_timeout", "seconds an idle connection stays open")] = None,
+    auth_failure_limit: Annotated[str | None, number(
+        "auth_failure_limit", "failed authentications per address and window before 429")
+                                  ] = None,
+    auth_failure_window: Annotated[str | None, number("auth_failure_window", "seconds")] = None,
     aggregation: Annotated[str | None, typer.Option(help="mean | median | trimmed_mean")
                            ] = None,
-    clip_norm: Annotated[float | None, typer.Option()] = None,
-    dp_clip_norm: Annotated[float | None, typer.Option(
-        help="require DP-FedAvg of every run, clipping at most this (docs/privacy.md)")] = None,
-    dp_noise_multiplier: Annotated[float | None, typer.Option(help="at least this")] = None,
-    dp_target_epsilon: Annotated[float | None, typer.Option(help="at most this")] = None,
-    dp_delta: Annotated[float | None, typer.Option(help="at most this")] = None,
-    dp_max_epsilon: Annotated[float | None, typer.Option(help="a budget of at most this")
+    clip_norm: Annotated[str | None, number("clip_norm")] = None,
+    dp_clip_norm: Annotated[str | None, number(
+        "dp_clip_norm", "require DP-FedAvg of every run, clipping at most this "
+                        "(docs/privacy.md)")] = None,
+    dp_noise_multiplier: Annotated[str | None, number("dp_noise_multiplier", "at least this")
+                                   ] = None,
+    dp_target_epsilon: Annotated[str | None, number("dp_target_epsilon", "at most this")
+                                 ] = None,
+    dp_delta: Annotated[str | None, number("dp_delta", "at most this")] = None,
+    dp_max_epsilon: Annotated[str | None, number("dp_max_epsilon", "a budget of at most this")
                               ] = None,
     tls_certfile: Annotated[Path | None, typer.Option()] = None,
     tls_keyfile: Annotated[Path | None, typer.Option()] = None,

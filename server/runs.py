@@ -72,12 +72,21 @@ class RunRules:
     dataset_dir: Path | None = None  # [data] root must lie in it (None: no root allowed)
     max_upload_bytes: int | None = None  # an update must fit in an upload (None: unchecked)
     aggregation: AggregationConfig = AggregationConfig()  # the operator's floor
+    min_enrolled: int | None = None  # no round opens with fewer enrolled clients
 
     @classmethod
     def of(cls, settings: ServerSettings) -> RunRules:
         """The rules of this server."""
         return cls(settings.clients_per_round, settings.imports, settings.dataset_dir,
-                   settings.max_upload_bytes, settings.aggregation_floor)
+                   settings.max_upload_bytes, settings.aggregation_floor, settings.min_enrolled)
+
+    def smallest_roster(self, setup: RunSetup) -> int:
+        """The fewest clients a round opens with (RoundKeeper's rule): the round to check.
+
+        Adaptive clipping's default count noise (m / 20) is smallest there, a calibrated z
+        largest (SecAgg takes neither); the roster itself is known only when a round opens.
+        """
+        return max(setup.schedule.sampling.clients_per_round or 1, self.min_enrolled or 1)
 
     def check_update_size(self, terms: RunTerms) -> None:
         """Refuse a run whose updates no device could upload (a 413 for every device)."""
@@ -110,11 +119,7 @@ class RunRules:
 
 @contextmanager
 def refused_as_invalid() -> Iterator[None]:
-    """A run config that cannot be built is the admin's 422, in one line, never a 500.
-
-    Code of an allowed package may raise anything while it builds: its traceback goes to the
-    server's log for the operator.
-    """
+    """A run config that cannot be built is the admin's 422 line (its traceback: the log)."""
     from pflkit.sdk.registry import ExtensionError
     from pflkit.sdk.run_config import ConfigError
 
@@ -131,11 +136,7 @@ def refused_as_invalid() -> Iterator[None]:
 
 
 def build_setup(config_toml: str, rules: RunRules) -> RunSetup:
-    """Resolve a pfl-sim TOML into algorithm and schedule (the dataset's files are not read).
-
-    The config's import paths are checked against ``rules.imports`` before any is imported;
-    a dataset that needs its files to tell its spec reads them only inside ``dataset_dir``.
-    """
+    """Resolve a pfl-sim TOML into algorithm and schedule, imports and files as ``rules`` allow."""
     from pflkit.sdk.builder import build_algorithm, data_spec
     from pflkit.sdk.run_config import Sampling, SimConfig
 
@@ -181,10 +182,9 @@ def with_secret_dp_seed(config_toml: str) -> str:
 
 def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules
                 ) -> tuple[str, int, RunTerms, str]:
-    """Build a run's initial global state into the blob store.
+    """Build a run's initial global state into the blob store: its hash, the rounds, terms.
 
-    Returns its hash, the rounds, the run's terms and the config to store: a DP run's with
-    its secret ``dp_seed`` (:func:`with_secret_dp_seed`).
+    And the config to store: a DP run's with its secret ``dp_seed`` (with_secret_dp_seed).
     """
     from pflkit.sdk.aggregation_rules import refuse_unfit_rules
     from pflkit.sdk.tensorio import state_to_bytes
@@ -196,7 +196,8 @@ def prepare_run(config_toml: str, blob_dir: Path, rules: RunRules
         setup = build_setup(config_toml, rules)
     with refused_as_invalid():  # builds the model; clipping as the operator's floor sets it
         state = setup.algorithm.aggregation.init_global(setup.config.seed)
-        refuse_unfit_rules(setup.aggregation, setup.algorithm.aggregation, state, setup.schedule)
+        refuse_unfit_rules(setup.aggregation, setup.algorithm.aggregation, state, setup.schedule,
+                           rules.smallest_roster(setup))
     terms = terms_of(setup, state)
     refuse_unfit_secagg(terms, setup.schedule.sampling.clients_per_round)
     rules.check_update_size(terms)

@@ -8,12 +8,16 @@ purpose: a server never starts with a placeholder secret.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import typing
 from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic.functional_validators import AfterValidator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -22,31 +26,27 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from pflkit.sdk.aggregation_config import (
-    AggregationConfig,
-    ClipNorm,
-    Delta,
-    Epsilon,
-    NoiseMultiplier,
-    Rule,
-    TrimFraction,
-)
+from pflkit.sdk import aggregation_config as agg
 from pflkit.sdk.config_toml import apply_overrides, dump_toml, read_toml
-from pflkit.sdk.config_types import MAX_CLIENTS, ConfigError, closest, describe, in_range
-from pflkit.sdk.protocol import sendable
+from pflkit.sdk.config_types import MAX_CLIENTS, ConfigError, closest, describe, in_range, shown
+from pflkit.sdk.protocol import MAX_NUM_SAMPLES, sendable
 from pflkit.sdk.registry import ImportPolicy
 
 ENV_PREFIX = "PFL_SERVER_"
 PROCESS_VARIABLES = {"CONFIG_FILE", "WAKE_SOCKET"}  # PFL_SERVER_* that are not settings
 # settings whose pfl-server flag is not --<name>
 FLAGS = {"admin_token": "--admin-token-file", "run_overrides": "--set"}
-# Every number has a range (docs/server.md): no setting may be infinite, NaN, or so large
-# that the server waits for ever or allocates without bound.
+# Every number has a range (docs/server.md): none infinite, NaN, or so large that the server
+# waits for ever or allocates without bound. As text (a flag, a variable) it is spelled as in
+# JSON, as the HTTP API reads integers (api/params.py): int() took 1_0 for 10, +5, " 7 ", 010.
 WEEK = 7 * 24 * 3600.0
 MIN_ADMIN_TOKEN = 16  # characters
-MAX_NUM_SAMPLES = 10**9  # the largest max_num_samples, and an upload's num_samples
+
 Clients = Annotated[int, in_range(1, MAX_CLIENTS)]
 ALLOW_IMPORTS = f"the server's allow_imports (--allow-imports, {ENV_PREFIX}ALLOW_IMPORTS)"
+JSON_NUMBERS = {int: re.compile(r"0|-?[1-9][0-9]*"),  # nan and inf: read, for in_range's line
+                float: re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?|(?i:nan|-?inf)")}
+MAX_NUMBER_TEXT = 32  # characters: far more than any setting's range needs
 
 
 class ServerSettings(BaseSettings):
@@ -58,62 +58,61 @@ class ServerSettings(BaseSettings):
     database_url: str | None = None  # None: SQLite (WAL) at DATA_DIR/server.db; or postgresql://
     blob_dir: Path | None = None  # None: DATA_DIR/blobs (share it between replicas)
     host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
+    port: Annotated[int, in_range(0, 65535)] = 8000  # 0: any free port
     workers: Annotated[int, in_range(1, 64)] = 1  # uvicorn worker processes sharing the database
     tls_certfile: Path | None = None
     tls_keyfile: Path | None = None
     # serve the API's description at /docs, /redoc and /openapi.json (off: 404), to anyone
     api_docs: bool = False
-    # required: Bearer token of the admin API, at least MIN_ADMIN_TOKEN characters (checked
-    # below, where an error cannot show it: pydantic's min_length quoted the token)
+    # required: the admin API's Bearer token (checked below: pydantic's min_length showed it)
     admin_token: SecretStr
     run_config: Path | None = None  # pfl-sim TOML; started as the first run if none exists
-    # KEY=VALUE overrides of run_config, applied each time the file is read (the first run,
-    # and POST /v1/runs without a config): an environment variable takes them as a JSON list
+    # KEY=VALUE edits of run_config each time it is read (an environment variable: JSON list)
     run_overrides: Annotated[tuple[str, ...], NoDecode] = ()
-    # packages (or exact package.module:attr) whose import paths run configs may name: code
-    # the server imports and calls. Built-in names and installed entry points need nothing.
-    # A flag or environment variable takes them comma-separated
+    # packages (or package.module:attr) whose import paths a run config may name: code the
+    # server imports and calls (built-in names and entry points need nothing); comma-separated
     allow_imports: Annotated[tuple[str, ...], NoDecode] = ()
     dataset_dir: Path | None = None  # a run config's [data] root lies in it (None: no root)
     clients_per_round: Clients | None = None  # overrides the TOML's training section
     min_clients: Clients | None = None  # uploads that close a round early (None: all)
     min_enrolled: Clients | None = None  # enrolled clients before round 0 opens
-    # seconds; the round closes with what it has
-    round_deadline: Annotated[float, in_range(0.0, WEEK, open_low=True)] = 600.0
-    # larger bodies get 413
-    max_upload_bytes: Annotated[int, in_range(1024, 2**32)] = 64 * 2**20
+    round_deadline: Annotated[float, in_range(0.0, WEEK, open_low=True)] = 600.0  # s, then closed
+    max_upload_bytes: Annotated[int, in_range(1024, 2**32)] = 64 * 2**20  # larger bodies: 413
     # failed authentications per client address and window before it gets 429 (per worker)
     auth_failure_limit: Annotated[int, in_range(1, 10**6)] = 30
     auth_failure_window: Annotated[float, in_range(0.0, 86400.0, open_low=True)] = 60.0  # s
-    # longer request heads get 431
-    max_header_bytes: Annotated[int, in_range(1024, 2**20)] = 16 * 1024
-    # seconds from a connection's opening (or a request's first byte) to its complete head;
-    # then it is closed (with 408 if a head began): half-open sockets cannot pile up
+    max_header_bytes: Annotated[int, in_range(1024, 2**20)] = 16 * 1024  # longer heads: 431
+    # seconds from a connection's opening (or a request's first byte) to its whole head
     header_timeout: Annotated[float, in_range(0.0, 3600.0, open_low=True)] = 30.0
-    # seconds a request body may go without a byte arriving; then 408 and the connection is
-    # closed: a body that stalls cannot hold its connection and its bytes so far for ever
+    # seconds a request body may go without a byte arriving (then 408, connection closed)
     body_timeout: Annotated[float, in_range(0.0, 3600.0, open_low=True)] = 60.0
     # larger JSON bodies (runs, tokens, enrollment, queries) get 413, read after credentials
     max_json_bytes: Annotated[int, in_range(1024, 64 * 2**20)] = 2**20
-    # seconds an idle HTTP connection is kept open: longer than clients' poll interval and
-    # any proxy's idle timeout, so a client rarely reuses one the server is just closing
+    # seconds an idle connection stays open: above clients' poll interval, proxies' timeouts
     keep_alive_timeout: Annotated[float, in_range(0.0, 3600.0, open_low=True)] = 75.0
     # an update's weight in the mean is the sample count its client reports: larger get 422
     max_num_samples: Annotated[int, in_range(1, MAX_NUM_SAMPLES)] = 100_000
     # the floor of every run's [aggregation] (AggregationConfig.at_least: the stricter wins)
-    aggregation: Rule = "mean"
-    trim_fraction: TrimFraction = 0.1
-    clip_norm: ClipNorm | None = None
-    # DP-FedAvg required of every run when dp_clip_norm is set (docs/privacy.md): the smaller
-    # clip norm, delta and budget, the larger noise multiplier (or smaller target epsilon) win
-    dp_clip_norm: ClipNorm | None = None
-    dp_noise_multiplier: NoiseMultiplier | None = None
-    dp_target_epsilon: Epsilon | None = None
-    dp_delta: Delta = 1e-5
-    dp_max_epsilon: Epsilon | None = None
-    # how often deadlines and round opening are checked
-    tick_seconds: Annotated[float, in_range(0.0, 60.0, open_low=True)] = 0.5
+    aggregation: agg.Rule = "mean"
+    trim_fraction: agg.TrimFraction = 0.1
+    clip_norm: agg.ClipNorm | None = None
+    # DP-FedAvg required of every run when dp_clip_norm is set (docs/privacy.md), these at least
+    dp_clip_norm: agg.ClipNorm | None = None
+    dp_noise_multiplier: agg.NoiseMultiplier | None = None
+    dp_target_epsilon: agg.Epsilon | None = None
+    dp_delta: agg.Delta = 1e-5
+    dp_max_epsilon: agg.Epsilon | None = None
+    tick_seconds: Annotated[float, in_range(0.0, 60.0, open_low=True)] = 0.5  # keeper period
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _text_and_numbers(cls, value: object, info: ValidationInfo) -> object:
+        # "": PFL_SERVER_HOST= listened on every address, a path "" was the cwd; NUL: a traceback
+        if value == "" or "\0" in str(value):
+            raise ValueError("must not contain a NUL character" if value else
+                             "must not be empty (unset it for the default)")
+        number = NUMBERS.get(info.field_name or "")
+        return value if number is None or value is None else read_number(value, *number)
 
     @field_validator("admin_token")
     @classmethod
@@ -149,13 +148,6 @@ class ServerSettings(BaseSettings):
             raise ValueError(str(err)) from None
         return value
 
-    @model_validator(mode="after")
-    def _overrides_of_a_file(self) -> ServerSettings:
-        if self.run_overrides and self.run_config is None:
-            raise ValueError("run_overrides (--set) change the run config: set run_config "
-                             "(--run-config) too")
-        return self
-
     @field_validator("allow_imports", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
@@ -176,19 +168,18 @@ class ServerSettings(BaseSettings):
         return self._policy(self.allow_imports)
 
     @property
-    def aggregation_floor(self) -> AggregationConfig:
+    def aggregation_floor(self) -> agg.AggregationConfig:
         """The operator's aggregation settings, the least every run gets."""
         dp = (f for f in type(self).model_fields if f.startswith("dp_"))
         keys = ("trim_fraction", "clip_norm", *dp)
-        return AggregationConfig(self.aggregation, **{k: getattr(self, k) for k in keys})
+        return agg.AggregationConfig(self.aggregation, **{k: getattr(self, k) for k in keys})
 
     @model_validator(mode="after")
-    def _valid_floor(self) -> ServerSettings:
+    def _settings_that_go_together(self) -> ServerSettings:
+        if self.run_overrides and self.run_config is None:
+            raise ValueError("run_overrides (--set) change the run config: set run_config "
+                             "(--run-config) too")
         _ = self.aggregation_floor  # the DP keys' combination, refused like a run config's
-        return self
-
-    @model_validator(mode="after")
-    def _tls_pair(self) -> ServerSettings:
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ValueError("tls_certfile and tls_keyfile must be given together")
         return self
@@ -236,11 +227,36 @@ class ServerSettings(BaseSettings):
         return self.blob_dir or self.data_dir / "blobs"
 
 
-def check_environment() -> None:
-    """Refuse a ``PFL_SERVER_*`` variable that names no setting (pydantic ignores it).
+def read_number(value: object, kind: type, stated_range: str) -> object:
+    """``value`` if a ``kind`` setting takes it: text as JSON spells it; not ``true``, 8.0 for 8."""
+    if isinstance(value, str):
+        if len(value) <= MAX_NUMBER_TEXT and JSON_NUMBERS[kind].fullmatch(value):
+            return kind(value)
+    elif type(value) is int or type(value) is kind:
+        return value
+    raise ValueError(f"must be {'an integer' if kind is int else 'a number'} {stated_range} "
+                     f"as JSON writes it (no '+', '_', spaces, leading 0), got {shown(value)}")
 
-    A typo (``PFL_SERVER_ROUND_DEADLIN=5``) would start the server on the default.
-    """
+
+def _number_settings() -> dict[str, tuple[type, str]]:
+    """Each number setting's type and range, as its in_range check words it when given NaN."""
+    numbers = {}
+    for name, field in ServerSettings.model_fields.items():
+        hint = next(iter(typing.get_args(field.annotation)), field.annotation)  # X of X | None
+        kind, *checks = typing.get_args(hint) or (hint, *field.metadata)
+        for check in (c.func for c in checks if isinstance(c, AfterValidator)):
+            try:  # "must be in [1, 64], got nan": one statement of a range, the enforced one
+                check(math.nan)
+            except ValueError as err:
+                numbers[name] = (kind, str(err).removeprefix("must be ").partition(", got")[0])
+    return numbers
+
+
+NUMBERS = _number_settings()  # read_number's settings: int or float, and the range
+
+
+def check_environment() -> None:
+    """Refuse a ``PFL_SERVER_*`` variable that names no setting (pydantic ignores a typo)."""
     for variable in sorted(os.environ):
         name = variable.removeprefix(ENV_PREFIX).lower()
         if variable.startswith(ENV_PREFIX) and name not in ServerSettings.model_fields and \
@@ -251,10 +267,7 @@ def check_environment() -> None:
 
 
 def check_toml_file(path: Path) -> None:
-    """Refuse a missing or broken config file in one line that names it once.
-
-    pydantic-settings would raise the parser's own error (a traceback, without the file name).
-    """
+    """Refuse a missing or broken config file in one line (pydantic-settings: a traceback)."""
     if not path.exists():
         raise FileNotFoundError(f"server config file {path} does not exist")
     read_toml(path)
