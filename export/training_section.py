@@ -179,7 +179,7 @@ def _lambda(node: Any, path: str) -> int:
 def _classes(t: dict[str, Any]) -> None:
     """The program's outputs (loss, logits): the logits' class count is what labels may be.
 
-    Read by the Python trainer only, as ``image_shape`` is (the phone reads its preprocessing).
+    Read by the Python trainer and the phone's ``RecipeRunner``, which refuse other labels.
     """
     outputs = _array(_required(t, "outputs", "training"), "training.outputs")
     if len(outputs) != 2:
@@ -188,7 +188,7 @@ def _classes(t: dict[str, Any]) -> None:
     shape = _object(outputs[1], "training.outputs[1]").get("shape")
     if not isinstance(shape, list) or len(shape) != 2 or shape[0] != "batch":
         raise _fail("training.outputs[1].shape", f"expected [\"batch\", classes], found {shape!r}")
-    if _integer(shape[1], "training.outputs[1].shape[1]") < 1:
+    if not 1 <= _integer(shape[1], "training.outputs[1].shape[1]") <= MAX_INT:
         raise _fail("training.outputs[1].shape[1]", "must be a positive integer")
 
 

@@ -38,7 +38,14 @@ class ExecuTorchTrainingSession private constructor(
         val zeros = FloatArray(imageShape.fold(1L) { a, b -> a * b }.toInt())
         val runner = RecipeRunner(recipe, this, imageShape)
         val warmup = runner.batch(runner.prepare(zeros, longArrayOf(0)), intArrayOf(0), 0f)
-        module.executeForwardBackward(recipe.trainMethod, *evalues(warmup).toTypedArray())
+        val outputs = module.executeForwardBackward(recipe.trainMethod,
+            *evalues(warmup).toTypedArray())
+        // labels are checked against the card's class count: the program must score as many
+        val logits = outputs.getOrNull(1)?.toTensor()?.shape()
+        check(logits != null && logits.contentEquals(longArrayOf(1, recipe.classes.toLong()))) {
+            "the program's logits for one row are ${logits?.contentToString()}, the card " +
+                "declares ${recipe.classes} classes (training.outputs)"
+        }
         parameters = module.namedParameters(recipe.trainMethod)
         check(parameters.keys == recipe.parameterNames().toSet()) {
             "the program's parameters ${parameters.keys.sorted()} differ from the card's " +

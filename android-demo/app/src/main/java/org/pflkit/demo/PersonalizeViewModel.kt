@@ -116,14 +116,23 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
      * saved weights were not used, if they were not.
      */
     private fun restoreWeights(recipe: TrainingSection, s: ExecuTorchTrainingSession): String? {
-        val restored = PersonalWeights.restore(recipe, dir, programSha, checkNotNull(exportDir), s)
+        val restored = PersonalWeights.restore(recipe, dir, programSha, checkNotNull(exportDir),
+            initialListed(recipe), s)
         lambda = restored.lambda ?: exportedLambda(recipe)
         return restored.problem
     }
 
+    /** The card's artifacts entry for the initial personal weights (checked before loading). */
+    private fun initialListed(recipe: TrainingSection): ModelCard.Artifact? =
+        card?.artifacts?.firstOrNull { it.file == recipe.initialWeights }
+
+    /**
+     * The card's lambda to start from: the recipe's fixed one, else the verified one when it is
+     * a lambda of the program (in [0, 1], which the core requires), else the middle.
+     */
     private fun exportedLambda(recipe: TrainingSection): Float {
         val verified = card?.verifiedLambda ?: Float.NaN
-        return recipe.lambda?.fixed?.toFloat() ?: if (verified.isNaN()) 0.5f else verified
+        return recipe.lambda?.fixed?.toFloat() ?: if (verified in 0f..1f) verified else 0.5f
     }
 
     fun showSample() = work { show(Images.sample(getApplication())) }
@@ -175,7 +184,7 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
     fun reset() = work {
         val recipe = card?.training ?: return@work
         val s = session ?: return@work _status.postValue(text(R.string.no_program))
-        PersonalWeights.reset(recipe, dir, checkNotNull(exportDir), s)
+        PersonalWeights.reset(recipe, dir, checkNotNull(exportDir), initialListed(recipe), s)
         lambda = exportedLambda(recipe)
         _status.postValue(text(R.string.weights_reset))
     }
@@ -190,6 +199,8 @@ class PersonalizeViewModel(app: Application) : AndroidViewModel(app) {
         val recipe = c.training ?: return@work
         val s = session ?: return@work _status.postValue(text(R.string.no_program))
         val data = samples ?: return@work
+        // as pfl-client refuses a device without rows before enrolling: a round needs one
+        if (data.size() == 0) return@work _status.postValue(text(R.string.too_few_samples, 1))
         _status.postValue(text(R.string.joining, server))
         val message = try {
             val client = FederatedClient.open(server, File(dir, "federated"))

@@ -39,12 +39,16 @@ public final class LambdaControl {
     return initial;
   }
 
-  /** Slider position {@code 0..steps} to lambda. */
+  /**
+   * Slider position {@code 0..steps} to lambda; the ends are the range's ends exactly (float
+   * rounding of {@code min + (max - min)} can land past {@code max}, which {@link #input}
+   * would refuse).
+   */
   public float fromSlider(int position, int steps) {
     if (steps < 1 || position < 0 || position > steps) {
       throw new IllegalArgumentException("slider position " + position + " outside 0.." + steps);
     }
-    return min + (max - min) * position / steps;
+    return position == steps ? max : Math.min(max, min + (max - min) * position / steps);
   }
 
   /** Lambda to the nearest slider position {@code 0..steps}. */

@@ -13,7 +13,7 @@ public final class Pixels {
 
   /** {@code argb} is row-major, {@code width * height} ints as {@code Bitmap.getPixels} gives. */
   public static float[] fromArgb(int[] argb, int width, int height, Preprocessing pre) {
-    if (argb.length != width * height) {
+    if (width < 0 || height < 0 || argb.length != (long) width * height) {
       throw new IllegalArgumentException("expected " + width + "x" + height + " pixels, got "
           + argb.length);
     }

@@ -96,9 +96,10 @@ public final class Preprocessing {
       throw new IllegalArgumentException("image size must be positive, got "
           + rawHeight + "x" + rawWidth);
     }
-    if (raw.length != rawHeight * rawWidth * channels) {
+    long expected = (long) rawHeight * rawWidth * channels;  // an int product can wrap to 0
+    if (raw.length != expected) {
       throw new IllegalArgumentException("expected " + rawHeight + "x" + rawWidth + "x" + channels
-          + " = " + (rawHeight * rawWidth * channels) + " raw values, got " + raw.length);
+          + " = " + expected + " raw values, got " + raw.length);
     }
     float[] scaled = new float[raw.length]; // CHW, in [0, 1]
     for (int y = 0; y < rawHeight; y++) {

@@ -33,6 +33,11 @@ public final class TrainingSection {
   /** The personal parameters, in card order. */
   public final List<Parameter> parameters;
   public final int maxBatch;
+  /**
+   * The classes the program's {@code logits} output scores ({@code outputs[1].shape[1]}): the
+   * labels it can learn are 0..classes-1 (its cross-entropy reads no other).
+   */
+  public final int classes;
   /** The objective, in words. */
   public final String loss;
   public final List<Optimizer> optimizers;
@@ -74,6 +79,7 @@ public final class TrainingSection {
       }
     });
     maxBatch = positive(map, "max_batch", p);
+    classes = readClasses(Fields.required(map, "outputs", p));
     loss = Fields.string(Fields.required(map, "loss", p), p + ".loss");
     optimizers = readList(map, "optimizers", new Reader<Optimizer>() {
       @Override
@@ -197,6 +203,26 @@ public final class TrainingSection {
             + "] (training.lambda.size)");
       }
     }
+  }
+
+  /** The program's outputs are (loss, logits): the logits' class count (pflkit's rule). */
+  private static int readClasses(Object node) {
+    List<Object> outputs = Fields.array(node, "training.outputs");
+    if (outputs.size() != 2) {
+      throw Fields.fail("training.outputs", "expected the loss and the logits, found "
+          + outputs.size() + " outputs");
+    }
+    Object shape = Fields.object(outputs.get(1), "training.outputs[1]").get("shape");
+    if (!(shape instanceof List) || ((List<?>) shape).size() != 2
+        || !"batch".equals(((List<?>) shape).get(0))) {
+      throw Fields.fail("training.outputs[1].shape", "expected [\"batch\", classes], found "
+          + shape);
+    }
+    long classes = Fields.integer(((List<?>) shape).get(1), "training.outputs[1].shape[1]");
+    if (classes < 1 || classes > Integer.MAX_VALUE) {
+      throw Fields.fail("training.outputs[1].shape[1]", "must be a positive integer");
+    }
+    return (int) classes;
   }
 
   private static float[] defaultGrid() {

@@ -39,6 +39,20 @@ public class LambdaControlTest {
   }
 
   @Test
+  public void everySliderPositionIsALambdaTheModelTakes() {
+    String text = Fixtures.read(new File(cardDir(true), "model_card.json"));
+    // min + (max - min) rounds past max in float32 for 4 % of such ranges (0.02 + 0.33)
+    LambdaControl lam = new LambdaControl(ModelCard.parse(Fixtures.mutate(text,
+        "inputs.1.range", Arrays.asList(0.02, 0.35))));
+    for (int position = 0; position <= 100; position++) {
+      float value = lam.fromSlider(position, 100);
+      assertArrayEquals(new float[] {value}, lam.input(value), 0f);
+    }
+    assertEquals(0.35f, lam.fromSlider(100, 100), 0f);
+    assertEquals(0.02f, lam.fromSlider(0, 100), 0f);
+  }
+
+  @Test
   public void outOfRangeLambdaIsRefusedNotClamped() {
     LambdaControl lam = new LambdaControl(card(true));
     for (float bad : new float[] {-0.01f, 1.01f, Float.NaN}) {

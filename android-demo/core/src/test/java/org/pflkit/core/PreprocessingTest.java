@@ -65,5 +65,17 @@ public class PreprocessingTest {
     } catch (IllegalArgumentException e) {
       assertTrue(e.getMessage(), e.getMessage().contains("expected 2x3x3 = 18 raw values"));
     }
+    try {  // 65536 * 65536 wraps to 0 in int arithmetic
+      pre.apply(new float[0], 65536, 65536);
+      throw new AssertionError("accepted 0 values for 65536x65536x3");
+    } catch (IllegalArgumentException e) {
+      assertTrue(e.getMessage(), e.getMessage().contains("= 12884901888 raw values, got 0"));
+    }
+    try {
+      Pixels.fromArgb(new int[0], 65536, 65536, pre);
+      throw new AssertionError("accepted 0 pixels for 65536x65536");
+    } catch (IllegalArgumentException e) {
+      assertTrue(e.getMessage(), e.getMessage().contains("expected 65536x65536 pixels, got 0"));
+    }
   }
 }

@@ -14,9 +14,10 @@ import org.pflkit.core.TensorData;
  * {@code pfl-client --data} reads ({@value #FILE}: {@code x} float32 [N, C, H, W], already
  * preprocessed as the card says; {@code y} int64 [N]), so the same rows can train a federated
  * round. Every change rewrites the file atomically. A file this model cannot use (samples of
- * another input shape, a class outside the card's, damaged bytes) opens as an empty set with a
- * {@link #problem()}: {@link #add} refuses until {@link #clear} replaces the file, so the screen
- * still opens and the user decides, instead of every open failing.
+ * another input shape, a class outside the card's, NaN or infinite inputs, damaged bytes)
+ * opens as an empty set with a {@link #problem()}: {@link #add} refuses until {@link #clear}
+ * replaces the file, so the screen still opens and the user decides, instead of every open
+ * failing.
  */
 public final class LabeledSamples {
   public static final String FILE = "data.safetensors";
@@ -58,9 +59,10 @@ public final class LabeledSamples {
     Safetensors data = Safetensors.parse(bytes, file.getPath());
     TensorData x = data.tensors.get("x");
     TensorData y = data.tensors.get("y");
-    if (x == null || y == null || !x.dtype.equals(TensorData.F32)
-        || !y.dtype.equals(TensorData.I64)) {
-      throw new Safetensors.FormatException(file + ": expected x float32 and y int64");
+    if (x == null || y == null || data.tensors.size() != 2 || !x.dtype.equals(TensorData.F32)
+        || !y.dtype.equals(TensorData.I64) || y.shape().length != 1) {
+      throw new Safetensors.FormatException(file + ": expected exactly x float32 [N, "
+          + "...] and y int64 [N], found " + data.tensors);
     }
     long[] shape = x.shape();
     long[] want = new long[imageShape.length + 1];
@@ -77,7 +79,13 @@ public final class LabeledSamples {
             + (numClasses - 1) + " (samples of another model?)");
       }
     }
-    images = x.floats();
+    float[] xs = x.floats();
+    Float bad = PersonalWeights.nonFinite(xs);
+    if (bad != null) {
+      throw new Safetensors.FormatException(file + ": x holds " + bad + " (inputs must be "
+          + "finite, preprocessed as the card says)");
+    }
+    images = xs;
     labels = ys;
   }
 
@@ -118,6 +126,10 @@ public final class LabeledSamples {
     }
     if (label < 0 || label >= numClasses) {
       throw new IllegalArgumentException("class " + label + " outside 0.." + (numClasses - 1));
+    }
+    Float bad = PersonalWeights.nonFinite(input);
+    if (bad != null) {
+      throw new IllegalArgumentException("an input holds " + bad + "; inputs must be finite");
     }
     float[] x = Arrays.copyOf(images, images.length + input.length);
     System.arraycopy(input, 0, x, images.length, input.length);

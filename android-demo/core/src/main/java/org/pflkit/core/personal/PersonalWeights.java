@@ -1,12 +1,15 @@
 package org.pflkit.core.personal;
 
+import java.io.ByteArrayInputStream;
 import java.io.File;
 import java.io.IOException;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import org.pflkit.core.ArtifactCheck;
 import org.pflkit.core.AtomicFiles;
 import org.pflkit.core.Json;
+import org.pflkit.core.ModelCard;
 import org.pflkit.core.Safetensors;
 import org.pflkit.core.TensorData;
 import org.pflkit.core.TrainingSection;
@@ -41,13 +44,14 @@ public final class PersonalWeights {
   }
 
   /**
-   * Load this program's saved weights into {@code session}, else the export's initial ones.
-   * Saved weights that cannot be used (damaged, other shapes, non-finite values, a lambda
-   * outside [0, 1], refused by the session) are not loaded but reported, and kept on disk until
-   * {@link #reset} or the next {@link #save}. Only the initial weights failing throws.
+   * Load this program's saved weights into {@code session}, else the export's initial ones
+   * ({@code listed}: the card's artifacts entry for them, see {@link #initial}). Saved weights
+   * that cannot be used (damaged, other shapes, non-finite values, a lambda outside [0, 1],
+   * refused by the session) are not loaded but reported, and kept on disk until {@link #reset}
+   * or the next {@link #save}. Only the initial weights failing throws.
    */
   public static Restored restore(TrainingSection section, File dir, String programSha256,
-      File exportDir, TrainingSession session) throws Exception {
+      File exportDir, ModelCard.Artifact listed, TrainingSession session) throws Exception {
     String problem = null;
     try {
       ClientState saved = load(dir, programSha256);
@@ -59,14 +63,14 @@ public final class PersonalWeights {
     } catch (Exception e) {
       problem = e.getMessage() != null ? e.getMessage() : e.toString();
     }
-    session.loadWeights(initial(section, exportDir));
+    session.loadWeights(initial(section, exportDir, listed));
     return new Restored(null, problem);
   }
 
   /** Back to the export's initial weights; the saved ones are deleted only once those loaded. */
   public static void reset(TrainingSection section, File dir, File exportDir,
-      TrainingSession session) throws Exception {
-    session.loadWeights(initial(section, exportDir));
+      ModelCard.Artifact listed, TrainingSession session) throws Exception {
+    session.loadWeights(initial(section, exportDir, listed));
     AtomicFiles.delete(new File(dir, FILE));
   }
 
@@ -103,22 +107,43 @@ public final class PersonalWeights {
 
   /** The first NaN or infinite value of {@code values}, or null when all are finite. */
   static Float nonFinite(float[] values) {
-    for (float v : values) {
-      if (Float.isNaN(v) || Float.isInfinite(v)) {
-        return v;
-      }
-    }
-    return null;
+    int i = firstNonFinite(values);
+    return i < 0 ? null : values[i];
   }
 
-  /** The export's initial personal weights ({@code training.initial_weights}). */
-  public static Map<String, float[]> initial(TrainingSection section, File exportDir)
-      throws IOException {
+  /** The index of the first NaN or infinite value of {@code values}, or -1. */
+  static int firstNonFinite(float[] values) {
+    for (int i = 0; i < values.length; i++) {
+      if (Float.isNaN(values[i]) || Float.isInfinite(values[i])) {
+        return i;
+      }
+    }
+    return -1;
+  }
+
+  /**
+   * The export's initial personal weights ({@code training.initial_weights}), read only when
+   * the file is the one the card lists ({@code listed}: the card's artifacts entry for it, its
+   * size and sha256), as pflkit's Python trainer reads them: weights of another export (a
+   * folder pushed in part) or damaged ones are refused, not loaded into this program.
+   */
+  public static Map<String, float[]> initial(TrainingSection section, File exportDir,
+      ModelCard.Artifact listed) throws IOException {
+    if (listed == null || !listed.file.equals(section.initialWeights)) {
+      throw new IOException(section.initialWeights + " is not listed in the model card's "
+          + "artifacts");
+    }
     File file = new File(exportDir, section.initialWeights);
-    byte[] bytes = AtomicFiles.readOrNull(file);
-    if (bytes == null) {
+    if (!file.isFile()) {
       throw new IOException("no " + section.initialWeights + " beside the model card");
     }
+    byte[] bytes = file.length() == listed.bytes ? AtomicFiles.readOrNull(file) : null;
+    if (bytes == null) {  // a file of another size is not read
+      throw new IOException(listed.file + " does not match its model card: " + file.length()
+          + " bytes; the card lists " + listed.bytes + " bytes. Copy the card and the "
+          + "artifacts of the same export together.");
+    }
+    ArtifactCheck.verify(new ByteArrayInputStream(bytes), listed);
     return fromTensors(section, Safetensors.parse(bytes, file.getPath()).tensors,
         file.getPath());
   }

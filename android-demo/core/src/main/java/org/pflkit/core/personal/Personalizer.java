@@ -47,13 +47,18 @@ public final class Personalizer {
 
   /**
    * Personalize {@code session} (already holding the weights to start from) on labelled
-   * preprocessed {@code images}; {@code lambda} is the model's current lambda (ignored without
-   * a lambda input). Deterministic in {@code seed}. A run that fails or diverges (a trained
-   * weight not finite: {@link IllegalStateException}) puts the starting weights back first, so
-   * the session and the weights the caller would save are never a broken run's.
+   * preprocessed {@code images}; {@code lambda} is the model's current lambda, in [0, 1]
+   * (ignored without a lambda input). Rows {@link RecipeRunner#prepare} refuses and a lambda
+   * outside [0, 1] are refused before any step. Deterministic in {@code seed}. A run that fails
+   * or diverges (a trained weight not finite: {@link IllegalStateException}) puts the starting
+   * weights back first, so the session and the weights the caller would save are never a
+   * broken run's.
    */
   public static Report run(TrainingSection recipe, TrainingSession session, long[] imageShape,
       float[] images, long[] labels, float lambda, long seed) throws Exception {
+    if (recipe.lambda != null) {
+      RecipeRunner.checkLambda(lambda);
+    }
     Map<String, float[]> start = session.weights();
     try {
       Report report = train(recipe, session, imageShape, images, labels, lambda, seed);

@@ -48,9 +48,9 @@ public final class ProgramRoundTrainer implements RoundTrainer {
           + "run's update is " + update + ": a personal part never leaves the device, so it "
           + "cannot be this run's update");
     }
-    session.loadWeights(PersonalWeights.fromTensors(recipe, global.tensors, "global state"));
     RecipeRunner runner = new RecipeRunner(recipe, session, imageShape);
-    RecipeRunner.Data data = runner.prepare(images, labels);
+    RecipeRunner.Data data = runner.prepare(images, labels);  // rows it refuses change nothing
+    session.loadWeights(PersonalWeights.fromTensors(recipe, global.tensors, "global state"));
     Random rng = new Random(seed ^ (task.round == null ? 0 : task.round));
     RecipeRunner.Result result = runner.train(data, runner.splitRows(data.rows, rng), rng);
     Map<String, TensorData> out = new LinkedHashMap<String, TensorData>();

@@ -6,6 +6,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
+import org.pflkit.core.TensorData;
 import org.pflkit.core.TrainingSection;
 
 /**
@@ -23,15 +24,21 @@ public final class RecipeRunner {
   private final TrainingSession session;
   private final int imageSize;
 
-  /** {@code imageShape}: the model's C, H, W. */
+  /**
+   * {@code imageShape}: the model's C, H, W (the card's preprocessing), which must be the
+   * shape of the program's image input when it has one.
+   */
   public RecipeRunner(TrainingSection recipe, TrainingSession session, long[] imageShape) {
     this.recipe = recipe;
     this.session = session;
-    long size = 1;
-    for (long d : imageShape) {
-      size *= d;
+    for (TrainingSection.Input in : recipe.inputs) {
+      if (in.from.equals(TrainingSection.FROM_IMAGE) && !Arrays.equals(in.shape, imageShape)) {
+        throw new IllegalArgumentException("the program's image input " + in.name + " takes "
+            + Arrays.toString(in.shape) + " per row, the images are "
+            + Arrays.toString(imageShape) + " (training.inputs vs preprocessing)");
+      }
     }
-    this.imageSize = (int) size;
+    this.imageSize = (int) TensorData.numel(imageShape);
   }
 
   /** Labelled rows in the program's terms: each batched float input's data, and the labels. */
@@ -59,12 +66,33 @@ public final class RecipeRunner {
     }
   }
 
-  /** Images (NCHW, preprocessed) and labels into program inputs; prepare runs once per row. */
+  /**
+   * Images (NCHW, preprocessed) and labels into program inputs; prepare runs once per row.
+   * Rows the program cannot learn from are refused before any call (pflkit's
+   * {@code check_rows}): none at all, non-finite values, a label outside the program's
+   * classes; so are non-finite {@code prepare} outputs. The runtime would take them without a
+   * word and make the personal weights NaN, or read past its logits.
+   */
   public Data prepare(float[] images, long[] labels) throws Exception {
     int n = labels.length;
-    if (images.length != n * imageSize) {
+    if (n == 0) {
+      throw new IllegalArgumentException("no labelled rows: at least one is needed to train");
+    }
+    if (images.length != (long) n * imageSize) {
       throw new IllegalArgumentException(images.length + " image values for " + n + " rows of "
           + imageSize);
+    }
+    int bad = PersonalWeights.firstNonFinite(images);
+    if (bad >= 0) {
+      throw new IllegalArgumentException("image value " + images[bad] + " at row "
+          + bad / Math.max(1, imageSize) + ": images must be finite (preprocessed as the card "
+          + "says)");
+    }
+    for (int r = 0; r < n; r++) {
+      if (labels[r] < 0 || labels[r] >= recipe.classes) {
+        throw new IllegalArgumentException("label " + labels[r] + " at row " + r + " is not a "
+            + "class of this program (0.." + (recipe.classes - 1) + ")");
+      }
     }
     List<float[]> prepared = null;
     if (recipe.prepareMethod != null) {
@@ -89,7 +117,20 @@ public final class RecipeRunner {
       if (in.from.equals(TrainingSection.FROM_IMAGE)) {
         inputs.add(images);
       } else if (in.from.equals(TrainingSection.FROM_PREPARE)) {
-        inputs.add(prepared.get(k++));
+        float[] values = k < prepared.size() ? prepared.get(k++) : null;
+        long size = TensorData.numel(in.shape);
+        if (values == null || values.length != n * size) {
+          throw new IllegalStateException("prepare gave " + (values == null ? "no output"
+              : values.length + " values") + " for input " + in.name + ", which takes "
+              + Arrays.toString(in.shape) + " per row (training.inputs)");
+        }
+        int wrong = PersonalWeights.firstNonFinite(values);
+        if (wrong >= 0) {  // e.g. a frozen part that overflows on these rows
+          throw new IllegalStateException("prepare gave " + values[wrong] + " for input "
+              + in.name + " at row " + wrong / Math.max(1, size) + ": the program's inputs must "
+              + "be finite");
+        }
+        inputs.add(values);
       } else {
         inputs.add(null);
       }
@@ -160,22 +201,27 @@ public final class RecipeRunner {
   public float[] logits(Data data, int[] rows, float lambda) throws Exception {
     float[] lam = recipe.lambda == null ? null : constant(lambda);
     int chunk = Math.min(PREDICT_CHUNK, recipe.maxBatch);
-    float[] out = null;
-    int classes = 0;
+    int classes = recipe.classes;
+    float[] out = new float[Math.multiplyExact(rows.length, classes)];
     for (int start = 0; start < rows.length; start += chunk) {
       int[] part = Arrays.copyOfRange(rows, start, Math.min(rows.length, start + chunk));
       float[] logits = session.logits(inputs(data, part, lam));
-      if (out == null) {
-        classes = logits.length / part.length;
-        out = new float[classes * rows.length];
+      if (logits.length != (long) part.length * classes) {  // scores would read another row's
+        throw new IllegalStateException("the program gave " + logits.length + " logits for "
+            + part.length + " rows; its card declares " + classes + " classes "
+            + "(training.outputs)");
       }
       System.arraycopy(logits, 0, out, start * classes, logits.length);
     }
-    return out == null ? new float[0] : out;
+    return out;
   }
 
   /** The program's inputs for {@code rows} at a constant lambda (e.g. a warm-up call). */
   public List<ProgramInput> batch(Data data, int[] rows, float lambda) {
+    if (rows.length < 1 || rows.length > recipe.maxBatch) {
+      throw new IllegalArgumentException("a batch of " + rows.length + " rows: the program "
+          + "takes 1.." + recipe.maxBatch + " (training.max_batch)");
+    }
     return inputs(data, rows, recipe.lambda == null ? null : constant(lambda));
   }
 
@@ -237,7 +283,19 @@ public final class RecipeRunner {
     return lam;
   }
 
+  /**
+   * A lambda the app hands in (the model W(lambda) it evaluates): SuPerFed's mixing weight is
+   * in [0, 1], as every lambda the recipe draws; another value is no model of the method.
+   */
+  static void checkLambda(float lambda) {
+    if (!(lambda >= 0 && lambda <= 1)) {
+      throw new IllegalArgumentException("lambda " + lambda + " is outside [0, 1] (the weight "
+          + "of the personal model in W(lambda))");
+    }
+  }
+
   private float[] constant(float value) {
+    checkLambda(value);
     float[] lam = new float[recipe.lambda.size];
     Arrays.fill(lam, value);
     return lam;

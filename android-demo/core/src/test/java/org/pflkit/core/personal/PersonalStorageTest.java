@@ -7,15 +7,22 @@ import static org.junit.Assert.assertNull;
 import static org.junit.Assert.assertTrue;
 import static org.junit.Assert.fail;
 
+import java.io.ByteArrayInputStream;
 import java.io.File;
 import java.io.IOException;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import org.junit.Rule;
 import org.junit.Test;
 import org.junit.rules.TemporaryFolder;
+import org.pflkit.core.Json;
+import org.pflkit.core.JsonWriter;
+import org.pflkit.core.ModelCard;
 import org.pflkit.core.Safetensors;
+import org.pflkit.core.Sha256;
 import org.pflkit.core.TensorData;
 import org.pflkit.core.TrainingSection;
 
@@ -37,12 +44,32 @@ public class PersonalStorageTest {
     return tmp.newFolder("personal");
   }
 
+  /** The card's artifacts entry for {@link #export}'s initial weights. */
+  ModelCard.Artifact listed;
+
   /** An export folder with personal_init.safetensors: weight all 0.5, bias 1, 2, 3. */
-  File export() throws IOException {
+  File export() throws Exception {
     File export = tmp.newFolder("export");
-    Files.write(new File(export, recipe.initialWeights).toPath(),
-        Safetensors.write(weights(0.5f, new float[] {1, 2, 3}), null));
+    byte[] bytes = Safetensors.write(weights(0.5f, new float[] {1, 2, 3}), null);
+    Files.write(new File(export, recipe.initialWeights).toPath(), bytes);
+    listed = listing(recipe.initialWeights, bytes);
     return export;
+  }
+
+  /** The artifacts entry a card written with {@code bytes} as {@code file} holds. */
+  @SuppressWarnings("unchecked")
+  static ModelCard.Artifact listing(String file, byte[] bytes) throws Exception {
+    Map<String, Object> card = (Map<String, Object>) Json.parse(new String(Files.readAllBytes(
+        new File(TrainerCardTest.dir("superfed_mm"), "model_card.json").toPath()),
+        StandardCharsets.UTF_8));
+    Map<String, Object> entry = new LinkedHashMap<>();
+    entry.put("file", file);
+    entry.put("format", "safetensors");
+    entry.put("sha256", Sha256.of(new ByteArrayInputStream(bytes)).hex);
+    entry.put("bytes", (double) bytes.length);
+    Map<String, Object> edited = new LinkedHashMap<>(card);
+    edited.put("artifacts", List.of(entry));
+    return ModelCard.parse(JsonWriter.write(edited)).artifacts.get(0);
   }
 
   static Map<String, TensorData> weights(float w, float[] bias) {
@@ -103,30 +130,72 @@ public class PersonalStorageTest {
     File export = export();
     PersonalWeights.save(dir, recipe, "abc", floats(Float.NaN, new float[] {7, 8, 9}), 0.3f);
     LinearHeadSession s = session();
-    PersonalWeights.Restored restored = PersonalWeights.restore(recipe, dir, "abc", export, s);
+    PersonalWeights.Restored restored = PersonalWeights.restore(recipe, dir, "abc", export,
+        listed, s);
     assertTrue(restored.problem, restored.problem.contains("parameter head.weight holds NaN"));
     assertNull(restored.lambda);
     assertArrayEquals(new float[] {1, 2, 3}, s.params.get("head.bias"), 0f);
     assertTrue("kept for the user to reset", new File(dir, PersonalWeights.FILE).exists());
 
     PersonalWeights.save(dir, recipe, "abc", floats(0.25f, new float[] {7, 8, 9}), 0.3f);
-    restored = PersonalWeights.restore(recipe, dir, "abc", export, s);
+    restored = PersonalWeights.restore(recipe, dir, "abc", export, listed, s);
     assertNull(restored.problem);
     assertEquals(0.3f, restored.lambda, 0f);
     assertArrayEquals(new float[] {7, 8, 9}, s.params.get("head.bias"), 0f);
 
     Files.write(new File(dir, PersonalWeights.FILE).toPath(), new byte[] {1, 2, 3});
-    restored = PersonalWeights.restore(recipe, dir, "abc", export, s);
+    restored = PersonalWeights.restore(recipe, dir, "abc", export, listed, s);
     assertTrue(restored.problem, restored.problem.contains(PersonalWeights.FILE));
     assertArrayEquals(new float[] {1, 2, 3}, s.params.get("head.bias"), 0f);
+  }
+
+  @Test
+  public void initialWeightsOtherThanTheCardListsAreNotLoaded() throws Exception {
+    File dir = dir();
+    File export = export();
+    File init = new File(export, recipe.initialWeights);
+    byte[] listedBytes = Files.readAllBytes(init.toPath());
+    // another export's weights of the same shapes and size (a folder pushed in part)
+    byte[] other = Safetensors.write(weights(0.75f, new float[] {4, 5, 6}), null);
+    assertEquals(listedBytes.length, other.length);
+    byte[] longer = Safetensors.write(weights(0.5f, new float[] {1, 2, 3}),
+        Map.of("note", "edited"));
+    for (byte[] bytes : List.of(other, longer)) {
+      Files.write(init.toPath(), bytes);
+      LinearHeadSession s = session();
+      Map<String, float[]> start = s.weights();
+      try {
+        PersonalWeights.reset(recipe, dir, export, listed, s);
+        fail("loaded initial weights the card does not list");
+      } catch (IOException e) {
+        assertTrue(e.getMessage(), e.getMessage().startsWith(recipe.initialWeights
+            + " does not match its model card"));
+      }
+      try {
+        PersonalWeights.restore(recipe, dir, "abc", export, listed, s);
+        fail("restored initial weights the card does not list");
+      } catch (IOException e) {
+        assertTrue(e.getMessage(), e.getMessage().contains("Copy the card and the artifacts"));
+      }
+      assertArrayEquals(start.get("head.bias"), s.weights().get("head.bias"), 0f);
+    }
+    try {
+      PersonalWeights.initial(recipe, export, null);
+      fail("read initial weights the card does not list");
+    } catch (IOException e) {
+      assertEquals(recipe.initialWeights + " is not listed in the model card's artifacts",
+          e.getMessage());
+    }
   }
 
   @Test
   public void aSavedLambdaOutsideZeroToOneIsNotLoaded() throws Exception {
     File dir = dir();
     PersonalWeights.save(dir, recipe, "abc", floats(0.25f, new float[] {7, 8, 9}), 1.5f);
+    File export = export();
     LinearHeadSession s = session();
-    PersonalWeights.Restored restored = PersonalWeights.restore(recipe, dir, "abc", export(), s);
+    PersonalWeights.Restored restored = PersonalWeights.restore(recipe, dir, "abc", export,
+        listed, s);
     assertTrue(restored.problem, restored.problem.contains("lam 1.5 is not a number in [0, 1]"));
     assertArrayEquals(new float[] {1, 2, 3}, s.params.get("head.bias"), 0f);
   }
@@ -136,22 +205,23 @@ public class PersonalStorageTest {
     File dir = dir();
     File saved = new File(dir, PersonalWeights.FILE);
     PersonalWeights.save(dir, recipe, "abc", floats(0.25f, new float[] {7, 8, 9}), null);
+    File export = export();
     File noInit = tmp.newFolder("export-without-init");
     try {
-      PersonalWeights.reset(recipe, dir, noInit, session());
+      PersonalWeights.reset(recipe, dir, noInit, listed, session());
       fail();
     } catch (IOException e) {
       assertEquals("no personal_init.safetensors beside the model card", e.getMessage());
     }
     assertTrue("not deleted before the initial weights loaded", saved.exists());
     try {
-      PersonalWeights.restore(recipe, dir, "another program", noInit, session());
+      PersonalWeights.restore(recipe, dir, "another program", noInit, listed, session());
       fail("nothing to load is the one error restore throws");
     } catch (IOException e) {
       assertTrue(e.getMessage().startsWith("no personal_init"));
     }
     LinearHeadSession s = session();
-    PersonalWeights.reset(recipe, dir, export(), s);
+    PersonalWeights.reset(recipe, dir, export, listed, s);
     assertFalse(saved.exists());
     assertArrayEquals(new float[] {1, 2, 3}, s.params.get("head.bias"), 0f);
   }

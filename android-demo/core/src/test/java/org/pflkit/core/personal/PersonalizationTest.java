@@ -37,7 +37,10 @@ public class PersonalizationTest {
     s.put("prepare_method", null);
     s.put("image_shape", List.of((double) FEATURES));
     s.put("inputs", LinearHeadSession.inputSpecs(FEATURES, lambdaSize));
-    s.put("outputs", List.of());
+    s.put("outputs", List.of(
+        Map.of("name", "loss", "shape", List.of(), "dtype", "float32"),
+        Map.of("name", "logits", "shape", List.of("batch", (double) CLASSES), "dtype",
+            "float32")));
     s.put("parameters", List.of(
         Map.of("name", "head.weight", "shape", List.of(3.0, 4.0), "dtype", "float32"),
         Map.of("name", "head.bias", "shape", List.of(3.0), "dtype", "float32")));

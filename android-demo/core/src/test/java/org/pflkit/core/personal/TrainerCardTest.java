@@ -48,7 +48,7 @@ public class TrainerCardTest {
       try (InputStream in = new FileInputStream(new File(dir(method), weights.file))) {
         ArtifactCheck.verify(in, weights);  // the file is the one the card lists
       }
-      Map<String, float[]> initial = PersonalWeights.initial(recipe, dir(method));
+      Map<String, float[]> initial = PersonalWeights.initial(recipe, dir(method), weights);
       assertEquals(recipe.parameterNames(), List.copyOf(initial.keySet()));
       assertEquals("only .pte/.onnx are inference models", 1, card.models().size());
     }
