@@ -131,6 +131,19 @@ def check_declared(method: str, params: Any) -> None:
             check_value(method, f.name, hints[f.name], getattr(params, f.name))
 
 
+def meets_declaration(method: str, params: Any) -> bool:
+    """Whether every field of ``params`` meets its declaration, for rules between settings.
+
+    A ``__post_init__`` checks such a rule only then: a value its declaration refuses (NaN, a
+    string) gets the declaration's error where the method is built, not a rule's about it.
+    """
+    try:
+        check_declared(method, params)
+    except HyperparameterError:
+        return False
+    return True
+
+
 def _named(names: list[str]) -> str:
     """The first :data:`NAMED` of ``names``, each cut to one readable repr, then a count."""
     more = len(names) - NAMED

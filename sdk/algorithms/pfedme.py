@@ -13,6 +13,16 @@ TwoNN on Fashion-MNIST, 0.1 diverges to NaN within two local epochs. eta is the 
 pFedMe's own update rules are used (no momentum or weight decay: the paper's solver has
 none). Within a round theta is warm-started from the previous mini-batch's theta (the public
 code does the same), and from w at the round's start.
+
+The inner problem's quadratic term alone has curvature lam in every direction, so each inner
+step scales theta - w by about (1 - personal_lr * lam) wherever the loss's curvature is small
+(most directions of a network's loss): from personal_lr * lam = 2 on, every gradient there is
+amplified step after step and the K steps diverge whatever the data (the paper's step
+condition nu < 2 / (L + lam), less the data's L), so that product is refused. The outer step
+scales theta - w there by (1 - eta * lam), so a round also needs
+|1 - personal_lr * lam|^K * |1 - eta * lam| < 1 (sharp, measured; the defaults meet it for
+every eta up to 68). eta is the round's lr, from [training], which this class does not see:
+that condition is documented (docs/baselines.md), not checked.
 """
 
 from __future__ import annotations
@@ -40,7 +50,13 @@ from pflkit.sdk.algorithms.base import (
 from pflkit.sdk.algorithms.device_training import DeviceTraining, shared_lr
 from pflkit.sdk.algorithms.gradtools import gradient_term
 from pflkit.sdk.algorithms.inference_role import Inference
-from pflkit.sdk.algorithms.paramcheck import LearningRate, PositiveStrength, Steps
+from pflkit.sdk.algorithms.paramcheck import (
+    LearningRate,
+    PositiveStrength,
+    Steps,
+    meets_declaration,
+    require,
+)
 from pflkit.sdk.algorithms.server_aggregation import ServerAggregation
 from pflkit.sdk.algorithms.state_layout import PERSONAL, personal_of
 from pflkit.sdk.batched_training import BatchGrid, PlainSGD, repeat, train_together
@@ -58,7 +74,16 @@ class PFedMeParams:
     lam: PositiveStrength = 15.0  # lambda: pull of theta toward w (and of w toward theta)
     inner_steps: Steps = 5  # K: gradient steps on the inner problem per mini-batch
     personal_lr: LearningRate = 0.05  # step size of the inner solver (paper: 0.1; module doc)
-    beta: PositiveStrength = 1.0  # server step: w_g <- (1 - beta) w_g + beta * mean(w_i)
+    # server step w_g <- (1 - beta) w_g + beta * mean(w_i): a step size, ranged as SCAFFOLD's
+    # eta_g (the public code's default is 1; 1000 made the global model NaN within 3 rounds)
+    beta: LearningRate = 1.0
+
+    def __post_init__(self) -> None:
+        """Refuse personal_lr * lam >= 2: theta's inner steps diverge there (module doc)."""
+        if meets_declaration("pfedme", self):
+            require("pfedme", "personal_lr", self.personal_lr * self.lam < 2,
+                    f"< 2 / lam = {2 / self.lam:.6g} (personal_lr * lam < 2, or theta's inner "
+                    "steps diverge)", self.personal_lr)
 
 
 class BlendedMean(WeightedMean):
