@@ -16,6 +16,8 @@ forward, so the logits are bit-identical to scoring every model on its own.
 from __future__ import annotations
 
 import hashlib
+import weakref
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -36,41 +38,101 @@ class SharedBody(Protocol):
 
 
 def fingerprint(module: nn.Module) -> str:
-    """A hash of what determines ``module``'s function: types, plain settings and tensors."""
+    """A hash of what determines ``module``'s function: types, plain settings and tensors.
+
+    The tensors reach the host as one byte buffer: one device-to-host copy and one wait per
+    model on a GPU, not one per tensor.
+    """
     digest = hashlib.blake2b(digest_size=20)
+    digest.update(_settings(module).encode())
+    tensors = module.state_dict()
+    for name, tensor in tensors.items():
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+    # 1-D before the byte view: a 0-dim tensor of wider elements (BatchNorm's step count)
+    # has no uint8 view
+    raw = [t.detach().reshape(-1).contiguous().view(torch.uint8) for t in tensors.values()
+           if t.numel()]
+    if raw:
+        digest.update(torch.cat(raw).cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _settings(module: nn.Module) -> str:
+    """Every submodule's name, type and plain settings, in order."""
+    text = []
     for name, sub in module.named_modules():
         settings = sorted((k, v) for k, v in vars(sub).items()
                           if not k.startswith("_") and k != "training"
                           and isinstance(v, bool | int | float | str | tuple | type(None)))
-        digest.update(f"{name}:{type(sub).__qualname__}:{settings!r};".encode())
-    for name, tensor in module.state_dict().items():
-        value = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}:{value.dtype}:{tuple(value.shape)};".encode())
-        digest.update(value.view(torch.uint8).numpy().tobytes() if value.numel() else b"")
-    return digest.hexdigest()
+        text.append(f"{name}:{type(sub).__qualname__}:{settings!r};")
+    return "".join(text)
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """A module's fingerprint and what it was taken of (:meth:`ScoringCache.fingerprint`)."""
+
+    settings: str
+    tensors: tuple[tuple[object, ...], ...]  # per tensor: name, id, version, memory, layout
+    held: tuple[object, ...]  # the tensors and storages: their ids and addresses stay unique
+    digest: str
+
+
+def _identity(module: nn.Module) -> tuple[tuple[tuple[object, ...], ...], tuple[object, ...]]:
+    """Which tensor objects ``module`` holds, each with its version and memory; and them.
+
+    A tensor changed in place has another version, a replaced one another id or storage.
+    """
+    rows, held = [], []
+    for name, t in module.state_dict(keep_vars=True).items():
+        storage = t.untyped_storage()
+        rows.append((name, id(t), t._version, storage.data_ptr(), t.storage_offset(),
+                     tuple(t.shape), t.stride(), t.dtype))
+        held += [t, storage]
+    return tuple(rows), tuple(held)
 
 
 class ScoringCache:
     """Logits of models on data sets, each distinct (model, data) and (body, data) run once.
 
     Keep one cache for one evaluation pass (the models and data sets it has seen stay alive
-    until it is dropped). ``models_run`` and ``bodies_run`` count the forward passes made.
+    until it is dropped). ``models_run`` and ``bodies_run`` count the forward passes made,
+    ``models_hashed`` the modules fingerprinted.
     """
 
     def __init__(self) -> None:
         self._logits: dict[tuple[str, int], torch.Tensor] = {}
         self._features: dict[tuple[str, int], list[torch.Tensor]] = {}
         self._data: dict[int, LabeledTensors] = {}  # keeps ids unique while cached
+        self._seen: weakref.WeakKeyDictionary[nn.Module, _Seen] = weakref.WeakKeyDictionary()
         self.models_run = 0
         self.bodies_run = 0
+        self.models_hashed = 0
 
     def predict(self, model: nn.Module, data: LabeledTensors) -> torch.Tensor:
         """Logits (N, C) of ``model`` in eval mode on ``data``, as :func:`predict` gives them."""
         self._data[id(data)] = data
-        key = (fingerprint(model), id(data))
+        key = (self.fingerprint(model), id(data))
         if key not in self._logits:
             self._logits[key] = self._run(model, data)
         return self._logits[key]
+
+    def fingerprint(self, module: nn.Module) -> str:
+        """:func:`fingerprint`, taken once per module object while it keeps its tensors.
+
+        A client's model is scored on its own test rows and on the global test set, and a
+        shared body once per data set: each call copied every weight to the host (from a GPU).
+        The module's settings are compared as text, its tensors by identity, version and memory
+        (a write through ``.data`` is the one torch does not count: the simulator never makes
+        one to a model it scores).
+        """
+        settings, (tensors, held) = _settings(module), _identity(module)
+        seen = self._seen.get(module)
+        if seen is None or (seen.settings, seen.tensors) != (settings, tensors):
+            seen = _Seen(settings, tensors, held, fingerprint(module))
+            self._seen[module] = seen
+            self.models_hashed += 1
+        return seen.digest
 
     @torch.no_grad()
     def _run(self, model: nn.Module, data: LabeledTensors) -> torch.Tensor:
@@ -89,7 +151,7 @@ class ScoringCache:
 
     def _body_features(self, body: nn.Module, data: LabeledTensors) -> list[torch.Tensor]:
         """Features of ``body`` on ``data`` in :func:`predict`'s chunks (once per body)."""
-        key = (fingerprint(body), id(data))
+        key = (self.fingerprint(body), id(data))
         if key not in self._features:
             self.bodies_run += 1
             self._features[key] = [body(data.x[i : i + PREDICT_BATCH])

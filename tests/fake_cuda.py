@@ -15,7 +15,9 @@ device; what is computed from a marked tensor is marked too, and a marked tensor
 Host synchronizations of device tensors (``.item()``, ``.tolist()``, ``bool``/``float``/``int``,
 ``nonzero``/``masked_select``/``unique``; boolean-mask indexing is not seen) are allowed, as on
 CUDA, and recorded in :attr:`FakeCuda.syncs` as "name at module:line" of the innermost pflkit
-frame: the batched step's tests count them.
+frame: the batched step's tests count them. Device-to-host copies (``.cpu()``, ``.to("cpu")``,
+a host tensor's ``copy_`` from a device one) wait for the device too: they are recorded the
+same way in :attr:`FakeCuda.downloads`.
 
 ``nn.Parameter(t)`` and a parameter's deepcopy are no torch calls: both are wrapped to keep
 the mark. Functorch's vmap hands its function fresh batched tensors and returns fresh ones: every
@@ -84,6 +86,16 @@ def _is_host(device: object) -> bool:
     return isinstance(device, str | torch.device) and torch.device(device).type == "cpu"
 
 
+def _download(func, args: tuple, kwargs: dict) -> bool:  # noqa: ANN001 - a torch function
+    """Whether ``func(*args, **kwargs)`` copies a tensor from the device to the host."""
+    if not args:
+        return False
+    if func is T.copy_:  # into its first argument, from its second
+        return not on_device(args[0]) and on_device(args[1])
+    return on_device(args[0]) and (func is T.cpu or func is T.to and any(
+        _is_host(d) for d in (*args[1:], kwargs.get("device"))))
+
+
 def _caller() -> str:
     """module:line of the innermost pflkit frame on the stack (where a sync was asked for)."""
     frame = sys._getframe(1)
@@ -128,6 +140,7 @@ class FakeCuda(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.syncs: list[str] = []
+        self.downloads: list[str] = []
         self._patched: list[tuple[Any, str, Any]] = []
 
     def __enter__(self) -> FakeCuda:
@@ -164,6 +177,8 @@ class FakeCuda(TorchFunctionMode):
                             "to copy the tensor to host memory first.")
         if func in SYNCS and any(on_device(t) for t in tree_flatten((args, kwargs))[0]):
             self.syncs.append(f"{func.__name__} at {_caller()}")
+        if _download(func, args, kwargs):
+            self.downloads.append(f"{func.__name__} at {_caller()}")
         if func is T.cuda:
             return self._copy(func(self_), self_, True)
         if func is T.cpu:
