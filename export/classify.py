@@ -17,7 +17,6 @@ import torch
 from pflkit.export.card_file import CARD_FILE, file_sha256, read_card_json
 from pflkit.export.contract import ExportError
 from pflkit.export.formats import FORMATS, Format
-from pflkit.export.golden import raw_images
 from pflkit.export.selection import build_exportable
 from pflkit.export.source import Source, load_device_source, load_run_source
 from pflkit.sdk.algorithms.inference import Choice
@@ -121,13 +120,25 @@ def choice_from_card(card: dict[str, Any]) -> Choice:
     return Choice.from_card((card.get("mixture") or {}).get("choice") or {})
 
 
+def _test_rows(source: Source, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``count`` rows the export was verified on (the card's ``source.test_data``).
+
+    Stored preprocessed, as the model takes them: images, tabular rows and sequences alike,
+    whether or not a dataset's raw pixels can be recovered (golden vectors need them).
+    """
+    if len(source.test) < count:
+        raise ExportError(f"asked for {count} test rows, but the {source.info['test_data']} "
+                          f"has only {len(source.test)}")
+    return source.test.x[:count], source.test.y[:count]
+
+
 def classify_table(export_dir: Path, card: dict[str, Any], count: int,
                    imports: ImportPolicy = NO_IMPORTS) -> str:
     """Tabulate the true label and each runtime's top-1 class and probability per image."""
     source = source_from_card(card, export_dir, imports)
     ex, _ = build_exportable(source, choice_from_card(card))
-    raw, labels = raw_images(source, count)
-    feeds = ex.feeds(source.spec.preprocessing.apply(torch.from_numpy(raw)))
+    inputs, labels = _test_rows(source, count)
+    feeds = ex.feeds(inputs)
     columns = {"PyTorch (eager)": ex.eager(*feeds)[0]}
     by_format = {f.name: f for f in FORMATS.values()}
     for artifact in card["artifacts"]:

@@ -220,7 +220,8 @@ def _key_values(items: list[str]) -> dict[str, Any]:
 @app.command()
 def classify(
     export_dir: Annotated[Path, typer.Argument(help="a pfl-export output folder")],
-    count: Annotated[int, typer.Option(help="number of test images, [1, 10000]")] = 8,
+    count: Annotated[int, typer.Option(
+        help="number of test rows, [1, 10000] (at most the export's test split)")] = 8,
     allow_imports: Annotated[list[str] | None, typer.Option(
         help=ALLOW_IMPORTS_HELP.format(what="card's run config"))] = None,
 ) -> None:

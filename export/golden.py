@@ -49,6 +49,14 @@ def raw_test_images(dataset: dict[str, Any], count: int) -> tuple[np.ndarray, np
     return raw, native.test.y[:count].numpy()
 
 
+def check_golden_data(source: Source) -> None:
+    """Golden vectors are raw pixels and their inputs: image datasets only (one line else)."""
+    if not isinstance(source.spec.preprocessing, Preprocessing):
+        raise ExportError(f"--golden needs image data (raw pixels to preprocess on the device); "
+                          f"dataset '{source.dataset['name']}' has "
+                          f"{type(source.spec.preprocessing).__name__} rows")
+
+
 def raw_images(source: Source, count: int) -> tuple[np.ndarray, np.ndarray]:
     """Return ``count`` raw test images: the export's own rows if they invert exactly.
 
@@ -56,6 +64,7 @@ def raw_images(source: Source, count: int) -> tuple[np.ndarray, np.ndarray]:
     """
     if count < 1:
         raise ExportError(f"the number of test images must be at least 1, got {count}")
+    check_golden_data(source)
     raw = _raw_pixels(source.test.x[:count], source.spec.preprocessing)
     raw, labels = (raw, source.test.y[:count].numpy()) if raw is not None else \
         raw_test_images(source.dataset, count)

@@ -32,7 +32,7 @@ import torch
 from pflkit.export.card_file import CARD_FILE, file_sha256
 from pflkit.export.contract import Exportable, ExportError
 from pflkit.export.formats import FORMATS, Format
-from pflkit.export.golden import MAX_GOLDEN_SAMPLES, golden_document
+from pflkit.export.golden import MAX_GOLDEN_SAMPLES, check_golden_data, golden_document
 from pflkit.export.output_folder import check_output
 from pflkit.export.selection import build_exportable, for_new_client, without_client
 from pflkit.export.source import Source
@@ -152,6 +152,8 @@ def export_model(source: Source, choice: Choice, out_dir: Path,
     check_output(out, source.info, force)
     if golden and not 1 <= golden <= MAX_GOLDEN_SAMPLES:
         raise ExportError(f"--golden-samples must be in 1..{MAX_GOLDEN_SAMPLES}, got {golden}")
+    if golden:
+        check_golden_data(source)
     if len(source.test) == 0:
         raise ExportError("no test rows to verify the export on")
     choice = without_client(source, choice)

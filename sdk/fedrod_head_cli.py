@@ -40,8 +40,9 @@ class HeadError(ValueError):
 def check_out(out: Path, source: Path, state_file: Path, force: bool = False) -> None:
     """Refuse an output path that cannot become a file, or must not, before any work is done.
 
-    Never the input checkpoint, nor inside the run's state folders (writing there breaks the
-    run); an existing file only with ``force``.
+    Never the input checkpoint, the run's own files (``config.toml``, ``final.json`` ...) nor
+    inside its state folders (writing there breaks the run); an existing file only with
+    ``force``.
     """
     if out.is_dir():
         raise HeadError(f"--out {out} is a folder; give a file name (e.g. {out / 'head'}"
@@ -51,8 +52,12 @@ def check_out(out: Path, source: Path, state_file: Path, force: bool = False) ->
     target = out.resolve()
     if target == state_file.resolve():
         raise HeadError(f"--out {out} is the global state it reads: choose another file")
-    run = source if source.is_dir() else state_file.parent.parent
-    for folder in RunDir(run).own_folders():
+    run = RunDir(source if source.is_dir() else state_file.parent.parent)  # RUN/global/x
+    for file in run.own_files():
+        if target == file.resolve():
+            raise HeadError(f"--out {out} is the run's {file.name}: choose a file outside "
+                            f"the run's own files")
+    for folder in run.own_folders():
         if folder.resolve() in target.parents:
             raise HeadError(f"--out {out} lies inside {folder}, the run's state: choose a file "
                             f"outside it")
