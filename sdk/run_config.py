@@ -154,7 +154,8 @@ class SimConfig:
             except ExtensionError as err:
                 raise _KeyedError(key, str(err)) from None
         try:
-            check_algorithm(self.algorithm.name, self.algorithm.params, self.training.local())
+            check_algorithm(self.algorithm.name, self.algorithm.params, self.training.local(),
+                            self.training.lr)
         except ValueError as err:
             raise _KeyedError("algorithm.params", str(err)) from None
 

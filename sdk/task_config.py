@@ -97,7 +97,7 @@ class TaskConfig:
             except ImportRefused as err:
                 raise ImportRefused(f"task config: {err}") from None
         try:  # the method's rules against local too, as pfl-sim checks the same config
-            check_algorithm(task.algorithm, task.params, task.local)
+            check_algorithm(task.algorithm, task.params, task.local, task.lr_schedule.lr)
         except HyperparameterError as err:
             raise ConfigError(f"task config: params: {err}") from None
         return task

@@ -87,6 +87,15 @@ class Algorithm:
         any data is loaded, naming ``algorithm.params``.
         """
 
+    @classmethod
+    def check_rates(cls, params: Any, local: LocalTraining, lr: float) -> None:
+        """Rules between the method's pulls and the step size ``lr`` (none by default).
+
+        ``lr`` is round 0's, the largest (the decay is at most 1): a pull of strength s on
+        momentum-m SGD diverges along every direction the loss leaves flat once lr * s reaches
+        2 (1 + m), whatever the data, so such a run is refused with the config's checks.
+        """
+
     def to(self, device: torch.device | str) -> Algorithm:
         """Train and build inference modules on ``device`` from now on (returns self).
 
@@ -143,15 +152,18 @@ def algorithm_names() -> list[str]:
 
 
 def check_algorithm(name: str, params: Mapping[str, Any] | None = None,
-                    local: LocalTraining | None = None) -> Any:
+                    local: LocalTraining | None = None, lr: float | None = None) -> Any:
     """Resolve an algorithm and validate its hyperparameters (before any data is loaded).
 
-    Given the run's ``local`` training, the method's rules against it too (``check_local``).
+    Given the run's ``local`` training, the method's rules against it too (``check_local``),
+    and given also its first learning rate, those against the step size (``check_rates``).
     """
     cls = algorithm_class(name)
     parsed = parse_params(name, cls.Params, dict(params or {}))
     if local is not None:
         cls.check_local(parsed, local)
+        if lr is not None:
+            cls.check_rates(parsed, local, lr)
     return parsed
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.func import functional_call
@@ -23,6 +24,7 @@ from pflkit.sdk.algorithms.base import (
     ClientState,
     FitJob,
     FitResult,
+    LocalTraining,
     RoundContext,
     State,
     register,
@@ -30,7 +32,7 @@ from pflkit.sdk.algorithms.base import (
 from pflkit.sdk.algorithms.device_training import shared_lr
 from pflkit.sdk.algorithms.fedavg import FedAvgTraining, PersonalModel
 from pflkit.sdk.algorithms.gradtools import added_gradient, gradient_term
-from pflkit.sdk.algorithms.paramcheck import Epochs, Strength
+from pflkit.sdk.algorithms.paramcheck import Epochs, Strength, require_stable_pull
 from pflkit.sdk.algorithms.state_layout import PERSONAL, add_prefix, personal_of
 from pflkit.sdk.batched_training import BatchGrid, repeat, stack, train_together
 from pflkit.sdk.data.tensors import LabeledTensors
@@ -123,3 +125,10 @@ class Ditto(Algorithm):
     Params = DittoParams
     Training = DittoTraining
     Inference = PersonalModel
+
+    @classmethod
+    def check_rates(cls, params: Any, local: LocalTraining, lr: float) -> None:
+        """Refuse a lam that v's momentum SGD amplifies (when v trains at all)."""
+        params = params or DittoParams()
+        if (local.epochs if params.personal_epochs is None else params.personal_epochs) > 0:
+            require_stable_pull(cls.name, "lam", params.lam, local, lr)

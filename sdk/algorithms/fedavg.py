@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -32,6 +33,7 @@ from pflkit.sdk.algorithms.paramcheck import (
     Epochs,
     LearningRate,
     Strength,
+    require_stable_pull,
     require_unset_while_off,
 )
 from pflkit.sdk.algorithms.personalization import Personalization
@@ -148,6 +150,11 @@ class FedProx(Algorithm):
     name = "fedprox"
     Params = FedProxParams
     Training = FedProxTraining
+
+    @classmethod
+    def check_rates(cls, params: Any, local: LocalTraining, lr: float) -> None:
+        """Refuse a mu that the local epochs' momentum SGD amplifies (it pulls w toward w_g)."""
+        require_stable_pull(cls.name, "mu", (params or FedProxParams()).mu, local, lr)
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,20 @@ def require(method: str, name: str, ok: bool, rule: str, value: object) -> None:
         raise HyperparameterError(f"{method}: {detail}", detail)
 
 
+def require_stable_pull(method: str, name: str, strength: float, local: Any, lr: float) -> None:
+    """Refuse a pull (``strength`` * (w - anchor) added to the gradient) SGD amplifies.
+
+    Along a direction the loss leaves flat, heavy-ball SGD with momentum m on curvature
+    ``strength + weight_decay`` diverges once ``lr`` times it reaches 2 (1 + m). Where weight
+    decay alone does (no room left), that is ``[training]``'s matter, as for every method.
+    """
+    limit = 2 * (1 + local.momentum) / lr - local.weight_decay
+    require(method, name, limit <= 0 or strength < limit,
+            f"< 2 (1 + momentum) / lr - weight_decay = {limit:.6g} (lr {lr:g}, momentum "
+            f"{local.momentum:g}, weight_decay {local.weight_decay:g}: stronger, SGD's steps "
+            f"diverge)", strength)
+
+
 def require_unset_while_off(method: str, params: object, switch: str, *names: str) -> None:
     """Refuse each of ``names`` given while the epochs setting ``switch`` is 0.
 

@@ -21,14 +21,15 @@ amplified step after step and the K steps diverge whatever the data (the paper's
 condition nu < 2 / (L + lam), less the data's L), so that product is refused. The outer step
 scales theta - w there by (1 - eta * lam), so a round also needs
 |1 - personal_lr * lam|^K * |1 - eta * lam| < 1 (sharp, measured; the defaults meet it for
-every eta up to 68). eta is the round's lr, from [training], which this class does not see:
-that condition is documented (docs/baselines.md), not checked.
+every eta up to 68). eta is the round's lr, from [training]: ``check_rates`` checks it with
+the config, at round 0's rate (the largest).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +43,7 @@ from pflkit.sdk.algorithms.base import (
     ClientState,
     FitJob,
     FitResult,
+    LocalTraining,
     RoundContext,
     State,
     WeightedMean,
@@ -208,3 +210,16 @@ class PFedMe(Algorithm):
     Training = PFedMeTraining
     Aggregation = PFedMeAggregation
     Inference = PFedMeInference
+
+    @classmethod
+    def check_rates(cls, params: Any, local: LocalTraining, lr: float) -> None:
+        """Refuse a lam whose mini-batches amplify theta - w (module doc).
+
+        Along a flat direction each scales it by (1 - personal_lr lam)^K (1 - lr lam).
+        """
+        p = params or PFedMeParams()
+        factor = abs(1 - p.personal_lr * p.lam) ** p.inner_steps * abs(1 - lr * p.lam)
+        require(cls.name, "lam", factor < 1,
+                f"such that |1 - personal_lr lam|^K |1 - lr lam| < 1 (with lr {lr:g}, "
+                f"personal_lr {p.personal_lr:g}, K {p.inner_steps}: {factor:.6g}; else each "
+                "mini-batch amplifies theta - w and the run diverges)", p.lam)

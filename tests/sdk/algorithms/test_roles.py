@@ -28,7 +28,7 @@ ROLES = {"training": DeviceTraining, "aggregation": ServerAggregation,
 def test_the_algorithm_base_class_offers_its_settings_and_its_four_roles_only():
     public = {n for n in dir(Algorithm) if not n.startswith("_")}  # name, Training: declared
     assert public == {"Params", "Aggregation", "Personalization", "Inference", "to", "new_model",
-                      "template", "check_local"}  # check_local: settings vs [training]
+                      "template", "check_local", "check_rates"}  # settings vs [training], its lr
     algo = make_algorithm("fedavg", FACTORY, LocalTraining())
     instance = {n for n in vars(algo) if not n.startswith("_")}
     assert instance == {"model_factory", "local", "params", "device", *ROLES}
