@@ -191,6 +191,10 @@ def load_device_source(state_dir: Path, global_file: Path, config_file: Path,
                        imports: ImportPolicy = OWN_CONFIG) -> Source:
     """Load an app's state folder, the global state it trained against, the run config."""
     config = _load_config(Path(config_file), imports)
+    if not Path(state_dir).is_dir():
+        what = "is not a folder" if Path(state_dir).exists() else "does not exist"
+        raise ExportError(f"--state-dir {state_dir} {what} (give the app's state folder, which "
+                          f"holds {DeviceStateStore.FILE})")
     state = DeviceStateStore(Path(state_dir)).load()
     if state is None:
         raise ExportError(f"{state_dir} holds no client state ({DeviceStateStore.FILE})")

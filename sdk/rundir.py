@@ -113,8 +113,16 @@ class RunDir:
         """Refuse to start a fresh run here over a run's files, a stopped run's or anyone's.
 
         It would overwrite them, and a failed run deletes them (``discard``), whoever wrote
-        them; a stopped run continues with ``--resume``.
+        them; a stopped run continues with ``--resume``. Nor inside another run's state
+        folders (``RUN/global/x``): that run's files would hold a second run's.
         """
+        here = self.path.resolve()
+        for parent in here.parents:
+            outer = RunDir(parent)
+            inside = [f for f in outer.own_folders() if here.is_relative_to(f)]
+            if inside and (outer.latest.exists() or outer.partition_file.exists()):
+                raise FileExistsError(f"{self.path} lies inside {inside[0]}, where the run "
+                                      f"{parent} keeps its state: choose another --out")
         if self.latest.exists():
             done = checkpoint_round(self.latest)
             rounds = "" if done is None else f" ({done} round{'' if done == 1 else 's'} done)"

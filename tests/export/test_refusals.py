@@ -236,3 +236,16 @@ def test_state_dir_refuses_client_and_round(make_run, tmp_path, option):
                            str(run / "global" / "latest.safetensors"), "--config",
                            str(run / "config.toml"), *option, "--out", str(tmp_path / "o")),
                    f"{option[0]} select")
+
+
+# 10: a --state-dir that is missing or a file is named as such, not as "holds no client state"
+@pytest.mark.parametrize(("name", "said"), [("nope", "does not exist"),
+                                            ("demo.log", "is not a folder")])
+def test_state_dir_missing_or_a_file_is_said(make_run, tmp_path, name, said):
+    run = make_run("fedavg")
+    (tmp_path / "demo.log").write_text("a log\n")
+    one_line_error(*export("--state-dir", str(tmp_path / name), "--global",
+                           str(run / "global" / "latest.safetensors"), "--config",
+                           str(run / "config.toml"), "--out", str(tmp_path / "o")),
+                   f"--state-dir {tmp_path / name} {said}")
+    assert not (tmp_path / "o").exists()

@@ -1,4 +1,5 @@
 import math
+import shutil
 
 from torch import nn
 from typer.testing import CliRunner
@@ -197,3 +198,23 @@ def test_resume_drops_a_metrics_line_cut_short_and_names_a_broken_one(tmp_path, 
     broken = runner.invoke(app, ["--resume", str(out), "--quiet"])
     assert broken.exit_code == 2
     assert broken.output.strip().startswith(f"error: {metrics}: line 1 is not JSON (")
+
+
+def test_a_fresh_run_refuses_an_out_inside_another_runs_state_folders(tmp_path):
+    """Its checkpoints and plots would sit among the outer run's (which pfl-export refuses)."""
+    outer = tmp_path / "outer"
+    (outer / "global").mkdir(parents=True)
+    (outer / "config.toml").write_text("seed = 0\n")
+    mine = runner.invoke(app, ["--out", str(outer / "plots" / "mine"), *SMALL_RUN])
+    assert mine.exit_code == 0, mine.output  # no run there yet: config.toml alone is anyone's
+    shutil.rmtree(outer / "plots")
+    (outer / "partition.safetensors").write_bytes(b"")  # what a run writes first
+    for out in (outer / "global" / "x", outer / "plots" / "a" / "b"):
+        result = runner.invoke(app, ["--out", str(out), *SMALL_RUN])
+        assert result.exit_code == 2, result.output
+        folder = out.parent if out.name == "x" else outer / "plots"
+        assert result.output.strip() == (f"error: {out} lies inside {folder}, where the run "
+                                          f"{outer} keeps its state: choose another --out")
+        assert not out.exists()
+    beside = runner.invoke(app, ["--out", str(outer / "exports" / "run2"), *SMALL_RUN])
+    assert beside.exit_code == 0, beside.output  # a run's other folders are the user's
