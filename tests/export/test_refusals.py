@@ -180,7 +180,7 @@ def damaged(exported: Path, tmp_path: Path) -> Path:
 @pytest.mark.parametrize(("count", "message"), [("0", "--count must be in 1..10000"),
                                                 ("-3", "--count must be in 1..10000"),
                                                 ("100000", "--count must be in 1..10000"),
-                                                ("5000", "there are only")])
+                                                ("5000", "but the client test split has only")])
 def test_classify_count_range(exported, count, message):
     one_line_error(*classify(exported, "--count", count), message)
 
