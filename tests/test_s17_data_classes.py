@@ -9,7 +9,6 @@ pfl-server builds its model from, was not checked at all.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -56,12 +55,15 @@ def test_names_that_differ_only_in_unicode_normalization_are_one_name_twice(tmp_
         check_dataset("mine", Dataset.from_raw("mine", [NFC, "bird", NFD], (x, y), (x, y)))
 
 
-def test_sixty_thousand_class_names_are_checked_in_a_moment(tmp_path: Path):
-    """The documented range is 1..100,000 classes; 60,000 took 40 s, 100,000 two minutes."""
-    root = folder(tmp_path, "\n".join(f"class {c}" for c in range(60_000)))
-    started = time.perf_counter()
+def test_sixty_thousand_class_names_load_and_a_late_repeat_is_found(tmp_path: Path):
+    """The documented range is 1..100,000 classes (the check is one pass: tensors.py)."""
+    names = [f"class {c}" for c in range(60_000)]
+    root = folder(tmp_path, "\n".join(names))
     assert load_dataset("folder", root).spec.num_classes == 60_000
-    assert time.perf_counter() - started < 8
+    (tmp_path / "again").mkdir()
+    again = folder(tmp_path / "again", "\n".join([*names[:-1], "class 7"]))
+    assert refusal(again) == (f"{again / 'classes.txt'}: class 'class 7' is named twice (line "
+                              "8 and line 60000)")
 
 
 SPECS = '''
