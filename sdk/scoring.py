@@ -43,8 +43,13 @@ def fingerprint(module: nn.Module) -> str:
     The tensors reach the host as one byte buffer: one device-to-host copy and one wait per
     model on a GPU, not one per tensor.
     """
+    return _digest(_settings(module), module)
+
+
+def _digest(settings: str, module: nn.Module) -> str:
+    """:func:`fingerprint` of ``module`` given its :func:`_settings` (taken once by callers)."""
     digest = hashlib.blake2b(digest_size=20)
-    digest.update(_settings(module).encode())
+    digest.update(settings.encode())
     tensors = module.state_dict()
     for name, tensor in tensors.items():
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
@@ -129,7 +134,7 @@ class ScoringCache:
         settings, (tensors, held) = _settings(module), _identity(module)
         seen = self._seen.get(module)
         if seen is None or (seen.settings, seen.tensors) != (settings, tensors):
-            seen = _Seen(settings, tensors, held, fingerprint(module))
+            seen = _Seen(settings, tensors, held, _digest(settings, module))
             self._seen[module] = seen
             self.models_hashed += 1
         return seen.digest
